@@ -1,0 +1,189 @@
+// Package locks is a ShedLock-compatible lock provider for PostgreSQL
+// (SPEC §4): the same table, the same statements in database time, so Go and
+// Java processes can share locks. It also has the operator side: list,
+// inspect and release.
+package locks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// MaxNameBytes is the length of ShedLock's name column, VARCHAR(64).
+const MaxNameBytes = 64
+
+// MaxLockedByBytes is the length of ShedLock's locked_by column, VARCHAR(255).
+const MaxLockedByBytes = 255
+
+// now is ShedLock's database-time expression.
+const now = "timezone('utc', CURRENT_TIMESTAMP)"
+
+var (
+	// ErrHeldElsewhere: the lock is held by someone else (or by us, unexpired).
+	ErrHeldElsewhere = errors.New("lock is held elsewhere")
+	// ErrLockLost: an extend found the lock gone (expired or taken over).
+	ErrLockLost = errors.New("lock was lost")
+	// ErrLockUsed: a lock object was used after Unlock or a successful Extend.
+	ErrLockUsed = errors.New("lock object already used: it is single-use after unlock or extend")
+	// ErrInvalid marks bad arguments.
+	ErrInvalid = errors.New("invalid lock argument")
+)
+
+// Querier is the part of a pool, connection or transaction the package uses.
+type Querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Provider takes, extends and releases locks as one holder (locked_by).
+type Provider struct {
+	q        Querier
+	table    Table
+	lockedBy string
+
+	acquireSQL, extendSQL, unlockSQL string
+}
+
+// NewProvider returns a provider over q for holder lockedBy (the replica
+// id: unique per process, never a bare host name). It does not touch the
+// database; call CheckSchema before first use.
+func NewProvider(q Querier, table Table, lockedBy string) (*Provider, error) {
+	if err := table.Validate(); err != nil {
+		return nil, err
+	}
+	if lockedBy == "" {
+		return nil, fmt.Errorf("%w: locked_by must not be empty", ErrInvalid)
+	}
+	if len(lockedBy) > MaxLockedByBytes {
+		return nil, fmt.Errorf("%w: locked_by %q is longer than %d bytes", ErrInvalid, lockedBy, MaxLockedByBytes)
+	}
+	p := &Provider{q: q, table: table, lockedBy: lockedBy}
+	tbl, name, until, at, by := table.ident(), col(table.NameCol), col(table.LockUntil), col(table.LockedAt), col(table.LockedBy)
+	atMost := now + " + make_interval(secs => $2)"
+	// One statement, one round trip, for a new row and for an expired one.
+	p.acquireSQL = "INSERT INTO " + tbl + "(" + name + ", " + until + ", " + at + ", " + by + ") VALUES($1, " + atMost + ", " + now + ", $3)" +
+		" ON CONFLICT (" + name + ") DO UPDATE SET " + until + " = " + atMost + ", " + at + " = " + now + ", " + by + " = $3" +
+		" WHERE " + tbl + "." + name + " = $1 AND " + tbl + "." + until + " <= " + now
+	p.extendSQL = "UPDATE " + tbl + " SET " + until + " = " + atMost +
+		" WHERE " + name + " = $1 AND " + by + " = $3 AND " + until + " > " + now
+	atLeast := at + " + make_interval(secs => $2)"
+	p.unlockSQL = "UPDATE " + tbl + " SET " + until + " = CASE WHEN " + atLeast + " > " + now + " THEN " + atLeast + " ELSE " + now + " END" +
+		" WHERE " + name + " = $1 AND " + by + " = $3"
+	return p, nil
+}
+
+// LockedBy is this provider's holder id.
+func (p *Provider) LockedBy() string { return p.lockedBy }
+
+// Table is the lock table this provider uses.
+func (p *Provider) Table() Table { return p.table }
+
+// CheckSchema verifies the lock table (see the package function).
+func (p *Provider) CheckSchema(ctx context.Context) error { return CheckSchema(ctx, p.q, p.table) }
+
+// seconds renders d as seconds with millisecond precision, as ShedLock does.
+func seconds(d time.Duration) float64 { return float64(d.Milliseconds()) / 1000 }
+
+// ValidateName checks a lock name: not empty, at most 64 bytes.
+func ValidateName(name string) error {
+	if name == "" {
+		return fmt.Errorf("%w: lock name must not be empty", ErrInvalid)
+	}
+	if len(name) > MaxNameBytes {
+		return fmt.Errorf("%w: lock name %q is %d bytes, at most %d allowed", ErrInvalid, name, len(name), MaxNameBytes)
+	}
+	return nil
+}
+
+func validateDurations(atMostFor, atLeastFor time.Duration) error {
+	if atMostFor < time.Millisecond {
+		return fmt.Errorf("%w: lockAtMostFor must be positive (at least 1ms), got %v", ErrInvalid, atMostFor)
+	}
+	if atLeastFor < 0 {
+		return fmt.Errorf("%w: lockAtLeastFor must not be negative, got %v", ErrInvalid, atLeastFor)
+	}
+	if atLeastFor > atMostFor {
+		return fmt.Errorf("%w: lockAtLeastFor %v is longer than lockAtMostFor %v", ErrInvalid, atLeastFor, atMostFor)
+	}
+	return nil
+}
+
+// TryLock takes the lock name for atMostFor in one round trip. It returns
+// ErrHeldElsewhere when another holder has it (or this holder, unexpired).
+// atLeastFor is applied at Unlock.
+func (p *Provider) TryLock(ctx context.Context, name string, atMostFor, atLeastFor time.Duration) (*Lock, error) {
+	if err := ValidateName(name); err != nil {
+		return nil, err
+	}
+	if err := validateDurations(atMostFor, atLeastFor); err != nil {
+		return nil, err
+	}
+	tag, err := p.q.Exec(ctx, p.acquireSQL, name, seconds(atMostFor), p.lockedBy)
+	if err != nil {
+		return nil, fmt.Errorf("acquire lock %q: %w", name, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return nil, ErrHeldElsewhere
+	}
+	return &Lock{p: p, name: name, atLeastFor: atLeastFor}, nil
+}
+
+// Lock is one acquired lock. It is single-use: after Unlock, or after an
+// Extend that reached the database, further calls return ErrLockUsed.
+type Lock struct {
+	p          *Provider
+	name       string
+	atLeastFor time.Duration
+
+	mu   sync.Mutex
+	used bool
+}
+
+// Name is the lock's name.
+func (l *Lock) Name() string { return l.name }
+
+// Extend moves lock_until to now + atMostFor while this holder still has the
+// lock, and returns the new lock object (this one becomes invalid).
+// ErrLockLost means the lock expired or changed hands.
+func (l *Lock) Extend(ctx context.Context, atMostFor, atLeastFor time.Duration) (*Lock, error) {
+	if err := validateDurations(atMostFor, atLeastFor); err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.used {
+		return nil, ErrLockUsed
+	}
+	tag, err := l.p.q.Exec(ctx, l.p.extendSQL, l.name, seconds(atMostFor), l.p.lockedBy)
+	if err != nil {
+		// Not known either way: the caller may try again.
+		return nil, fmt.Errorf("extend lock %q: %w", l.name, err)
+	}
+	l.used = true
+	if tag.RowsAffected() == 0 {
+		return nil, fmt.Errorf("extend lock %q: %w", l.name, ErrLockLost)
+	}
+	return &Lock{p: l.p, name: l.name, atLeastFor: atLeastFor}, nil
+}
+
+// Unlock ends the lock, keeping it until locked_at + atLeastFor if that is
+// still ahead.
+func (l *Lock) Unlock(ctx context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.used {
+		return ErrLockUsed
+	}
+	if _, err := l.p.q.Exec(ctx, l.p.unlockSQL, l.name, seconds(l.atLeastFor), l.p.lockedBy); err != nil {
+		return fmt.Errorf("unlock lock %q: %w", l.name, err)
+	}
+	l.used = true
+	return nil
+}

@@ -1,0 +1,111 @@
+// Package migrate applies the embedded migrations with goose, under a
+// PostgreSQL session advisory lock, so that several processes starting at the
+// same moment migrate once.
+package migrate
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/lock"
+
+	"github.com/studioctl/studioctl/migrations"
+)
+
+// Lock polling: try every lockPollSeconds, give up after lockPollTries.
+const (
+	lockPollSeconds = 1
+	lockPollTries   = 300
+)
+
+// Status of one migration.
+type Status struct {
+	Version   int64      `json:"version" yaml:"version"`
+	Name      string     `json:"name" yaml:"name"`
+	Applied   bool       `json:"applied" yaml:"applied"`
+	AppliedAt *time.Time `json:"applied_at" yaml:"applied_at"`
+}
+
+// Migrator applies the embedded migrations to one database.
+type Migrator struct {
+	db       *sql.DB
+	provider *goose.Provider
+}
+
+// New builds a Migrator over pool. Close it when done.
+func New(pool *pgxpool.Pool) (*Migrator, error) {
+	locker, err := lock.NewPostgresSessionLocker(lock.WithLockTimeout(lockPollSeconds, lockPollTries))
+	if err != nil {
+		return nil, fmt.Errorf("create migration lock: %w", err)
+	}
+	db := stdlib.OpenDBFromPool(pool)
+	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS, goose.WithSessionLocker(locker))
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("load migrations: %w", err)
+	}
+	return &Migrator{db: db, provider: p}, nil
+}
+
+// Close releases the database/sql handle (not the pool).
+func (m *Migrator) Close() error { return m.db.Close() }
+
+// Up applies every pending migration and returns the versions applied.
+func (m *Migrator) Up(ctx context.Context) ([]Status, error) {
+	res, err := m.provider.Up(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("apply migrations: %w", err)
+	}
+	out := make([]Status, 0, len(res))
+	for _, r := range res {
+		out = append(out, Status{Version: r.Source.Version, Name: baseName(r.Source.Path), Applied: true})
+	}
+	return out, nil
+}
+
+// Status lists every migration and whether it is applied.
+func (m *Migrator) Status(ctx context.Context) ([]Status, error) {
+	st, err := m.provider.Status(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read migration status: %w", err)
+	}
+	out := make([]Status, 0, len(st))
+	for _, s := range st {
+		row := Status{Version: s.Source.Version, Name: baseName(s.Source.Path), Applied: s.State == goose.StateApplied}
+		if row.Applied {
+			t := s.AppliedAt.UTC()
+			row.AppliedAt = &t
+		}
+		out = append(out, row)
+	}
+	return out, nil
+}
+
+// Pending reports whether migrations are waiting to be applied.
+func (m *Migrator) Pending(ctx context.Context) (bool, error) {
+	return m.provider.HasPending(ctx)
+}
+
+func baseName(path string) string {
+	for i := len(path) - 1; i >= 0; i-- {
+		if path[i] == '/' {
+			return path[i+1:]
+		}
+	}
+	return path
+}
+
+// Up is a convenience: build a Migrator, apply, close.
+func Up(ctx context.Context, pool *pgxpool.Pool) ([]Status, error) {
+	m, err := New(pool)
+	if err != nil {
+		return nil, err
+	}
+	defer m.Close()
+	return m.Up(ctx)
+}
