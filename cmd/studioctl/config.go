@@ -1,0 +1,56 @@
+package main
+
+import (
+	"github.com/spf13/cobra"
+	"gopkg.in/yaml.v3"
+
+	"github.com/studioctl/studioctl/internal/config"
+	"github.com/studioctl/studioctl/internal/db"
+)
+
+func (a *app) newConfigCmd() *cobra.Command {
+	cmd := groupCmd("config", "Show the effective configuration", "")
+	cmd.AddCommand(&cobra.Command{
+		Use:   "show",
+		Short: "Print the effective configuration, secrets redacted",
+		Long: `Print the configuration this invocation would use, after flags, STUDIO_*
+environment variables, the config file and defaults. Passwords are replaced
+by xxxxx. Each key's environment variable is STUDIO_ plus the key in upper
+case with "." turned into "_" (database.url: STUDIO_DATABASE_URL).`,
+		Example: "  studioctl config show\n  STUDIO_REPLICA_ID=web-1 studioctl config show -o json",
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c := *a.cfg
+			c.Database.URL = db.Redact(c.Database.URL)
+			shown := configView(c)
+			if a.format == "json" {
+				return a.printer().Print(shown, nil, nil)
+			}
+			enc := yaml.NewEncoder(a.stdout)
+			enc.SetIndent(2)
+			if err := enc.Encode(shown); err != nil {
+				return err
+			}
+			return enc.Close()
+		},
+	})
+	return cmd
+}
+
+// configView is the shape config show prints: the file's own key names.
+func configView(c config.Config) map[string]any {
+	return map[string]any{
+		"config_file": c.File,
+		"database":    map[string]any{"url": c.Database.URL, "migrate": c.Database.Migrate},
+		"output":      c.Output,
+		"no_color":    c.NoColor,
+		"actor":       c.Actor,
+		"replica":     map[string]any{"id": c.Replica.ID, "listen": c.Replica.Listen},
+		"drain":       map[string]any{"delay": c.Drain.Delay.String()},
+		"locks": map[string]any{"table": c.Locks.Table, "columns": map[string]any{
+			"name": c.Locks.Columns.Name, "lock_until": c.Locks.Columns.LockUntil,
+			"locked_at": c.Locks.Columns.LockedAt, "locked_by": c.Locks.Columns.LockedBy,
+		}},
+		"embedded": map[string]any{"dir": c.Embedded.Dir},
+	}
+}

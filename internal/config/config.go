@@ -1,0 +1,191 @@
+// Package config builds studioctl's configuration for one invocation
+// (SPEC §10): flags > STUDIO_* environment > config file > defaults.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+	"github.com/spf13/viper"
+)
+
+// EnvPrefix is prepended to every config key, with "." turned into "_":
+// database.url -> STUDIO_DATABASE_URL.
+const EnvPrefix = "STUDIO"
+
+// Keys and their defaults. Every key can be set in the file, as STUDIO_<KEY>,
+// and some by flags.
+var defaults = map[string]any{
+	"database.url":             "",
+	"database.migrate":         "on",
+	"output":                   "table",
+	"no_color":                 false,
+	"actor":                    "",
+	"replica.id":               "",
+	"replica.listen":           "127.0.0.1:0",
+	"drain.delay":              "5s",
+	"locks.table":              "shedlock",
+	"locks.columns.name":       "name",
+	"locks.columns.lock_until": "lock_until",
+	"locks.columns.locked_at":  "locked_at",
+	"locks.columns.locked_by":  "locked_by",
+	"embedded.dir":             "",
+}
+
+// Keys lists every configuration key, sorted.
+func Keys() []string {
+	keys := make([]string, 0, len(defaults))
+	for k := range defaults {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// EnvName is the environment variable for key.
+func EnvName(key string) string {
+	return EnvPrefix + "_" + strings.ToUpper(strings.NewReplacer(".", "_").Replace(key))
+}
+
+// Config is the decoded configuration.
+type Config struct {
+	Database struct {
+		URL     string `mapstructure:"url"`
+		Migrate string `mapstructure:"migrate"`
+	} `mapstructure:"database"`
+	Output  string `mapstructure:"output"`
+	NoColor bool   `mapstructure:"no_color"`
+	Actor   string `mapstructure:"actor"`
+	Replica struct {
+		ID     string `mapstructure:"id"`
+		Listen string `mapstructure:"listen"`
+	} `mapstructure:"replica"`
+	Drain struct {
+		Delay time.Duration `mapstructure:"delay"`
+	} `mapstructure:"drain"`
+	Locks struct {
+		Table   string `mapstructure:"table"`
+		Columns struct {
+			Name      string `mapstructure:"name"`
+			LockUntil string `mapstructure:"lock_until"`
+			LockedAt  string `mapstructure:"locked_at"`
+			LockedBy  string `mapstructure:"locked_by"`
+		} `mapstructure:"columns"`
+	} `mapstructure:"locks"`
+	Embedded struct {
+		Dir string `mapstructure:"dir"`
+	} `mapstructure:"embedded"`
+
+	// File is the config file read, if any.
+	File string `mapstructure:"-"`
+}
+
+// Error is a configuration error (exit code 2).
+type Error struct{ Msg string }
+
+func (e *Error) Error() string { return e.Msg }
+
+// FlagBinding ties a flag to a key.
+type FlagBinding struct {
+	Key  string
+	Flag *pflag.Flag
+}
+
+// Load builds a viper for this invocation and decodes it. file is --config
+// ("" to search ./studio.yaml and $XDG_CONFIG_HOME/studioctl/config.yaml).
+func Load(file string, getenv func(string) string, flags []FlagBinding) (*Config, *viper.Viper, error) {
+	v := viper.New()
+	for k, d := range defaults {
+		v.SetDefault(k, d)
+		// BindEnv with an explicit name, so the lookup uses getenv-visible
+		// variables only through the process environment viper reads.
+		if err := v.BindEnv(k, EnvName(k)); err != nil {
+			return nil, nil, err
+		}
+	}
+	for _, b := range flags {
+		if err := v.BindPFlag(b.Key, b.Flag); err != nil {
+			return nil, nil, err
+		}
+	}
+	path, err := findFile(file, getenv)
+	if err != nil {
+		return nil, nil, err
+	}
+	if path != "" {
+		v.SetConfigFile(path)
+		v.SetConfigType("yaml")
+		if err := v.ReadInConfig(); err != nil {
+			return nil, nil, &Error{Msg: fmt.Sprintf("config file %s: %v", path, err)}
+		}
+		if err := checkKeys(path, v.AllSettings(), ""); err != nil {
+			return nil, nil, err
+		}
+	}
+	var c Config
+	if err := v.Unmarshal(&c); err != nil {
+		return nil, nil, &Error{Msg: fmt.Sprintf("configuration: %v", err)}
+	}
+	c.File = path
+	if c.Database.Migrate != "on" && c.Database.Migrate != "off" {
+		return nil, nil, &Error{Msg: fmt.Sprintf("database.migrate: %q: want on or off", c.Database.Migrate)}
+	}
+	return &c, v, nil
+}
+
+// nested lists keys that hold free-form maps or lists (checked by their owners).
+var nested = map[string]bool{"jobs": true, "clusters": true}
+
+// checkKeys rejects keys that studioctl does not know, naming the file.
+func checkKeys(path string, m map[string]any, prefix string) error {
+	for k, val := range m {
+		key := prefix + k
+		if nested[key] {
+			continue
+		}
+		if sub, ok := val.(map[string]any); ok {
+			if err := checkKeys(path, sub, key+"."); err != nil {
+				return err
+			}
+			continue
+		}
+		if _, ok := defaults[key]; !ok {
+			return &Error{Msg: fmt.Sprintf("config file %s: unknown key %q", path, key)}
+		}
+	}
+	return nil
+}
+
+func findFile(file string, getenv func(string) string) (string, error) {
+	if file != "" {
+		if _, err := os.Stat(file); err != nil {
+			return "", &Error{Msg: fmt.Sprintf("--config: %v", err)}
+		}
+		return file, nil
+	}
+	candidates := []string{"studio.yaml"}
+	xdg := getenv("XDG_CONFIG_HOME")
+	if xdg == "" {
+		if home := getenv("HOME"); home != "" {
+			xdg = filepath.Join(home, ".config")
+		}
+	}
+	if xdg != "" {
+		candidates = append(candidates, filepath.Join(xdg, "studioctl", "config.yaml"))
+	}
+	for _, c := range candidates {
+		if _, err := os.Stat(c); err == nil {
+			return c, nil
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return "", &Error{Msg: fmt.Sprintf("config file %s: %v", c, err)}
+		}
+	}
+	return "", nil
+}

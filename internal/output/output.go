@@ -1,0 +1,248 @@
+// Package output prints what list commands return: an aligned table (with
+// colour and relative times on a terminal), or a stable JSON/YAML document.
+// Colour is decided once per writer.
+package output
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/charmbracelet/lipgloss"
+	"github.com/muesli/termenv"
+	"github.com/olekukonko/tablewriter"
+	"github.com/olekukonko/tablewriter/renderer"
+	"github.com/olekukonko/tablewriter/tw"
+	"gopkg.in/yaml.v3"
+)
+
+// Format is the value of -o/--output.
+type Format string
+
+const (
+	Table Format = "table"
+	Wide  Format = "wide"
+	JSON  Format = "json"
+	YAML  Format = "yaml"
+)
+
+// Formats lists the accepted values of -o.
+var Formats = []Format{Table, Wide, JSON, YAML}
+
+// ErrFormat marks an unknown -o value.
+var ErrFormat = fmt.Errorf("unknown output format")
+
+// ParseFormat checks an -o value.
+func ParseFormat(s string) (Format, error) {
+	for _, f := range Formats {
+		if string(f) == s {
+			return f, nil
+		}
+	}
+	return "", fmt.Errorf("%w %q for -o/--output: want table, wide, json or yaml", ErrFormat, s)
+}
+
+// Tone colours a table cell on a terminal.
+type Tone int
+
+const (
+	Plain Tone = iota
+	Good       // green: live, ready, ok, free
+	Warn       // yellow: draining, stale, expiring
+	Bad        // red: gone, crashed, failing
+	Dim        // grey: unknown, stopped
+)
+
+// Cell is one table cell.
+type Cell struct {
+	Text string
+	Tone Tone
+}
+
+// Column is one table column; Wide columns show only with -o wide.
+type Column struct {
+	Header string
+	Wide   bool
+}
+
+// Printer writes one kind of output to one writer.
+type Printer struct {
+	w      io.Writer
+	format Format
+	tty    bool // relative times, and colour unless disabled
+	color  bool
+	now    func() time.Time
+	styles map[Tone]lipgloss.Style
+}
+
+// Options for New.
+type Options struct {
+	Terminal bool             // the writer is a terminal (or a test forces terminal mode)
+	NoColor  bool             // --no-color or NO_COLOR
+	Now      func() time.Time // for relative times; time.Now if nil
+}
+
+// New returns a Printer for w.
+func New(w io.Writer, format Format, o Options) *Printer {
+	p := &Printer{w: w, format: format, tty: o.Terminal, color: o.Terminal && !o.NoColor, now: o.Now}
+	if p.now == nil {
+		p.now = time.Now
+	}
+	r := lipgloss.NewRenderer(w)
+	if p.color {
+		r.SetColorProfile(termenv.ANSI)
+	} else {
+		r.SetColorProfile(termenv.Ascii)
+	}
+	p.styles = map[Tone]lipgloss.Style{
+		Plain: r.NewStyle(),
+		Good:  r.NewStyle().Foreground(lipgloss.Color("2")),
+		Warn:  r.NewStyle().Foreground(lipgloss.Color("3")),
+		Bad:   r.NewStyle().Foreground(lipgloss.Color("1")).Bold(true),
+		Dim:   r.NewStyle().Foreground(lipgloss.Color("8")),
+	}
+	return p
+}
+
+// Format is the printer's output format.
+func (p *Printer) Format() Format { return p.format }
+
+// Terminal reports whether output goes to a terminal.
+func (p *Printer) Terminal() bool { return p.tty }
+
+// Structured reports whether the format is JSON or YAML.
+func (p *Printer) Structured() bool { return p.format == JSON || p.format == YAML }
+
+// Print writes data as JSON or YAML, or the table built from cols and rows.
+// data must carry json and yaml tags with the same names.
+func (p *Printer) Print(data any, cols []Column, rows [][]Cell) error {
+	switch p.format {
+	case JSON:
+		enc := json.NewEncoder(p.w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(data)
+	case YAML:
+		enc := yaml.NewEncoder(p.w)
+		enc.SetIndent(2)
+		if err := enc.Encode(data); err != nil {
+			return err
+		}
+		return enc.Close()
+	default:
+		return p.table(cols, rows)
+	}
+}
+
+// JSONLine writes v as one line of JSON (for streams such as events --follow).
+func (p *Printer) JSONLine(v any) error {
+	return json.NewEncoder(p.w).Encode(v)
+}
+
+func (p *Printer) table(cols []Column, rows [][]Cell) error {
+	keep := make([]int, 0, len(cols))
+	header := make([]string, 0, len(cols))
+	for i, c := range cols {
+		if c.Wide && p.format != Wide {
+			continue
+		}
+		keep = append(keep, i)
+		header = append(header, c.Header)
+	}
+	var buf bytes.Buffer
+	t := tablewriter.NewTable(&buf,
+		tablewriter.WithRenderer(renderer.NewBlueprint(tw.Rendition{
+			Borders:  tw.BorderNone,
+			Settings: tw.Settings{Separators: tw.SeparatorsNone, Lines: tw.LinesNone},
+		})),
+		tablewriter.WithHeaderAutoFormat(tw.Off),
+		tablewriter.WithHeaderAlignment(tw.AlignLeft),
+		tablewriter.WithRowAlignment(tw.AlignLeft),
+		tablewriter.WithPadding(tw.Padding{Left: "", Right: "   ", Overwrite: true}),
+		tablewriter.WithTrimSpace(tw.Off),
+		tablewriter.WithRowAutoWrap(tw.WrapNone),
+	)
+	hdr := make([]string, len(header))
+	for i, h := range header {
+		if p.color {
+			hdr[i] = p.styles[Plain].Bold(true).Render(h)
+		} else {
+			hdr[i] = h
+		}
+	}
+	t.Header(hdr)
+	for _, r := range rows {
+		line := make([]string, 0, len(keep))
+		for _, i := range keep {
+			c := r[i]
+			text := c.Text
+			if text == "" {
+				text = "-"
+			}
+			if p.color && c.Tone != Plain {
+				text = p.styles[c.Tone].Render(text)
+			}
+			line = append(line, text)
+		}
+		if err := t.Append(line); err != nil {
+			return err
+		}
+	}
+	if err := t.Render(); err != nil {
+		return err
+	}
+	for _, line := range strings.SplitAfter(buf.String(), "\n") {
+		if line == "" {
+			continue
+		}
+		if _, err := io.WriteString(p.w, strings.TrimRight(line, " \n")+"\n"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Time renders t for a table: "12s ago" / "in 30s" on a terminal, RFC 3339
+// UTC otherwise. The zero time renders as "".
+func (p *Printer) Time(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	if !p.tty {
+		return t.UTC().Format(time.RFC3339)
+	}
+	d := p.now().Sub(t)
+	if d >= 0 {
+		return Duration(d) + " ago"
+	}
+	return "in " + Duration(-d)
+}
+
+// TimePtr is Time for an optional time.
+func (p *Printer) TimePtr(t *time.Time) string {
+	if t == nil {
+		return ""
+	}
+	return p.Time(*t)
+}
+
+// Duration renders d compactly: 850ms, 12s, 4m10s, 3h5m, 2d4h.
+func Duration(d time.Duration) string {
+	if d < 0 {
+		return "-" + Duration(-d)
+	}
+	switch {
+	case d < time.Second:
+		return fmt.Sprintf("%dms", d.Milliseconds())
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm%ds", int(d.Minutes()), int(d.Seconds())%60)
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh%dm", int(d.Hours()), int(d.Minutes())%60)
+	default:
+		return fmt.Sprintf("%dd%dh", int(d.Hours())/24, int(d.Hours())%24)
+	}
+}
