@@ -207,27 +207,49 @@ func newDB(t testing.TB, migrated bool) string {
 	if msg := os.Getenv(envError); msg != "" {
 		unavailable(t, msg)
 	}
+	url, drop, err := CreateDB(t.Name(), migrated)
+	if err != nil {
+		unavailable(t, err.Error())
+	}
+	t.Cleanup(drop)
+	return url
+}
+
+// CreateDB creates a database named after label (cloned from the migrated
+// template when migrated) and returns its URL and a func that drops it. It is
+// the building block of NewDB for harnesses that have no testing.TB, such as
+// testscript's Setup.
+func CreateDB(label string, migrated bool) (url string, drop func(), err error) {
+	if msg := os.Getenv(envError); msg != "" {
+		return "", nil, fmt.Errorf("postgresql unavailable: %s", msg)
+	}
 	admin, template := os.Getenv(envAdmin), os.Getenv(envTemplate)
 	if admin == "" {
-		unavailable(t, "pgtest.Main was not called from TestMain")
+		return "", nil, fmt.Errorf("pgtest.Main was not called from TestMain")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	conn, err := connect(ctx, admin)
 	if err != nil {
-		unavailable(t, err.Error())
+		return "", nil, err
 	}
 	defer conn.Close(ctx)
-	name := "t_" + sanitize(t.Name()) + "_" + randomHex(4)
+	name := "t_" + sanitize(label) + "_" + randomHex(4)
 	stmt := "CREATE DATABASE " + pgx.Identifier{name}.Sanitize()
 	if migrated {
 		stmt += " TEMPLATE " + pgx.Identifier{template}.Sanitize()
 	}
 	if _, err := conn.Exec(ctx, stmt); err != nil {
-		t.Fatalf("create test database: %v", err)
+		return "", nil, fmt.Errorf("create test database: %w", err)
 	}
-	t.Cleanup(func() { dropDatabase(admin, name) })
-	return withDatabase(admin, name)
+	return withDatabase(admin, name), func() { dropDatabase(admin, name) }, nil
+}
+
+// Unavailable reports whether the harness has no database, and why. Under
+// CI a caller must treat that as a failure.
+func Unavailable() (bool, string) {
+	msg := os.Getenv(envError)
+	return msg != "", msg
 }
 
 func sanitize(name string) string {
