@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/rogpeppe/go-internal/testscript"
 
 	"github.com/studioctl/studioctl/internal/db"
+	"github.com/studioctl/studioctl/internal/pgcluster"
 	"github.com/studioctl/studioctl/internal/pgtest"
 )
 
@@ -51,6 +53,7 @@ func TestScripts(t *testing.T) {
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
 			"sql":   cmdSQL,
 			"newdb": cmdNewDB,
+			"pgdir": cmdPgDir,
 		},
 	})
 }
@@ -107,4 +110,25 @@ func cmdNewDB(ts *testscript.TestScript, neg bool, args []string) {
 	ts.Check(err)
 	ts.Defer(drop)
 	ts.Setenv(args[0], url)
+}
+
+// pgdir makes a folder the postgres user can reach (the work directory is
+// private), sets VAR to it, and at the end stops any server left in it.
+func cmdPgDir(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) != 1 || neg {
+		ts.Fatalf("usage: pgdir VAR")
+	}
+	dir, err := os.MkdirTemp("", "studioctl-script-pg-")
+	ts.Check(err)
+	ts.Check(os.Chmod(dir, 0o755))
+	ts.Setenv(args[0], dir)
+	ts.Defer(func() {
+		data := filepath.Join(dir, "data")
+		if _, err := os.Stat(filepath.Join(data, "postmaster.pid")); err == nil {
+			if c, err := pgcluster.New(data, 0, ""); err == nil {
+				c.Stop(context.Background())
+			}
+		}
+		os.RemoveAll(dir)
+	})
 }

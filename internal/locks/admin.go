@@ -165,8 +165,12 @@ func CheckRelease(in Info, force bool) error {
 	if force || in.State != StateHeld {
 		return nil
 	}
-	return fmt.Errorf("%w: lock %q is held by %s replica %q for another %s; use --force to release it anyway",
-		ErrRefused, in.Name, in.HolderState, in.LockedBy, in.Remaining.Round(time.Second))
+	holder := fmt.Sprintf("live replica %q", in.LockedBy)
+	if in.HolderState == HolderUnknown {
+		holder = fmt.Sprintf("%q, which is not a known replica (a Java host?)", in.LockedBy)
+	}
+	return fmt.Errorf("%w: lock %q is held by %s for another %s; use --force to release it anyway",
+		ErrRefused, in.Name, holder, in.Remaining.Round(time.Second))
 }
 
 // ReleaseRequest is a release decided on the values of in.
