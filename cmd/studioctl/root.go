@@ -23,6 +23,7 @@ import (
 	"github.com/studioctl/studioctl/internal/locks"
 	"github.com/studioctl/studioctl/internal/migrate"
 	"github.com/studioctl/studioctl/internal/output"
+	"github.com/studioctl/studioctl/internal/replicas"
 )
 
 // Exit codes (SPEC §9), documented in --help.
@@ -65,9 +66,9 @@ func exitCode(err error) int {
 	switch {
 	case err == nil:
 		return exitOK
-	case errors.Is(err, locks.ErrRefused):
+	case errors.Is(err, locks.ErrRefused), errors.Is(err, replicas.ErrLive):
 		return exitRefused
-	case errors.Is(err, locks.ErrNotFound):
+	case errors.Is(err, locks.ErrNotFound), errors.Is(err, replicas.ErrNotFound):
 		return exitNotFound
 	case errors.As(err, &ue), errors.As(err, &ce), errors.Is(err, locks.ErrInvalid), errors.Is(err, output.ErrFormat),
 		strings.HasPrefix(err.Error(), "unknown command"):
@@ -153,7 +154,10 @@ from the binaries on the machine and says so on stderr.`,
 	pf.String("actor", "", "who to record in the audit log (default $USER@host)")
 
 	root.AddCommand(
+		a.newRunCmd(),
 		a.newLocksCmd(),
+		a.newReplicasCmd(),
+		a.newEventsCmd(),
 		a.newMigrateCmd(),
 		a.newEmbeddedCmd(),
 		a.newConfigCmd(),

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -54,44 +55,21 @@ func TestScripts(t *testing.T) {
 			"sql":   cmdSQL,
 			"newdb": cmdNewDB,
 			"pgdir": cmdPgDir,
+			"waitsql": cmdWaitSQL,
 		},
 	})
 }
+
+// waitsqlTimeout bounds waitsql's polling.
+const waitsqlTimeout = 60 * time.Second
 
 // sql runs one statement on $STUDIO_DATABASE_URL and prints the rows, tab-separated.
 func cmdSQL(ts *testscript.TestScript, neg bool, args []string) {
 	if len(args) != 1 {
 		ts.Fatalf("usage: sql 'STATEMENT'")
 	}
-	url := ts.Getenv("STUDIO_DATABASE_URL")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cfg, err := db.ParseConnConfig(url)
-	ts.Check(err)
-	conn, err := db.Connect(ctx, cfg, url)
-	ts.Check(err)
-	defer conn.Close(ctx)
-	rows, err := conn.Query(ctx, args[0], pgx.QueryExecModeSimpleProtocol)
-	if err == nil {
-		var out strings.Builder
-		for rows.Next() {
-			vals, verr := rows.Values()
-			if verr != nil {
-				err = verr
-				break
-			}
-			cells := make([]string, len(vals))
-			for i, v := range vals {
-				cells[i] = fmt.Sprint(v)
-			}
-			out.WriteString(strings.Join(cells, "\t") + "\n")
-		}
-		rows.Close()
-		if err == nil {
-			err = rows.Err()
-		}
-		ts.Stdout().Write([]byte(out.String()))
-	}
+	out, err := querySQL(ts, args[0])
+	ts.Stdout().Write([]byte(out))
 	if neg {
 		if err == nil {
 			ts.Fatalf("sql succeeded unexpectedly")
@@ -131,4 +109,61 @@ func cmdPgDir(ts *testscript.TestScript, neg bool, args []string) {
 		}
 		os.RemoveAll(dir)
 	})
+}
+
+// querySQL runs stmt on the script's database and renders its rows.
+func querySQL(ts *testscript.TestScript, stmt string) (string, error) {
+	url := ts.Getenv("STUDIO_DATABASE_URL")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg, err := db.ParseConnConfig(url)
+	if err != nil {
+		return "", err
+	}
+	conn, err := db.Connect(ctx, cfg, url)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, stmt, pgx.QueryExecModeSimpleProtocol)
+	if err != nil {
+		return "", err
+	}
+	defer rows.Close()
+	var out strings.Builder
+	for rows.Next() {
+		vals, err := rows.Values()
+		if err != nil {
+			return out.String(), err
+		}
+		cells := make([]string, len(vals))
+		for i, v := range vals {
+			cells[i] = fmt.Sprint(v)
+		}
+		out.WriteString(strings.Join(cells, "\t") + "\n")
+	}
+	return out.String(), rows.Err()
+}
+
+// waitsql polls a query until its output matches a regexp (60 s at most).
+func cmdWaitSQL(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) != 2 || neg {
+		ts.Fatalf("usage: waitsql 'QUERY' 'REGEXP'")
+	}
+	re, err := regexp.Compile("(?m)" + args[1])
+	ts.Check(err)
+	deadline := time.Now().Add(waitsqlTimeout)
+	var last string
+	for time.Now().Before(deadline) {
+		out, err := querySQL(ts, args[0])
+		if err == nil && re.MatchString(out) {
+			return
+		}
+		last = out
+		if err != nil {
+			last = err.Error()
+		}
+		time.Sleep(100 * time.Millisecond) // a poll interval inside a deadline, not synchronisation
+	}
+	ts.Fatalf("waitsql: no match for %q after %s; last output:\n%s", args[1], waitsqlTimeout, last)
 }

@@ -59,8 +59,9 @@ var ErrSchema = errors.New("lock table schema")
 
 // CheckSchema verifies that the table exists with the four columns, that the
 // two time columns are timestamp or timestamptz, the text columns are text
-// or varchar, and that name is unique (the acquire statement's ON CONFLICT
-// needs it).
+// or varchar, and that name has a unique index the acquire statement's
+// ON CONFLICT can use: immediate (not deferrable), valid, not partial, on
+// that one key column (INCLUDE columns are fine).
 func CheckSchema(ctx context.Context, q Querier, t Table) error {
 	var exists bool
 	if err := q.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, t.ident()).Scan(&exists); err != nil {
@@ -116,7 +117,8 @@ WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped`, t.i
 	err = q.QueryRow(ctx, `
 SELECT EXISTS (
   SELECT 1 FROM pg_index i
-  WHERE i.indrelid = to_regclass($1) AND i.indisunique AND i.indnatts = 1
+  WHERE i.indrelid = to_regclass($1) AND i.indisunique AND i.indimmediate AND i.indisvalid
+    AND i.indpred IS NULL AND i.indnkeyatts = 1
     AND i.indkey[0] = (SELECT attnum FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = $2))`,
 		t.ident(), t.NameCol).Scan(&unique)
 	if err != nil {

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/studioctl/studioctl/internal/host"
+	"github.com/studioctl/studioctl/internal/replicas"
+)
+
+func (a *app) newRunCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "run",
+		Short: "Host a replica: registry heartbeat, bus, probes, drain",
+		Long: `Host one replica against the configured database. It registers in
+studio_replica (state starting, then ready), heartbeats every 5 s from its own
+connection, listens on the bus (LISTEN studio), and serves /livez, /readyz and
+/metrics on replica.listen (STUDIO_REPLICA_LISTEN; 127.0.0.1:0 picks a free
+port and logs it).
+
+SIGTERM or SIGINT, or "studioctl replicas drain ID", drains it: state
+draining (readiness fails), wait drain.delay (default 5s), stop, state
+stopped, exit 0. A second signal stops it at once.
+
+A replica whose id belongs to a live replica refuses to start (exit 2). If
+another process takes its id over while it runs, it stops at once and exits 1.
+Logs go to stderr: text on a terminal, JSON otherwise.`,
+		Example: `  studioctl run
+  STUDIO_REPLICA_ID=web-1 STUDIO_REPLICA_LISTEN=127.0.0.1:8081 studioctl run`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return a.runReplica(cmd.Context())
+		},
+	}
+}
+
+func (a *app) logger() *slog.Logger {
+	if f, ok := a.stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		return slog.New(slog.NewTextHandler(a.stderr, nil))
+	}
+	return slog.New(slog.NewJSONHandler(a.stderr, nil))
+}
+
+func (a *app) runReplica(ctx context.Context) error {
+	// The first signal drains and the second stops at once, so the host
+	// gets its own channel and a context that signals do not cancel.
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	ctx = context.WithoutCancel(ctx)
+
+	cs, err := a.connString(ctx)
+	if err != nil {
+		return err
+	}
+	h, err := host.New(host.Options{
+		ConnString: cs,
+		ID:         a.cfg.Replica.ID,
+		Listen:     a.cfg.Replica.Listen,
+		Version:    buildVersion(),
+		DrainDelay: a.cfg.Drain.Delay,
+		Migrate:    a.cfg.Database.Migrate == "on",
+		Logger:     a.logger(),
+	})
+	if err != nil {
+		return &usageError{err: err}
+	}
+	err = h.Run(ctx, sigs)
+	if errors.Is(err, replicas.ErrLiveDuplicate) {
+		return &usageError{err: err}
+	}
+	return err
+}

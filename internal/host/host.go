@@ -1,0 +1,385 @@
+// Package host is the replica process of SPEC §8: it wires the registry,
+// the bus, the HTTP probes and (in later issues) the runner and the lease
+// loop, and runs the drain sequence.
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/studioctl/studioctl/internal/bus"
+	"github.com/studioctl/studioctl/internal/db"
+	"github.com/studioctl/studioctl/internal/migrate"
+	"github.com/studioctl/studioctl/internal/replicas"
+)
+
+// Defaults of SPEC §6 and §8.
+const (
+	// DefaultDrainDelay is how long a draining replica waits for load
+	// balancers to notice its failing readiness (drain.delay).
+	DefaultDrainDelay = 5 * time.Second
+	// BusDownReadiness: readiness fails once the bus has been down longer.
+	BusDownReadiness = 10 * time.Second
+	// readyzDBTimeout bounds the database check of /readyz.
+	readyzDBTimeout = 2 * time.Second
+	// stopStateTimeout bounds the final state write when stopping.
+	stopStateTimeout = 5 * time.Second
+	// httpShutdownTimeout bounds the HTTP server's graceful close.
+	httpShutdownTimeout = 2 * time.Second
+	// poolMaxConns is the replica's pool size (the heartbeat and the bus
+	// have their own connections besides).
+	poolMaxConns = 8
+)
+
+// ErrInterrupted: a second signal stopped the drain at once.
+var ErrInterrupted = errors.New("stopped at once by a second signal")
+
+// Options configure a Host.
+type Options struct {
+	ConnString string // "" means the PG* environment
+	ID         string // replica id; DefaultID when empty
+	Listen     string // HTTP address; 127.0.0.1:0 picks a free port
+	Version    string
+	DrainDelay time.Duration // default DefaultDrainDelay; 0 is taken as the default, use a negative value for none
+	Migrate    bool
+	Logger     *slog.Logger
+
+	// Tests may shorten intervals; the defaults stay as SPEC says.
+	HeartbeatEvery  time.Duration
+	BusPingEvery    time.Duration
+	BusPingTimeout  time.Duration
+	OnReady         func(addr string) // called once ready, with the HTTP address
+	PoolConfigHook  func(*pgxpool.Config)
+	DisableHTTPLogs bool
+}
+
+// Host is one replica process.
+type Host struct {
+	o   Options
+	log *slog.Logger
+
+	pool     *pgxpool.Pool
+	registry *replicas.Registry
+	listener *bus.Listener
+	httpSrv  *http.Server
+	httpLn   net.Listener
+	metrics  *prometheus.Registry
+
+	state    atomic.Value // replicas.State
+	drainReq chan string  // reasons to drain (bus signal)
+	lostCh   chan error   // incarnation lost
+	handlers []func(bus.Message)
+	mu       sync.Mutex
+}
+
+// New validates options; Run does the work.
+func New(o Options) (*Host, error) {
+	if o.ID == "" {
+		o.ID = replicas.DefaultID()
+	}
+	if o.Listen == "" {
+		o.Listen = "127.0.0.1:0"
+	}
+	if o.DrainDelay == 0 {
+		o.DrainDelay = DefaultDrainDelay
+	}
+	if o.DrainDelay < 0 {
+		o.DrainDelay = 0
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	h := &Host{o: o, log: o.Logger.With("replica_id", o.ID), drainReq: make(chan string, 1), lostCh: make(chan error, 1)}
+	h.state.Store(replicas.StateStarting)
+	return h, nil
+}
+
+// ID is the replica id.
+func (h *Host) ID() string { return h.o.ID }
+
+// Addr is the HTTP address once Run has started listening.
+func (h *Host) Addr() string {
+	if h.httpLn == nil {
+		return ""
+	}
+	return h.httpLn.Addr().String()
+}
+
+// State is the replica's current state.
+func (h *Host) State() replicas.State { return h.state.Load().(replicas.State) }
+
+// Run hosts the replica until a signal on sigs (drain, then exit nil), a
+// replica.drain signal on the bus for this id (the same), or the loss of
+// its id to another process (ErrIncarnationLost). A second signal during the
+// drain returns ErrInterrupted at once.
+func (h *Host) Run(ctx context.Context, sigs <-chan os.Signal) (err error) {
+	// Cleanup runs on every path; it must not depend on ctx.
+	defer h.close()
+	if err := h.start(ctx); err != nil {
+		return err
+	}
+	h.log.Info("replica ready", "listen", h.Addr(), "version", h.o.Version)
+	if h.o.OnReady != nil {
+		h.o.OnReady(h.Addr())
+	}
+	var why string
+	select {
+	case s := <-sigs:
+		why = "signal " + s.String()
+	case reason := <-h.drainReq:
+		why = reason
+	case err := <-h.lostCh:
+		return h.abort(err)
+	case <-ctx.Done():
+		why = "context done"
+	}
+	return h.drain(ctx, why, sigs)
+}
+
+func (h *Host) start(ctx context.Context) error {
+	pcfg, err := db.ParsePoolConfig(h.o.ConnString)
+	if err != nil {
+		return err
+	}
+	pcfg.MaxConns = poolMaxConns
+	if h.o.PoolConfigHook != nil {
+		h.o.PoolConfigHook(pcfg)
+	}
+	h.pool, err = db.OpenConfig(ctx, pcfg, h.o.ConnString)
+	if err != nil {
+		return err
+	}
+	if h.o.Migrate {
+		if _, err := migrate.Up(ctx, h.pool); err != nil {
+			return err
+		}
+	}
+	h.httpLn, err = net.Listen("tcp", h.o.Listen)
+	if err != nil {
+		return fmt.Errorf("replica.listen %q: %w", h.o.Listen, err)
+	}
+	ccfg, err := db.ParseConnConfig(h.o.ConnString)
+	if err != nil {
+		return err
+	}
+	h.registry = replicas.NewRegistry(ccfg, h.o.ConnString, replicas.Options{
+		ID: h.o.ID, Version: h.o.Version, HTTPAddr: h.Addr(), HeartbeatEvery: h.o.HeartbeatEvery, Logger: h.log,
+		OnLost: func(err error) {
+			select {
+			case h.lostCh <- err:
+			default:
+			}
+		},
+	})
+	if err := h.registry.Register(ctx); err != nil {
+		return err
+	}
+	if err := h.registry.Start(context.WithoutCancel(ctx)); err != nil {
+		return err
+	}
+	lcfg, err := db.ParseConnConfig(h.o.ConnString)
+	if err != nil {
+		return err
+	}
+	h.listener = bus.NewListener(lcfg, h.o.ConnString, bus.Options{
+		Logger: h.log, Handler: h.onMessage, OnResync: h.onResync,
+		PingEvery: h.o.BusPingEvery, PingTimeout: h.o.BusPingTimeout,
+	})
+	if err := h.listener.Start(context.WithoutCancel(ctx)); err != nil {
+		return err
+	}
+	h.metrics = h.newMetrics()
+	h.httpSrv = &http.Server{Handler: h.routes(), ReadHeaderTimeout: 5 * time.Second}
+	go h.httpSrv.Serve(h.httpLn)
+	if err := h.registry.SetState(ctx, replicas.StateReady); err != nil {
+		return err
+	}
+	h.state.Store(replicas.StateReady)
+	return nil
+}
+
+// onMessage is the bus handler: it runs on the listener goroutine and must
+// not block.
+func (h *Host) onMessage(m bus.Message) {
+	if m.Type == "signal" && m.Kind == bus.KindReplicaDrain && m.Key == h.o.ID {
+		select {
+		case h.drainReq <- "drain requested on the bus":
+		default:
+		}
+	}
+	h.mu.Lock()
+	hs := h.handlers
+	h.mu.Unlock()
+	for _, f := range hs {
+		f(m)
+	}
+}
+
+// Subscribe adds a bus handler (later: runner, leases, stream hub).
+func (h *Host) Subscribe(f func(bus.Message)) {
+	h.mu.Lock()
+	h.handlers = append(h.handlers, f)
+	h.mu.Unlock()
+}
+
+func (h *Host) onResync() {
+	h.log.Info("bus reconnected; resyncing")
+}
+
+// drain is the sequence of SPEC §8.
+func (h *Host) drain(ctx context.Context, why string, sigs <-chan os.Signal) error {
+	h.log.Info("draining", "reason", why, "drain_delay", h.o.DrainDelay)
+	// (1) draining: readiness fails at once; leases are released (later).
+	h.state.Store(replicas.StateDraining)
+	if err := h.registry.SetState(context.WithoutCancel(ctx), replicas.StateDraining); err != nil {
+		if errors.Is(err, replicas.ErrIncarnationLost) {
+			return h.abort(err)
+		}
+		h.log.Warn("could not record state draining", "error", err)
+	}
+	if h.o.DrainDelay > 0 {
+		t := time.NewTimer(h.o.DrainDelay)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case s := <-sigs:
+			h.log.Warn("second signal: stopping at once", "signal", s.String())
+			h.stopServices()
+			h.writeStopped()
+			return ErrInterrupted
+		case err := <-h.lostCh:
+			return h.abort(err)
+		}
+	}
+	// (2) stream clients get reconnect (later); (3) runner shutdown (later).
+	stopped := make(chan struct{})
+	go func() { h.stopServices(); close(stopped) }()
+	select {
+	case <-stopped:
+	case s := <-sigs:
+		h.log.Warn("second signal: stopping at once", "signal", s.String())
+		h.writeStopped()
+		return ErrInterrupted
+	}
+	// (4) stopped.
+	h.writeStopped()
+	h.log.Info("stopped")
+	return nil
+}
+
+func (h *Host) writeStopped() {
+	h.state.Store(replicas.StateStopped)
+	ctx, cancel := context.WithTimeout(context.Background(), stopStateTimeout)
+	defer cancel()
+	if err := h.registry.SetState(ctx, replicas.StateStopped); err != nil {
+		h.log.Warn("could not record state stopped", "error", err)
+	}
+}
+
+// abort stops every duty at once after the id was taken over; it writes
+// nothing more to the registry, which now belongs to another process.
+func (h *Host) abort(err error) error {
+	h.log.Error("another process took this replica id; stopping all duties", "error", err)
+	h.state.Store(replicas.StateStopped)
+	h.stopServices()
+	return err
+}
+
+// stopServices stops the components that take part in the drain (bus now;
+// runner and leases later), keeping the registry for the final state.
+func (h *Host) stopServices() {
+	if h.listener != nil {
+		h.listener.Stop()
+	}
+}
+
+// close releases everything; safe after a partial start.
+func (h *Host) close() {
+	if h.httpSrv != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), httpShutdownTimeout)
+		h.httpSrv.Shutdown(ctx)
+		cancel()
+	} else if h.httpLn != nil {
+		h.httpLn.Close()
+	}
+	if h.listener != nil {
+		h.listener.Stop()
+	}
+	if h.registry != nil {
+		h.registry.Stop()
+	}
+	if h.pool != nil {
+		h.pool.Close()
+	}
+}
+
+// Ready reports readiness and, when not ready, why.
+func (h *Host) Ready(ctx context.Context) (bool, string) {
+	if s := h.State(); s != replicas.StateReady {
+		return false, "state " + string(s)
+	}
+	if d := h.listener.DownFor(); d > BusDownReadiness {
+		return false, fmt.Sprintf("bus down for %s", d.Round(time.Second))
+	}
+	ctx, cancel := context.WithTimeout(ctx, readyzDBTimeout)
+	defer cancel()
+	if err := h.pool.Ping(ctx); err != nil {
+		return false, "database: " + db.Scrub(err, h.o.ConnString).Error()
+	}
+	return true, "ready"
+}
+
+func (h *Host) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ok, why := h.Ready(r.Context())
+		if !ok {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		fmt.Fprintln(w, why)
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(h.metrics, promhttp.HandlerOpts{}))
+	return mux
+}
+
+func (h *Host) newMetrics() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "studio_replica_heartbeats_total", Help: "Successful heartbeats."},
+			func() float64 { return float64(h.registry.Heartbeats()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "studio_replica_heartbeat_failures_total", Help: "Failed heartbeats."},
+			func() float64 { return float64(h.registry.HeartbeatFailures()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "studio_replica_heartbeat_max_gap_seconds", Help: "Longest time between two successful heartbeats."},
+			func() float64 { return h.registry.MaxGap().Seconds() }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "studio_replica_ready", Help: "1 when the replica state is ready."},
+			func() float64 {
+				if h.State() == replicas.StateReady {
+					return 1
+				}
+				return 0
+			}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "studio_bus_reconnects_total", Help: "Bus listener reconnects."},
+			func() float64 { return float64(h.listener.Reconnects()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "studio_bus_messages_total", Help: "Bus messages handled."},
+			func() float64 { return float64(h.listener.Received()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "studio_bus_down_seconds", Help: "How long the bus has been down (0 when connected)."},
+			func() float64 { return h.listener.DownFor().Seconds() }),
+	)
+	reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	return reg
+}

@@ -1,0 +1,180 @@
+package replicas
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/studioctl/studioctl/internal/audit"
+	"github.com/studioctl/studioctl/internal/bus"
+	"github.com/studioctl/studioctl/internal/liveness"
+)
+
+var (
+	// ErrNotFound: no replica with that id.
+	ErrNotFound = errors.New("no such replica")
+	// ErrLive: the replica is live; the operation would need it stopped or gone.
+	ErrLive = errors.New("replica is live")
+	// ErrNotLive: the replica is stopped or gone, so it cannot act on a request.
+	ErrNotLive = errors.New("replica is not live")
+)
+
+// Querier is the part of a pool or transaction the operator side needs.
+type Querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// Info is one row of studio_replica, judged in database time.
+type Info struct {
+	ID           string
+	Host         string
+	PID          int
+	Version      string
+	HTTPAddr     string
+	State        State
+	StartedAt    time.Time
+	HeartbeatAt  time.Time
+	StoppedAt    *time.Time
+	HeartbeatAge time.Duration
+	Live         bool
+	Gone         bool // heartbeat older than GoneAfter (or stopped)
+	Crashed      bool // gone without state stopped
+}
+
+var selectSQL = `SELECT r.id, r.host, r.pid, r.version, r.http_addr, r.state, r.started_at, r.heartbeat_at, r.stopped_at,
+  EXTRACT(EPOCH FROM (now() - r.heartbeat_at))::float8, ` + liveness.LiveSQL("r") + `
+FROM studio_replica r`
+
+func scan(rows pgx.Rows) ([]Info, error) {
+	var out []Info
+	for rows.Next() {
+		var in Info
+		var age float64
+		var state string
+		if err := rows.Scan(&in.ID, &in.Host, &in.PID, &in.Version, &in.HTTPAddr, &state, &in.StartedAt, &in.HeartbeatAt, &in.StoppedAt, &age, &in.Live); err != nil {
+			return nil, err
+		}
+		in.State = State(state)
+		in.StartedAt, in.HeartbeatAt = in.StartedAt.UTC(), in.HeartbeatAt.UTC()
+		if in.StoppedAt != nil {
+			t := in.StoppedAt.UTC()
+			in.StoppedAt = &t
+		}
+		in.HeartbeatAge = time.Duration(age * float64(time.Second)).Round(time.Millisecond)
+		in.Gone = !in.Live
+		in.Crashed = in.Gone && in.State != StateStopped
+		out = append(out, in)
+	}
+	return out, rows.Err()
+}
+
+// List returns every replica, by id.
+func List(ctx context.Context, q Querier) ([]Info, error) {
+	rows, err := q.Query(ctx, selectSQL+` ORDER BY r.id`)
+	if err != nil {
+		return nil, fmt.Errorf("list replicas: %w", err)
+	}
+	defer rows.Close()
+	out, err := scan(rows)
+	if err != nil {
+		return nil, fmt.Errorf("list replicas: %w", err)
+	}
+	return out, nil
+}
+
+// Get returns one replica or ErrNotFound.
+func Get(ctx context.Context, q Querier, id string) (Info, error) {
+	rows, err := q.Query(ctx, selectSQL+` WHERE r.id = $1`, id)
+	if err != nil {
+		return Info{}, fmt.Errorf("read replica %q: %w", id, err)
+	}
+	defer rows.Close()
+	out, err := scan(rows)
+	if err != nil {
+		return Info{}, fmt.Errorf("read replica %q: %w", id, err)
+	}
+	if len(out) == 0 {
+		return Info{}, fmt.Errorf("replica %q: %w", id, ErrNotFound)
+	}
+	return out[0], nil
+}
+
+// Forget deletes the row of a stopped or gone replica, with an audit row.
+// A live replica is refused (ErrLive): deleting its row would make it think
+// its id was taken over.
+func Forget(ctx context.Context, q Querier, id, actor, reason string) (Info, error) {
+	tx, err := q.Begin(ctx)
+	if err != nil {
+		return Info{}, fmt.Errorf("forget replica %q: %w", id, err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	rows, err := tx.Query(ctx, selectSQL+` WHERE r.id = $1 FOR UPDATE`, id)
+	if err != nil {
+		return Info{}, fmt.Errorf("forget replica %q: %w", id, err)
+	}
+	found, err := scan(rows)
+	rows.Close()
+	if err != nil {
+		return Info{}, fmt.Errorf("forget replica %q: %w", id, err)
+	}
+	if len(found) == 0 {
+		return Info{}, fmt.Errorf("replica %q: %w", id, ErrNotFound)
+	}
+	in := found[0]
+	if in.Live {
+		return in, fmt.Errorf("forget replica %q: %w (state %s, heartbeat %s ago): drain it, or wait until it is gone (%s without a heartbeat)",
+			id, ErrLive, in.State, in.HeartbeatAge.Round(time.Millisecond), GoneAfter)
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM studio_replica WHERE id = $1`, id); err != nil {
+		return in, fmt.Errorf("forget replica %q: %w", id, err)
+	}
+	err = audit.Write(ctx, tx, audit.Entry{Actor: actor, Action: "replicas.forget", Target: id, Reason: reason,
+		Detail: map[string]any{"state": in.State, "host": in.Host, "pid": in.PID, "heartbeat_at": in.HeartbeatAt, "crashed": in.Crashed}})
+	if err != nil {
+		return in, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return in, fmt.Errorf("forget replica %q: %w", id, err)
+	}
+	return in, nil
+}
+
+// RequestDrain asks replica id to drain: a replica.drain signal on the bus,
+// sent in the same transaction as the audit row. A stopped replica needs
+// nothing (done=true); a gone one cannot hear it (ErrNotLive).
+func RequestDrain(ctx context.Context, q Querier, id, actor, reason string) (in Info, done bool, err error) {
+	in, err = Get(ctx, q, id)
+	if err != nil {
+		return in, false, err
+	}
+	if in.State == StateStopped {
+		return in, true, nil
+	}
+	if !in.Live {
+		return in, false, fmt.Errorf("drain replica %q: %w: it is gone (last heartbeat %s ago) and cannot hear the request; `replicas forget` removes it", id, ErrNotLive, in.HeartbeatAge.Round(time.Second))
+	}
+	tx, err := q.Begin(ctx)
+	if err != nil {
+		return in, false, fmt.Errorf("drain replica %q: %w", id, err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	if err := bus.Notify(ctx, tx, bus.Signal(bus.KindReplicaDrain, id)); err != nil {
+		return in, false, fmt.Errorf("drain replica %q: %w", id, err)
+	}
+	err = audit.Write(ctx, tx, audit.Entry{Actor: actor, Action: "replicas.drain", Target: id, Reason: reason,
+		Detail: map[string]any{"state": in.State, "host": in.Host, "pid": in.PID}})
+	if err != nil {
+		return in, false, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return in, false, fmt.Errorf("drain replica %q: %w", id, err)
+	}
+	return in, false, nil
+}

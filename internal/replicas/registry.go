@@ -1,0 +1,310 @@
+// Package replicas is the replica registry of SPEC §6: each `studioctl run`
+// process registers a row in studio_replica, heartbeats it every 5 s in
+// database time from a dedicated goroutine on its own connection, and proves
+// with its incarnation that the id is still its own.
+package replicas
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/studioctl/studioctl/internal/db"
+	"github.com/studioctl/studioctl/internal/liveness"
+)
+
+// HeartbeatEvery is how often a replica writes heartbeat_at.
+const HeartbeatEvery = liveness.HeartbeatEvery
+
+// GoneAfter is how long without a heartbeat makes a replica gone.
+const GoneAfter = liveness.GoneAfter
+
+// heartbeatTimeoutShare is the fraction of the interval a heartbeat
+// statement may take: its deadline is shorter than the interval it protects.
+const heartbeatTimeoutShare = 0.8
+
+// State of a replica.
+type State string
+
+const (
+	StateStarting State = "starting"
+	StateReady    State = "ready"
+	StateDraining State = "draining"
+	StateStopped  State = "stopped"
+)
+
+var (
+	// ErrLiveDuplicate: another live process has this id.
+	ErrLiveDuplicate = errors.New("a live replica already has this id")
+	// ErrIncarnationLost: another process took this id over; this one must stop.
+	ErrIncarnationLost = errors.New("replica id was taken over by another process")
+)
+
+// DefaultID is <host>-<6 random hex>.
+func DefaultID() string {
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		h = "replica"
+	}
+	b := make([]byte, 3)
+	rand.Read(b)
+	return h + "-" + hex.EncodeToString(b)
+}
+
+// Options configure a Registry.
+type Options struct {
+	ID       string
+	Host     string // default os.Hostname()
+	Version  string
+	HTTPAddr string
+
+	HeartbeatEvery time.Duration // default HeartbeatEvery; tests may shorten it
+	Logger         *slog.Logger
+	// OnLost is called once, from the heartbeat goroutine, when a heartbeat
+	// finds the row taken by another incarnation.
+	OnLost func(error)
+}
+
+// Registry is this process's row in studio_replica and its heartbeat.
+type Registry struct {
+	cfg        *pgx.ConnConfig
+	connString string
+	o          Options
+	log        *slog.Logger
+	incarn     uuid.UUID
+	epoch      time.Time // local monotonic reference for heartbeat stamps
+
+	mu   sync.Mutex // guards conn: the heartbeat goroutine and SetState share it
+	conn *pgx.Conn
+
+	stop    context.CancelFunc
+	done    chan struct{}
+	stopped sync.Once
+
+	beats    atomic.Int64
+	failures atomic.Int64
+	lastBeat atomic.Int64 // nanoseconds since epoch (monotonic) of the last successful heartbeat
+	maxGap   atomic.Int64 // nanoseconds: the longest time between two successful heartbeats
+	lost     atomic.Bool
+}
+
+// NewRegistry prepares a registry; it connects in Register.
+func NewRegistry(cfg *pgx.ConnConfig, connString string, o Options) *Registry {
+	if o.HeartbeatEvery <= 0 {
+		o.HeartbeatEvery = HeartbeatEvery
+	}
+	if o.Host == "" {
+		o.Host, _ = os.Hostname()
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Registry{cfg: cfg, connString: connString, o: o, log: o.Logger, incarn: uuid.New(), epoch: time.Now(), done: make(chan struct{})}
+}
+
+// ID is the replica id.
+func (r *Registry) ID() string { return r.o.ID }
+
+// Incarnation is this process's incarnation.
+func (r *Registry) Incarnation() uuid.UUID { return r.incarn }
+
+func (r *Registry) timeout() time.Duration {
+	return time.Duration(float64(r.o.HeartbeatEvery) * heartbeatTimeoutShare)
+}
+
+// connLocked returns the dedicated connection, connecting if needed. r.mu held.
+func (r *Registry) connLocked(ctx context.Context) (*pgx.Conn, error) {
+	if r.conn != nil && !r.conn.IsClosed() {
+		return r.conn, nil
+	}
+	conn, err := db.Connect(ctx, r.cfg, r.connString)
+	if err != nil {
+		return nil, err
+	}
+	r.conn = conn
+	return conn, nil
+}
+
+func (r *Registry) dropConnLocked() {
+	if r.conn != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		r.conn.Close(ctx)
+		cancel()
+		r.conn = nil
+	}
+}
+
+// registerSQL inserts the row, or takes over the id of a replica that is
+// stopped or gone. It affects no row when the id belongs to a live replica.
+var registerSQL = `
+INSERT INTO studio_replica AS r (id, incarnation, host, pid, version, http_addr, state, started_at, heartbeat_at, stopped_at)
+VALUES ($1, $2, $3, $4, $5, $6, 'starting', now(), now(), NULL)
+ON CONFLICT (id) DO UPDATE SET incarnation = EXCLUDED.incarnation, host = EXCLUDED.host, pid = EXCLUDED.pid,
+  version = EXCLUDED.version, http_addr = EXCLUDED.http_addr, state = 'starting', started_at = now(),
+  heartbeat_at = now(), stopped_at = NULL
+WHERE NOT ` + liveness.LiveSQL("r")
+
+// Register inserts this replica in state starting. ErrLiveDuplicate when a
+// live replica has the id.
+func (r *Registry) Register(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, db.ConnectTimeout)
+	defer cancel()
+	conn, err := r.connLocked(ctx)
+	if err != nil {
+		return err
+	}
+	tag, err := conn.Exec(ctx, registerSQL, r.o.ID, r.incarn, r.o.Host, os.Getpid(), r.o.Version, r.o.HTTPAddr)
+	if err != nil {
+		r.dropConnLocked()
+		return fmt.Errorf("register replica %q: %w", r.o.ID, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("register replica %q: %w (its heartbeat is less than %s old); stop it first, or choose another replica.id", r.o.ID, ErrLiveDuplicate, GoneAfter)
+	}
+	r.lastBeat.Store(int64(time.Since(r.epoch)))
+	return nil
+}
+
+// SetState records a state change; stopped also sets stopped_at. It fails
+// with ErrIncarnationLost when the id is no longer this process's.
+func (r *Registry) SetState(ctx context.Context, s State) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, db.ConnectTimeout)
+	defer cancel()
+	conn, err := r.connLocked(ctx)
+	if err != nil {
+		return fmt.Errorf("set replica state %s: %w", s, err)
+	}
+	tag, err := conn.Exec(ctx, `UPDATE studio_replica SET state = $3, heartbeat_at = now(),
+  stopped_at = CASE WHEN $3 = 'stopped' THEN now() ELSE NULL END
+WHERE id = $1 AND incarnation = $2`, r.o.ID, r.incarn, string(s))
+	if err != nil {
+		r.dropConnLocked()
+		return fmt.Errorf("set replica state %s: %w", s, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("set replica state %s: %w", s, ErrIncarnationLost)
+	}
+	return nil
+}
+
+// Start runs the heartbeat goroutine until Stop.
+func (r *Registry) Start(ctx context.Context) error {
+	ctx, r.stop = context.WithCancel(ctx)
+	go r.loop(ctx)
+	return nil
+}
+
+// Stop ends the heartbeat goroutine and closes the connection. Safe to
+// call twice, and without Start.
+func (r *Registry) Stop() {
+	r.stopped.Do(func() {
+		if r.stop != nil {
+			r.stop()
+			<-r.done
+		}
+		r.mu.Lock()
+		r.dropConnLocked()
+		r.mu.Unlock()
+	})
+}
+
+func (r *Registry) loop(ctx context.Context) {
+	defer close(r.done)
+	t := time.NewTicker(r.o.HeartbeatEvery)
+	defer t.Stop()
+	failing := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		err := r.beat(ctx)
+		switch {
+		case errors.Is(err, ErrIncarnationLost):
+			r.lost.Store(true)
+			r.log.Error("replicas: heartbeat found the id taken over by another process; stopping", "replica_id", r.o.ID, "incarnation", r.incarn)
+			if r.o.OnLost != nil {
+				r.o.OnLost(err)
+			}
+			return
+		case err != nil && ctx.Err() != nil:
+			return
+		case err != nil:
+			r.failures.Add(1)
+			if !failing {
+				r.log.Warn("replicas: heartbeat failed", "replica_id", r.o.ID, "error", err)
+				failing = true
+			}
+		default:
+			if failing {
+				r.log.Info("replicas: heartbeat recovered", "replica_id", r.o.ID)
+				failing = false
+			}
+		}
+	}
+}
+
+// beat writes one heartbeat with a deadline shorter than the interval.
+func (r *Registry) beat(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, r.timeout())
+	defer cancel()
+	conn, err := r.connLocked(ctx)
+	if err != nil {
+		return err
+	}
+	tag, err := conn.Exec(ctx, `UPDATE studio_replica SET heartbeat_at = now() WHERE id = $1 AND incarnation = $2`, r.o.ID, r.incarn)
+	if err != nil {
+		r.dropConnLocked()
+		return err
+	}
+	if tag.RowsAffected() == 0 {
+		return ErrIncarnationLost
+	}
+	now := int64(time.Since(r.epoch))
+	if prev := r.lastBeat.Swap(now); prev != 0 {
+		if gap := now - prev; gap > r.maxGap.Load() {
+			r.maxGap.Store(gap)
+		}
+	}
+	r.beats.Add(1)
+	return nil
+}
+
+// Heartbeats is the number of successful heartbeats.
+func (r *Registry) Heartbeats() int64 { return r.beats.Load() }
+
+// HeartbeatFailures is the number of failed heartbeats.
+func (r *Registry) HeartbeatFailures() int64 { return r.failures.Load() }
+
+// MaxGap is the longest time between two successful heartbeats (or the
+// registration and the first heartbeat).
+func (r *Registry) MaxGap() time.Duration { return time.Duration(r.maxGap.Load()) }
+
+// SinceLastHeartbeat is the local time since the last successful heartbeat.
+func (r *Registry) SinceLastHeartbeat() time.Duration {
+	last := r.lastBeat.Load()
+	if last == 0 {
+		return 0
+	}
+	return time.Since(r.epoch) - time.Duration(last)
+}
+
+// Lost reports whether the id was taken over.
+func (r *Registry) Lost() bool { return r.lost.Load() }
