@@ -260,4 +260,3 @@ unknown id exits 4.`,
 	cmd.Flags().BoolVar(&yes, "yes", false, "do not ask for confirmation")
 	return cmd
 }
-

@@ -52,9 +52,9 @@ func TestScripts(t *testing.T) {
 			return nil
 		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
-			"sql":   cmdSQL,
-			"newdb": cmdNewDB,
-			"pgdir": cmdPgDir,
+			"sql":     cmdSQL,
+			"newdb":   cmdNewDB,
+			"pgdir":   cmdPgDir,
 			"waitsql": cmdWaitSQL,
 		},
 	})
