@@ -147,8 +147,9 @@ median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR+1)/2]; el
 
 # --- 1. Cycles per second, interleaved; the order alternates every round.
 log "lock cycles: $ROUNDS rounds of pgbench and Go, ${BENCH_SECONDS}s each, interleaved"
-pg_rates=() go_rates=()
+pg_rates=() go_rates=() loads=()
 for r in $(seq "$ROUNDS"); do
+	loads+=("$(cut -d' ' -f1 /proc/loadavg)")
 	if ((r % 2)); then
 		pg=$(run_pgbench "$r")
 		go=$(run_go "$r")
@@ -157,7 +158,7 @@ for r in $(seq "$ROUNDS"); do
 		pg=$(run_pgbench "$r")
 	fi
 	pg_rates+=("$pg") go_rates+=("$go")
-	log "$(printf 'round %d: pgbench %8.0f cycles/s   go %8.0f cycles/s   go/pgbench %.3f' "$r" "$pg" "$go" "$(awk -v a="$go" -v b="$pg" 'BEGIN { print a / b }')")"
+	log "$(printf 'round %d: pgbench %8.0f cycles/s   go %8.0f cycles/s   go/pgbench %.3f   (load average %s before the round)' "$r" "$pg" "$go" "$(awk -v a="$go" -v b="$pg" 'BEGIN { print a / b }')" "${loads[-1]}")"
 done
 pg_med=$(printf '%s\n' "${pg_rates[@]}" | median)
 go_med=$(printf '%s\n' "${go_rates[@]}" | median)
@@ -230,11 +231,11 @@ pgbench:     $("$PG_BIN/pgbench" --version)
 go:          $(go version)
 
 Lock cycles per second (TryLock + Unlock of one name, one connection, ${BENCH_SECONDS}s per run):
-round   pgbench -M prepared   Go BenchmarkAcquireUnlock   Go/pgbench
+round   pgbench -M prepared   Go BenchmarkAcquireUnlock   Go/pgbench   load avg
 EOF
 for i in "${!pg_rates[@]}"; do
-	printf '%5d   %19.0f   %25.0f   %10.3f\n' $((i + 1)) "${pg_rates[$i]}" "${go_rates[$i]}" \
-		"$(awk -v a="${go_rates[$i]}" -v b="${pg_rates[$i]}" 'BEGIN { print a / b }')"
+	printf '%5d   %19.0f   %25.0f   %10.3f   %8s\n' $((i + 1)) "${pg_rates[$i]}" "${go_rates[$i]}" \
+		"$(awk -v a="${go_rates[$i]}" -v b="${pg_rates[$i]}" 'BEGIN { print a / b }')" "${loads[$i]}"
 done
 printf 'median  %19.0f   %25.0f   %10.3f  (median of per-round ratios %.3f)\n' "$pg_med" "$go_med" "$ratio" "$round_ratios"
 met=$(awk -v r="$ratio" 'BEGIN { print (r >= 0.8) ? "met" : "MISSED" }')

@@ -70,7 +70,7 @@ func printReplicas(p *output.Printer, infos []replicas.Info) error {
 		state, tone := replicaState(in)
 		uptime := ""
 		if in.State != replicas.StateStopped && !in.Gone {
-			uptime = output.Duration(in.HeartbeatAt.Sub(in.StartedAt).Round(time.Second))
+			uptime = output.Duration(in.Uptime)
 		}
 		heartbeat := output.Duration(in.HeartbeatAge) + " ago"
 		if !p.Terminal() {

@@ -117,6 +117,10 @@ func (h *Host) Addr() string {
 	return h.httpLn.Addr().String()
 }
 
+// Pool is the replica's connection pool (nil before Run has connected).
+// Components that plug into the host, and fault tests, use it.
+func (h *Host) Pool() *pgxpool.Pool { return h.pool }
+
 // State is the replica's current state.
 func (h *Host) State() replicas.State { return h.state.Load().(replicas.State) }
 
@@ -240,7 +244,7 @@ func (h *Host) onResync() {
 
 // drain is the sequence of SPEC §8.
 func (h *Host) drain(ctx context.Context, why string, sigs <-chan os.Signal) error {
-	h.log.Info("draining", "reason", why, "drain_delay", h.o.DrainDelay)
+	h.log.Info("draining", "reason", why, "drain_delay", h.o.DrainDelay.String())
 	// (1) draining: readiness fails at once; leases are released (later).
 	h.state.Store(replicas.StateDraining)
 	if err := h.registry.SetState(context.WithoutCancel(ctx), replicas.StateDraining); err != nil {

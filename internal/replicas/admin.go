@@ -43,22 +43,23 @@ type Info struct {
 	HeartbeatAt  time.Time
 	StoppedAt    *time.Time
 	HeartbeatAge time.Duration
+	Uptime       time.Duration // database now - started_at
 	Live         bool
 	Gone         bool // heartbeat older than GoneAfter (or stopped)
 	Crashed      bool // gone without state stopped
 }
 
 var selectSQL = `SELECT r.id, r.host, r.pid, r.version, r.http_addr, r.state, r.started_at, r.heartbeat_at, r.stopped_at,
-  EXTRACT(EPOCH FROM (now() - r.heartbeat_at))::float8, ` + liveness.LiveSQL("r") + `
+  EXTRACT(EPOCH FROM (now() - r.heartbeat_at))::float8, EXTRACT(EPOCH FROM (now() - r.started_at))::float8, ` + liveness.LiveSQL("r") + `
 FROM studio_replica r`
 
 func scan(rows pgx.Rows) ([]Info, error) {
 	var out []Info
 	for rows.Next() {
 		var in Info
-		var age float64
+		var age, uptime float64
 		var state string
-		if err := rows.Scan(&in.ID, &in.Host, &in.PID, &in.Version, &in.HTTPAddr, &state, &in.StartedAt, &in.HeartbeatAt, &in.StoppedAt, &age, &in.Live); err != nil {
+		if err := rows.Scan(&in.ID, &in.Host, &in.PID, &in.Version, &in.HTTPAddr, &state, &in.StartedAt, &in.HeartbeatAt, &in.StoppedAt, &age, &uptime, &in.Live); err != nil {
 			return nil, err
 		}
 		in.State = State(state)
@@ -68,6 +69,7 @@ func scan(rows pgx.Rows) ([]Info, error) {
 			in.StoppedAt = &t
 		}
 		in.HeartbeatAge = time.Duration(age * float64(time.Second)).Round(time.Millisecond)
+		in.Uptime = time.Duration(uptime * float64(time.Second)).Round(time.Second)
 		in.Gone = !in.Live
 		in.Crashed = in.Gone && in.State != StateStopped
 		out = append(out, in)
