@@ -126,44 +126,61 @@ INSERT INTO "shedlock"("name", "lock_until", "locked_at", "locked_by") VALUES(:l
 UPDATE "shedlock" SET "lock_until" = CASE WHEN "locked_at" + make_interval(secs => :atleastfor) > timezone('utc', CURRENT_TIMESTAMP) THEN "locked_at" + make_interval(secs => :atleastfor) ELSE timezone('utc', CURRENT_TIMESTAMP) END WHERE "name" = :lockname AND "locked_by" = :lockedby;
 PGBENCH
 
-run_pgbench() { # round -> cycles/s
-	local db=pgbench_r$1
+# Each run prints "cycles/s client-CPU-µs/cycle" and keeps its output.
+run_pgbench() { # round
+	local db=pgbench_r$1 out=$work/pgbench_r$1.out
 	sql postgres "CREATE DATABASE $db TEMPLATE bench_template"
-	"$PG_BIN/pgbench" -n -M prepared -c 1 -j 1 -T "$BENCH_SECONDS" -f "$work/cycle.sql" \
-		-D lockname=bench-cycle -D lockedby=pgbench-1 -D atmostfor=60 -D atleastfor=0 \
-		"$(url "$db")" >"$work/pgbench_r$1.out" 2>&1 || { cat "$work/pgbench_r$1.out" >&2; die "pgbench failed"; }
+	# `times` in the subshell reports pgbench's own CPU time (its children's).
+	(
+		"$PG_BIN/pgbench" -n -M prepared -c 1 -j 1 -T "$BENCH_SECONDS" -f "$work/cycle.sql" \
+			-D lockname=bench-cycle -D lockedby=pgbench-1 -D atmostfor=60 -D atleastfor=0 \
+			"$(url "$db")" >"$out" 2>&1 || exit
+		times >"$out.cpu"
+	) || { cat "$out" >&2; die "pgbench failed"; }
 	sql postgres "DROP DATABASE $db"
-	awk '/^tps = / { print $3; exit }' "$work/pgbench_r$1.out"
+	awk -v cpu="$(tail -1 "$out.cpu")" '
+		function secs(t, a) { split(t, a, "m"); return a[1] * 60 + substr(a[2], 1, length(a[2]) - 1) }
+		/^number of transactions actually processed:/ { n = $NF }
+		/^tps = / { tps = $3 }
+		END { split(cpu, c, " "); printf "%s %.1f\n", tps, (secs(c[1]) + secs(c[2])) * 1e6 / n }' "$out"
 }
 
-run_go() { # round -> cycles/s
+run_go() { # round
+	local out=$work/go_r$1.out
 	STUDIO_TEST_DATABASE_URL=$(url postgres) "$work/locks.test" -test.run '^$' \
 		-test.bench '^BenchmarkAcquireUnlock$' -test.benchtime "${BENCH_SECONDS}s" -test.count 1 \
-		>"$work/go_r$1.out" 2>&1 || { cat "$work/go_r$1.out" >&2; die "go benchmark failed"; }
-	awk '/^BenchmarkAcquireUnlock/ { for (i = 1; i < NF; i++) if ($(i+1) == "cycles/s") { print $i; exit } }' "$work/go_r$1.out"
+		>"$out" 2>&1 || { cat "$out" >&2; die "go benchmark failed"; }
+	awk '/^BenchmarkAcquireUnlock/ {
+		for (i = 1; i < NF; i++) m[$(i+1)] = $i
+		printf "%s %.1f\n", m["cycles/s"], m["user-us/cycle"] + m["sys-us/cycle"]; exit }' "$out"
 }
 
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR+1)/2]; else print (v[NR/2] + v[NR/2+1]) / 2 }'; }
+div() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", a / b }'; }
 
 # --- 1. Cycles per second, interleaved; the order alternates every round.
 log "lock cycles: $ROUNDS rounds of pgbench and Go, ${BENCH_SECONDS}s each, interleaved"
-pg_rates=() go_rates=() loads=()
+pg_rates=() go_rates=() pg_cpus=() go_cpus=() loads=()
 for r in $(seq "$ROUNDS"); do
 	loads+=("$(cut -d' ' -f1 /proc/loadavg)")
 	if ((r % 2)); then
-		pg=$(run_pgbench "$r")
-		go=$(run_go "$r")
+		read -r pg pg_cpu < <(run_pgbench "$r")
+		read -r go go_cpu < <(run_go "$r")
 	else
-		go=$(run_go "$r")
-		pg=$(run_pgbench "$r")
+		read -r go go_cpu < <(run_go "$r")
+		read -r pg pg_cpu < <(run_pgbench "$r")
 	fi
-	pg_rates+=("$pg") go_rates+=("$go")
-	log "$(printf 'round %d: pgbench %8.0f cycles/s   go %8.0f cycles/s   go/pgbench %.3f   (load average %s before the round)' "$r" "$pg" "$go" "$(awk -v a="$go" -v b="$pg" 'BEGIN { print a / b }')" "${loads[-1]}")"
+	[[ -n $pg && -n $go ]] || die "round $r: no result (see above)"
+	pg_rates+=("$pg") go_rates+=("$go") pg_cpus+=("$pg_cpu") go_cpus+=("$go_cpu")
+	log "$(printf 'round %d: pgbench %6.0f cycles/s (%5.1f µs CPU/cycle)   go %6.0f cycles/s (%5.1f µs CPU/cycle)   go/pgbench %s   load %s' \
+		"$r" "$pg" "$pg_cpu" "$go" "$go_cpu" "$(div "$go" "$pg")" "${loads[-1]}")"
 done
 pg_med=$(printf '%s\n' "${pg_rates[@]}" | median)
 go_med=$(printf '%s\n' "${go_rates[@]}" | median)
-ratio=$(awk -v a="$go_med" -v b="$pg_med" 'BEGIN { printf "%.3f", a / b }')
-round_ratios=$(for i in "${!pg_rates[@]}"; do awk -v a="${go_rates[$i]}" -v b="${pg_rates[$i]}" 'BEGIN { print a / b }'; done | median)
+pg_cpu_med=$(printf '%s\n' "${pg_cpus[@]}" | median)
+go_cpu_med=$(printf '%s\n' "${go_cpus[@]}" | median)
+ratio=$(div "$go_med" "$pg_med")
+round_ratios=$(for i in "${!pg_rates[@]}"; do div "${go_rates[$i]}" "${pg_rates[$i]}"; echo; done | median)
 roundtrips=$(awk '/^BenchmarkAcquireUnlock/ { for (i = 1; i < NF; i++) if ($(i+1) == "roundtrips/cycle") { print $i; exit } }' "$work/go_r1.out")
 
 # --- 2. The statement-count proof, on the same server.
@@ -225,21 +242,23 @@ fi
 cat <<EOF
 
 == Locks (issue 2) ==
-machine:     $(nproc) CPUs, $(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)
+machine:     $(nproc) CPUs, $(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo) (Go reports: $(awk '/^cpu:/ { sub(/^cpu: */, ""); print; exit }' "$work/go_r1.out"))
 postgresql:  $("$PG_BIN/postgres" --version) (fsync=off, synchronous_commit=off, full_page_writes=off)
 pgbench:     $("$PG_BIN/pgbench" --version)
 go:          $(go version)
 
-Lock cycles per second (TryLock + Unlock of one name, one connection, ${BENCH_SECONDS}s per run):
-round   pgbench -M prepared   Go BenchmarkAcquireUnlock   Go/pgbench   load avg
+Lock cycles per second (TryLock + Unlock of one name, one connection, ${BENCH_SECONDS}s per run),
+and the client's own CPU time per cycle (pgbench: bash times; Go: rusage around the loop):
+round   pgbench -M prepared   Go BenchmarkAcquireUnlock   Go/pgbench   CPU µs/cycle pgbench   Go   load avg
 EOF
 for i in "${!pg_rates[@]}"; do
-	printf '%5d   %19.0f   %25.0f   %10.3f   %8s\n' $((i + 1)) "${pg_rates[$i]}" "${go_rates[$i]}" \
-		"$(awk -v a="${go_rates[$i]}" -v b="${pg_rates[$i]}" 'BEGIN { print a / b }')" "${loads[$i]}"
+	printf '%5d   %19.0f   %25.0f   %10s   %20.1f   %5.1f   %8s\n' $((i + 1)) "${pg_rates[$i]}" "${go_rates[$i]}" \
+		"$(div "${go_rates[$i]}" "${pg_rates[$i]}")" "${pg_cpus[$i]}" "${go_cpus[$i]}" "${loads[$i]}"
 done
-printf 'median  %19.0f   %25.0f   %10.3f  (median of per-round ratios %.3f)\n' "$pg_med" "$go_med" "$ratio" "$round_ratios"
+printf 'median  %19.0f   %25.0f   %10s   %20.1f   %5.1f\n' "$pg_med" "$go_med" "$ratio" "$pg_cpu_med" "$go_cpu_med"
 met=$(awk -v r="$ratio" 'BEGIN { print (r >= 0.8) ? "met" : "MISSED" }')
 cat <<EOF
+ratio of the medians Go/pgbench: $ratio (median of the per-round ratios: $round_ratios)
 target Go/pgbench >= 0.8: $met
 Go round trips per cycle (wire count): $roundtrips
 statement count proof (TestAcquireIsOneStatement): $proof

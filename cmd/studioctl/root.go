@@ -20,6 +20,7 @@ import (
 	"github.com/studioctl/studioctl/internal/config"
 	"github.com/studioctl/studioctl/internal/db"
 	"github.com/studioctl/studioctl/internal/embedded"
+	"github.com/studioctl/studioctl/internal/jobs"
 	"github.com/studioctl/studioctl/internal/locks"
 	"github.com/studioctl/studioctl/internal/migrate"
 	"github.com/studioctl/studioctl/internal/output"
@@ -68,9 +69,10 @@ func exitCode(err error) int {
 		return exitOK
 	case errors.Is(err, locks.ErrRefused), errors.Is(err, replicas.ErrLive):
 		return exitRefused
-	case errors.Is(err, locks.ErrNotFound), errors.Is(err, replicas.ErrNotFound):
+	case errors.Is(err, locks.ErrNotFound), errors.Is(err, replicas.ErrNotFound), errors.Is(err, jobs.ErrUnknownJob):
 		return exitNotFound
 	case errors.As(err, &ue), errors.As(err, &ce), errors.Is(err, locks.ErrInvalid), errors.Is(err, output.ErrFormat),
+		errors.Is(err, jobs.ErrSchedule), jobs.IsConfigError(err),
 		strings.HasPrefix(err.Error(), "unknown command"):
 		return exitUsage
 	default:
@@ -155,6 +157,7 @@ from the binaries on the machine and says so on stderr.`,
 
 	root.AddCommand(
 		a.newRunCmd(),
+		a.newJobsCmd(),
 		a.newLocksCmd(),
 		a.newReplicasCmd(),
 		a.newEventsCmd(),

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/studioctl/studioctl/internal/host"
+	"github.com/studioctl/studioctl/internal/jobs"
 	"github.com/studioctl/studioctl/internal/replicas"
 )
 
@@ -22,12 +23,17 @@ func (a *app) newRunCmd() *cobra.Command {
 		Long: `Host one replica against the configured database. It registers in
 studio_replica (state starting, then ready), heartbeats every 5 s from its own
 connection, listens on the bus (LISTEN studio), and serves /livez, /readyz and
-/metrics on replica.listen (STUDIO_REPLICA_LISTEN; 127.0.0.1:0 picks a free
+/metrics and /v1/jobs on replica.listen (STUDIO_REPLICA_LISTEN; 127.0.0.1:0 picks a free
 port and logs it).
 
 SIGTERM or SIGINT, or "studioctl replicas drain ID", drains it: state
 draining (readiness fails), wait drain.delay (default 5s), stop, state
 stopped, exit 0. A second signal stops it at once.
+
+It runs the jobs declared under jobs: in the config file (see
+"studioctl jobs --help"), and the built-in studio-housekeeping job. A job
+configuration error stops it before it registers, naming the file, the job
+and the field (exit 2).
 
 A replica whose id belongs to a live replica refuses to start (exit 2). If
 another process takes its id over while it runs, it stops at once and exits 1.
@@ -56,11 +62,24 @@ func (a *app) runReplica(ctx context.Context) error {
 	defer signal.Stop(sigs)
 	ctx = context.WithoutCancel(ctx)
 
+	// A job configuration error stops run before it registers (exit 2).
+	var list []jobs.Job
+	if a.cfg.File != "" {
+		var err error
+		if list, err = jobs.LoadFile(a.cfg.File); err != nil {
+			return &usageError{err: err}
+		}
+	}
+	if err := a.lockTable().Validate(); err != nil {
+		return &usageError{err: err}
+	}
 	cs, err := a.connString(ctx)
 	if err != nil {
 		return err
 	}
 	h, err := host.New(host.Options{
+		Jobs:       list,
+		LockTable:  a.lockTable(),
 		ConnString: cs,
 		ID:         a.cfg.Replica.ID,
 		Listen:     a.cfg.Replica.Listen,

@@ -20,9 +20,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/studioctl/studioctl/internal/bus"
+	"github.com/studioctl/studioctl/internal/clock"
 	"github.com/studioctl/studioctl/internal/db"
+	"github.com/studioctl/studioctl/internal/jobs"
+	"github.com/studioctl/studioctl/internal/locks"
 	"github.com/studioctl/studioctl/internal/migrate"
 	"github.com/studioctl/studioctl/internal/replicas"
+	"github.com/studioctl/studioctl/internal/runner"
 )
 
 // Defaults of SPEC §6 and §8.
@@ -56,6 +60,14 @@ type Options struct {
 	Migrate    bool
 	Logger     *slog.Logger
 
+	// Jobs from the configuration; the built-in studio-housekeeping job is
+	// added unless NoHousekeeping.
+	Jobs           []jobs.Job
+	NoHousekeeping bool
+	LockTable      locks.Table // zero: ShedLock's default table
+	Clock          clock.Clock // the runner's clock (tests skew it); default real
+	ShutdownWait   time.Duration
+
 	// Tests may shorten intervals; the defaults stay as SPEC says.
 	HeartbeatEvery  time.Duration
 	BusPingEvery    time.Duration
@@ -63,6 +75,13 @@ type Options struct {
 	OnReady         func(addr string) // called once ready, with the HTTP address
 	PoolConfigHook  func(*pgxpool.Config)
 	DisableHTTPLogs bool
+}
+
+func (o Options) clock() clock.Clock {
+	if o.Clock == nil {
+		return clock.Real{}
+	}
+	return o.Clock
 }
 
 // Host is one replica process.
@@ -73,6 +92,8 @@ type Host struct {
 	pool     *pgxpool.Pool
 	registry *replicas.Registry
 	listener *bus.Listener
+	runner   *runner.Runner
+	store    *jobs.Store
 	httpSrv  *http.Server
 	httpLn   net.Listener
 	metrics  *prometheus.Registry
@@ -205,6 +226,9 @@ func (h *Host) start(ctx context.Context) error {
 		return err
 	}
 	h.metrics = h.newMetrics()
+	if err := h.startRunner(ctx); err != nil {
+		return err
+	}
 	h.httpSrv = &http.Server{Handler: h.routes(), ReadHeaderTimeout: 5 * time.Second}
 	go h.httpSrv.Serve(h.httpLn)
 	if err := h.registry.SetState(ctx, replicas.StateReady); err != nil {
@@ -217,10 +241,17 @@ func (h *Host) start(ctx context.Context) error {
 // onMessage is the bus handler: it runs on the listener goroutine and must
 // not block.
 func (h *Host) onMessage(m bus.Message) {
-	if m.Type == "signal" && m.Kind == bus.KindReplicaDrain && m.Key == h.o.ID {
-		select {
-		case h.drainReq <- "drain requested on the bus":
-		default:
+	if m.Type == bus.TypeSignal {
+		switch {
+		case m.Kind == bus.KindReplicaDrain && m.Key == h.o.ID:
+			select {
+			case h.drainReq <- "drain requested on the bus":
+			default:
+			}
+		case m.Kind == bus.KindJobTrigger && h.runner != nil:
+			h.runner.Trigger(m.Key)
+		case m.Kind == bus.KindJobSettings && h.runner != nil:
+			h.runner.SettingsChanged(m.Key)
 		}
 	}
 	h.mu.Lock()
@@ -240,6 +271,50 @@ func (h *Host) Subscribe(f func(bus.Message)) {
 
 func (h *Host) onResync() {
 	h.log.Info("bus reconnected; resyncing")
+	if h.runner != nil {
+		h.runner.ResyncSettings()
+	}
+}
+
+// startRunner binds the jobs and starts the runner and its store.
+func (h *Host) startRunner(ctx context.Context) error {
+	table := h.o.LockTable
+	if table == (locks.Table{}) {
+		table = locks.DefaultTable()
+	}
+	provider, err := locks.NewProvider(h.pool, table, h.o.ID)
+	if err != nil {
+		return err
+	}
+	if err := provider.CheckSchema(ctx); err != nil {
+		return err
+	}
+	list := make([]jobs.Job, 0, len(h.o.Jobs)+1)
+	if !h.o.NoHousekeeping {
+		list = append(list, jobs.Housekeeping(h.pool))
+	}
+	for _, j := range h.o.Jobs {
+		j.Bind(h.pool)
+		list = append(list, j)
+	}
+	h.store = jobs.NewStore(h.pool, h.o.ID, h.log)
+	h.runner, err = runner.New(runner.Options{
+		ReplicaID: h.o.ID, Jobs: list, Locks: provider, Store: h.store, Settings: jobs.NewSettingsCache(h.pool),
+		Clock: h.o.Clock, Logger: h.log, Metrics: h.metrics, ShutdownWait: h.o.ShutdownWait,
+	})
+	if err != nil {
+		return err
+	}
+	prior, err := h.store.LoadStatus(ctx)
+	if err != nil {
+		return err
+	}
+	h.store.Start(context.WithoutCancel(ctx))
+	if err := h.runner.Start(ctx, prior); err != nil {
+		return err
+	}
+	h.log.Info("runner started", "jobs", len(list))
+	return nil
 }
 
 // drain is the sequence of SPEC §8.
@@ -260,7 +335,7 @@ func (h *Host) drain(ctx context.Context, why string, sigs <-chan os.Signal) err
 		case <-t.C:
 		case s := <-sigs:
 			h.log.Warn("second signal: stopping at once", "signal", s.String())
-			h.stopServices()
+			h.interruptServices()
 			h.writeStopped()
 			return ErrInterrupted
 		case err := <-h.lostCh:
@@ -274,6 +349,7 @@ func (h *Host) drain(ctx context.Context, why string, sigs <-chan os.Signal) err
 	case <-stopped:
 	case s := <-sigs:
 		h.log.Warn("second signal: stopping at once", "signal", s.String())
+		h.interruptServices()
 		h.writeStopped()
 		return ErrInterrupted
 	}
@@ -297,13 +373,29 @@ func (h *Host) writeStopped() {
 func (h *Host) abort(err error) error {
 	h.log.Error("another process took this replica id; stopping all duties", "error", err)
 	h.state.Store(replicas.StateStopped)
-	h.stopServices()
+	h.interruptServices()
 	return err
 }
 
-// stopServices stops the components that take part in the drain (bus now;
-// runner and leases later), keeping the registry for the final state.
+// interruptServices cancels runs in progress at once (recorded interrupted)
+// instead of waiting for them.
+func (h *Host) interruptServices() {
+	if h.runner != nil {
+		h.runner.Interrupt()
+	}
+	h.stopServices()
+}
+
+// stopServices stops the components that take part in the drain (the
+// runner with its shutdown wait, its store's last flush, the bus; leases
+// later), keeping the registry for the final state.
 func (h *Host) stopServices() {
+	if h.runner != nil {
+		h.runner.Stop()
+	}
+	if h.store != nil {
+		h.store.Stop()
+	}
 	if h.listener != nil {
 		h.listener.Stop()
 	}
@@ -318,9 +410,7 @@ func (h *Host) close() {
 	} else if h.httpLn != nil {
 		h.httpLn.Close()
 	}
-	if h.listener != nil {
-		h.listener.Stop()
-	}
+	h.stopServices()
 	if h.registry != nil {
 		h.registry.Stop()
 	}
@@ -358,6 +448,7 @@ func (h *Host) routes() http.Handler {
 		fmt.Fprintln(w, why)
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(h.metrics, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /v1/jobs", h.serveJobs)
 	return mux
 }
 

@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -122,6 +123,9 @@ func benchCycle(ctx context.Context, p *Provider, name string) error {
 // the same two statements on one connection with -M prepared
 // (scripts/bench-locks.sh). pgx's default statement cache prepares each
 // statement once, so both sides then send Bind/Execute/Sync per statement.
+// Besides cycles/s it reports the round trips per cycle counted on the wire
+// and the client's own CPU time per cycle (user and system, from rusage),
+// which the script sets beside pgbench's.
 func BenchmarkAcquireUnlock(b *testing.B) {
 	ctx := context.Background()
 	var trips benchRoundTrips
@@ -134,13 +138,23 @@ func BenchmarkAcquireUnlock(b *testing.B) {
 	}
 	trips.reset()
 	b.ReportAllocs()
+	var before, after syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &before)
 	for b.Loop() {
 		if err := benchCycle(ctx, p, name); err != nil {
 			b.Fatal(err)
 		}
 	}
+	syscall.Getrusage(syscall.RUSAGE_SELF, &after)
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "cycles/s")
 	b.ReportMetric(float64(trips.trips.Load())/float64(b.N), "roundtrips/cycle")
+	b.ReportMetric(benchMicros(before.Utime, after.Utime)/float64(b.N), "user-us/cycle")
+	b.ReportMetric(benchMicros(before.Stime, after.Stime)/float64(b.N), "sys-us/cycle")
+}
+
+// benchMicros is the CPU time between two rusage readings, in microseconds.
+func benchMicros(from, to syscall.Timeval) float64 {
+	return float64(to.Sec-from.Sec)*1e6 + float64(to.Usec-from.Usec)
 }
 
 // benchStatement is one row of pg_stat_statements.

@@ -1,0 +1,452 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/studioctl/studioctl/internal/jobs"
+	"github.com/studioctl/studioctl/internal/output"
+)
+
+const (
+	// historyDefaultLimit and historyMaxLimit bound jobs history --limit.
+	historyDefaultLimit = 20
+	historyMaxLimit     = 10000
+	// statusRecentRuns is how many runs jobs status ID shows.
+	statusRecentRuns = 5
+)
+
+func (a *app) newJobsCmd() *cobra.Command {
+	cmd := groupCmd("jobs", "See why a job stalled; pause, resume, reschedule or trigger it", `Jobs run inside replicas (studioctl run). Each replica reports its jobs in
+studio_job_status and their runs in studio_job_run; these commands read them
+merged across live replicas, and change studio_job_setting, the operator
+overrides that every replica reads at each fire (without a restart).
+
+Health: ok; failing (the last run failed, timed out, lost its lock or was
+interrupted); stalled (no completion, run or skip, within three intervals);
+invalid-schedule (an override the parser rejects); paused.
+
+Jobs are declared in the config file:
+
+  jobs:
+    - id: nightly-report        # [a-z0-9][a-z0-9-]*, at most 64 bytes; also the lock name
+      scope: installation       # required: installation (one replica per tick) | instance (every replica)
+      every: 30s                # fixed delay from the END of a run ... or
+      # cron: "0 2 * * *"       # ... a cron expression, always UTC
+      timeout: 10m              # optional; default max(5m, 3 intervals), 1h for cron
+      run:
+        command: ["./bin/report", "--day", "yesterday"]
+        # sql: "DELETE FROM sessions WHERE expires_at < now()"
+        # http: {method: POST, url: "http://127.0.0.1:9000/tasks/report", headers: {}, body: ""}`)
+	cmd.AddCommand(a.newJobsListCmd(), a.newJobsStatusCmd(), a.newJobsHistoryCmd(),
+		a.newJobsPauseCmd(true), a.newJobsPauseCmd(false), a.newJobsSetCmd(), a.newJobsTriggerCmd())
+	return cmd
+}
+
+var jobColumns = []output.Column{
+	{Header: "ID"}, {Header: "SCOPE"}, {Header: "SCHEDULE"}, {Header: "HEALTH"}, {Header: "LAST RUN"}, {Header: "OUTCOME"},
+	{Header: "WHERE"}, {Header: "NEXT FIRE"}, {Header: "RUNS"}, {Header: "FAILURES"},
+	{Header: "TIMEOUTS", Wide: true}, {Header: "LOCK LOST", Wide: true}, {Header: "OVERRUNS", Wide: true}, {Header: "SKIPPED", Wide: true},
+	{Header: "ERROR", Wide: true},
+}
+
+func healthTone(h jobs.Health) output.Tone {
+	switch h {
+	case jobs.HealthOK:
+		return output.Good
+	case jobs.HealthPaused:
+		return output.Dim
+	case jobs.HealthStalled:
+		return output.Warn
+	default:
+		return output.Bad
+	}
+}
+
+func outcomeTone(o jobs.Outcome) output.Tone {
+	switch {
+	case o == jobs.OutcomeSucceeded:
+		return output.Good
+	case o == jobs.OutcomeRunning:
+		return output.Warn
+	case o.Failing():
+		return output.Bad
+	}
+	return output.Plain
+}
+
+func jobRow(p *output.Printer, v jobs.View) []output.Cell {
+	errText := v.LastError
+	if v.InvalidSchedule != "" {
+		errText = v.InvalidSchedule
+	}
+	if len(errText) > 80 {
+		errText = errText[:77] + "..."
+	}
+	return []output.Cell{
+		{Text: v.ID}, {Text: string(v.Scope)}, {Text: v.Schedule}, {Text: string(v.Health), Tone: healthTone(v.Health)},
+		{Text: p.TimePtr(v.LastStartedAt)}, {Text: string(v.LastOutcome), Tone: outcomeTone(v.LastOutcome)}, {Text: v.LastReplica},
+		{Text: p.TimePtr(v.NextFireAt)}, {Text: strconv.FormatInt(v.Runs, 10)}, {Text: strconv.FormatInt(v.Failures, 10)},
+		{Text: strconv.FormatInt(v.Timeouts, 10)}, {Text: strconv.FormatInt(v.LockLost, 10)}, {Text: strconv.FormatInt(v.Overruns, 10)},
+		{Text: strconv.FormatInt(v.SkippedElsewhere, 10)}, {Text: strings.ReplaceAll(errText, "\n", " ")},
+	}
+}
+
+func (a *app) printJobViews(views []jobs.View) error {
+	p := a.printer()
+	data := make([]jobs.ViewJSON, 0, len(views))
+	rows := make([][]output.Cell, 0, len(views))
+	for _, v := range views {
+		data = append(data, v.JSON())
+		rows = append(rows, jobRow(p, v))
+	}
+	return p.Print(data, jobColumns, rows)
+}
+
+func (a *app) jobViews(ctx context.Context, id string) ([]jobs.View, []jobs.ReplicaStatus, time.Time, error) {
+	pool, err := a.db(ctx)
+	if err != nil {
+		return nil, nil, time.Time{}, err
+	}
+	rows, now, err := jobs.ReadStatus(ctx, pool, id)
+	if err != nil {
+		return nil, nil, now, err
+	}
+	if id != "" && len(rows) == 0 {
+		return nil, nil, now, fmt.Errorf("job %q: %w (no replica has reported it)", id, jobs.ErrUnknownJob)
+	}
+	return jobs.Merge(rows, now), rows, now, nil
+}
+
+func (a *app) newJobsListCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "list",
+		Short: "List every job merged across live replicas",
+		Example: `  studioctl jobs list
+  studioctl jobs list -o wide
+  studioctl jobs list -o json`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			views, _, _, err := a.jobViews(cmd.Context(), "")
+			if err != nil {
+				return err
+			}
+			return a.printJobViews(views)
+		},
+	}
+}
+
+func (a *app) newJobsStatusCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "status [ID]",
+		Short: "Show jobs; with an ID, one row per replica and the last runs",
+		Example: `  studioctl jobs status
+  studioctl jobs status nightly-report
+  studioctl jobs status nightly-report -o json`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 1 {
+				return usageErrorf("%s: unexpected argument %q (usage: %s)", cmd.CommandPath(), args[1], cmd.UseLine())
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id := ""
+			if len(args) == 1 {
+				id = args[0]
+				if err := jobs.ValidateID(id); err != nil {
+					return usageErrorf("job id: %v", err)
+				}
+			}
+			views, rows, now, err := a.jobViews(cmd.Context(), id)
+			if err != nil {
+				return err
+			}
+			if id == "" || a.printer().Structured() {
+				return a.printJobViews(views)
+			}
+			return a.printJobDetail(cmd.Context(), views[0], rows, now)
+		},
+	}
+}
+
+// printJobDetail is jobs status ID as a table: the merged job, one row per
+// replica, and the last runs.
+func (a *app) printJobDetail(ctx context.Context, v jobs.View, rows []jobs.ReplicaStatus, now time.Time) error {
+	p := a.printer()
+	if err := p.Print(nil, jobColumns, [][]output.Cell{jobRow(p, v)}); err != nil {
+		return err
+	}
+	fmt.Fprintln(a.stdout)
+	per := make([][]output.Cell, 0, len(rows))
+	for _, r := range rows {
+		single := jobs.Merge([]jobs.ReplicaStatus{{Status: r.Status, Live: true}}, now)[0]
+		replica := r.ReplicaID
+		if !r.Live {
+			replica += " (gone)"
+		}
+		cells := jobRow(p, single)
+		cells[0] = output.Cell{Text: replica}
+		per = append(per, cells)
+	}
+	cols := append([]output.Column{{Header: "REPLICA"}}, jobColumns[1:]...)
+	if err := p.Print(nil, cols, per); err != nil {
+		return err
+	}
+	fmt.Fprintln(a.stdout)
+	pool, err := a.db(ctx)
+	if err != nil {
+		return err
+	}
+	runs, err := jobs.History(ctx, pool, v.ID, statusRecentRuns)
+	if err != nil {
+		return err
+	}
+	return a.printRuns(runs)
+}
+
+// runJSON is the stable JSON/YAML shape of a run.
+type runJSON struct {
+	Seq             int64      `json:"seq" yaml:"seq"`
+	JobID           string     `json:"job_id" yaml:"job_id"`
+	ReplicaID       string     `json:"replica_id" yaml:"replica_id"`
+	Cluster         *string    `json:"cluster" yaml:"cluster"`
+	StartedAt       time.Time  `json:"started_at" yaml:"started_at"`
+	FinishedAt      *time.Time `json:"finished_at" yaml:"finished_at"`
+	DurationSeconds *float64   `json:"duration_seconds" yaml:"duration_seconds"`
+	Outcome         string     `json:"outcome" yaml:"outcome"`
+	Error           *string    `json:"error" yaml:"error"`
+}
+
+var runColumns = []output.Column{
+	{Header: "SEQ"}, {Header: "REPLICA"}, {Header: "CLUSTER", Wide: true}, {Header: "STARTED"}, {Header: "DURATION"},
+	{Header: "OUTCOME"}, {Header: "ERROR"},
+}
+
+func (a *app) printRuns(runs []jobs.Run) error {
+	p := a.printer()
+	data := make([]runJSON, 0, len(runs))
+	rows := make([][]output.Cell, 0, len(runs))
+	for _, r := range runs {
+		j := runJSON{Seq: r.Seq, JobID: r.JobID, ReplicaID: r.ReplicaID, StartedAt: r.StartedAt.UTC(), FinishedAt: r.FinishedAt, Outcome: string(r.Outcome)}
+		if r.Cluster != "" {
+			j.Cluster = &r.Cluster
+		}
+		if r.Error != "" {
+			j.Error = &r.Error
+		}
+		dur := ""
+		if r.FinishedAt != nil {
+			d := r.FinishedAt.Sub(r.StartedAt).Seconds()
+			j.DurationSeconds = &d
+			dur = output.Duration(r.FinishedAt.Sub(r.StartedAt))
+		}
+		data = append(data, j)
+		errText := strings.ReplaceAll(r.Error, "\n", " ")
+		if len(errText) > 80 && !p.Structured() {
+			errText = errText[:77] + "..."
+		}
+		rows = append(rows, []output.Cell{
+			{Text: strconv.FormatInt(r.Seq, 10)}, {Text: r.ReplicaID}, {Text: r.Cluster}, {Text: p.Time(r.StartedAt)}, {Text: dur},
+			{Text: string(r.Outcome), Tone: outcomeTone(r.Outcome)}, {Text: errText},
+		})
+	}
+	return p.Print(data, runColumns, rows)
+}
+
+func (a *app) newJobsHistoryCmd() *cobra.Command {
+	var limit int
+	cmd := &cobra.Command{
+		Use:   "history ID [--limit N]",
+		Short: "List a job's runs, newest first",
+		Example: `  studioctl jobs history nightly-report
+  studioctl jobs history nightly-report --limit 100 -o json`,
+		Args: exactArgs("id"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := jobs.ValidateID(args[0]); err != nil {
+				return usageErrorf("job id: %v", err)
+			}
+			if limit < 1 || limit > historyMaxLimit {
+				return usageErrorf("--limit: must be between 1 and %d, got %d", historyMaxLimit, limit)
+			}
+			ctx := cmd.Context()
+			pool, err := a.db(ctx)
+			if err != nil {
+				return err
+			}
+			runs, err := jobs.History(ctx, pool, args[0], limit)
+			if err != nil {
+				return err
+			}
+			if len(runs) == 0 {
+				if err := jobs.Known(ctx, pool, args[0]); err != nil {
+					return err
+				}
+			}
+			return a.printRuns(runs)
+		},
+	}
+	cmd.Flags().IntVar(&limit, "limit", historyDefaultLimit, "how many runs to show")
+	return cmd
+}
+
+type jobChangeOptions struct {
+	reason string
+	yes    bool
+}
+
+func (o *jobChangeOptions) flags(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&o.reason, "reason", "", "why, for the audit log")
+	cmd.Flags().BoolVar(&o.yes, "yes", false, "do not ask for confirmation")
+}
+
+// changeJob confirms, applies and reports one settings change.
+func (a *app) changeJob(ctx context.Context, id, what string, o jobChangeOptions, c jobs.Change) error {
+	pool, err := a.db(ctx)
+	if err != nil {
+		return err
+	}
+	if err := jobs.Known(ctx, pool, id); err != nil {
+		return err
+	}
+	ok, err := a.confirm(fmt.Sprintf("%s job %q?", what, id), o.yes)
+	if err != nil || !ok {
+		if err == nil {
+			fmt.Fprintln(a.stderr, "nothing changed")
+		}
+		return err
+	}
+	c.Actor, c.Reason = a.actor(), o.reason
+	s, err := jobs.ApplyChange(ctx, pool, id, c)
+	if err != nil {
+		return err
+	}
+	sched := s.Schedule
+	if sched == "" {
+		sched = "as configured"
+	}
+	fmt.Fprintf(a.stdout, "job %q: paused=%t, schedule %s (every replica applies it at its next fire)\n", id, s.Paused, sched)
+	return nil
+}
+
+func (a *app) newJobsPauseCmd(pause bool) *cobra.Command {
+	var o jobChangeOptions
+	verb, short := "pause", "Pause a job on every replica (its fires do nothing)"
+	if !pause {
+		verb, short = "resume", "Resume a paused job"
+	}
+	cmd := &cobra.Command{
+		Use:     verb + " ID [--reason R] [--yes]",
+		Short:   short,
+		Example: fmt.Sprintf("  studioctl jobs %s nightly-report --reason \"incident 4521\"", verb),
+		Args:    exactArgs("id"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := jobs.ValidateID(args[0]); err != nil {
+				return usageErrorf("job id: %v", err)
+			}
+			return a.changeJob(cmd.Context(), args[0], verb, o, jobs.Change{Pause: &pause})
+		},
+	}
+	o.flags(cmd)
+	return cmd
+}
+
+func (a *app) newJobsSetCmd() *cobra.Command {
+	var o jobChangeOptions
+	var every, cronExpr string
+	var clear bool
+	cmd := &cobra.Command{
+		Use:   "set ID {--every D | --cron EXPR | --clear} [--reason R] [--yes]",
+		Short: "Override a job's schedule on every replica, or clear the override",
+		Long: `Override a job's schedule in studio_job_setting: every replica reads it at the
+job's next fire, without a restart. --clear goes back to the configured
+schedule. A malformed duration or cron expression exits 2 and changes
+nothing. Cron is always read in UTC (a CRON_TZ= prefix is refused).`,
+		Example: `  studioctl jobs set nightly-report --every 1h
+  studioctl jobs set nightly-report --cron "30 3 * * *"
+  studioctl jobs set nightly-report --clear`,
+		Args: exactArgs("id"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := jobs.ValidateID(args[0]); err != nil {
+				return usageErrorf("job id: %v", err)
+			}
+			given := 0
+			for _, set := range []bool{cmd.Flags().Changed("every"), cmd.Flags().Changed("cron"), clear} {
+				if set {
+					given++
+				}
+			}
+			if given != 1 {
+				return usageErrorf("give exactly one of --every, --cron or --clear")
+			}
+			var sched jobs.Schedule
+			switch {
+			case cmd.Flags().Changed("every"):
+				d, err := time.ParseDuration(every)
+				if err != nil {
+					return usageErrorf("--every: %q is not a duration (for example 30s, 5m, 1h)", every)
+				}
+				if d < jobs.MinEvery {
+					return usageErrorf("--every: %s is shorter than the minimum %s", d, jobs.MinEvery)
+				}
+				sched = jobs.Schedule{Every: d}
+			case cmd.Flags().Changed("cron"):
+				s, err := jobs.ParseCron(cronExpr)
+				if err != nil {
+					return usageErrorf("--cron: %v", err)
+				}
+				sched = s
+			}
+			return a.changeJob(cmd.Context(), args[0], "reschedule", o, jobs.Change{Schedule: &sched})
+		},
+	}
+	cmd.Flags().StringVar(&every, "every", "", "fixed delay between the end of a run and the next fire")
+	cmd.Flags().StringVar(&cronExpr, "cron", "", "cron expression, read in UTC")
+	cmd.Flags().BoolVar(&clear, "clear", false, "remove the override")
+	o.flags(cmd)
+	return cmd
+}
+
+func (a *app) newJobsTriggerCmd() *cobra.Command {
+	var o jobChangeOptions
+	cmd := &cobra.Command{
+		Use:   "trigger ID [--reason R] [--yes]",
+		Short: "Run a job now (an installation job still takes its lock)",
+		Long: `Send a job.trigger signal on the bus: every replica that hosts the job fires
+it now unless it is running. An installation job still takes its lock, so
+it runs once; an instance job runs on every replica.`,
+		Example: `  studioctl jobs trigger nightly-report --reason "rerun after fix"`,
+		Args:    exactArgs("id"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := jobs.ValidateID(args[0]); err != nil {
+				return usageErrorf("job id: %v", err)
+			}
+			ctx := cmd.Context()
+			pool, err := a.db(ctx)
+			if err != nil {
+				return err
+			}
+			if err := jobs.Known(ctx, pool, args[0]); err != nil {
+				return err
+			}
+			ok, err := a.confirm(fmt.Sprintf("trigger job %q?", args[0]), o.yes)
+			if err != nil || !ok {
+				if err == nil {
+					fmt.Fprintln(a.stderr, "not triggered")
+				}
+				return err
+			}
+			if err := jobs.Trigger(ctx, pool, args[0], a.actor(), o.reason); err != nil {
+				return err
+			}
+			fmt.Fprintf(a.stdout, "triggered job %q\n", args[0])
+			return nil
+		},
+	}
+	o.flags(cmd)
+	return cmd
+}

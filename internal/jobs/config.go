@@ -1,0 +1,318 @@
+package jobs
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/studioctl/studioctl/internal/tasks"
+)
+
+// ConfigError is a job configuration error: it names the file, the line,
+// the job and the field. `run` stops with exit 2 before it registers.
+type ConfigError struct {
+	File  string
+	Line  int
+	Job   string // "" when the id itself is missing
+	Field string
+	Msg   string
+}
+
+func (e *ConfigError) Error() string {
+	job := "job"
+	if e.Job != "" {
+		job = fmt.Sprintf("job %q", e.Job)
+	}
+	where := e.File
+	if e.Line > 0 {
+		where = fmt.Sprintf("%s:%d", e.File, e.Line)
+	}
+	return fmt.Sprintf("%s: %s: %s: %s", where, job, e.Field, e.Msg)
+}
+
+// LoadFile reads the jobs: list of a YAML configuration file. A file
+// without jobs gives none.
+func LoadFile(path string) ([]Job, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read jobs from %s: %w", path, err)
+	}
+	return Parse(path, b)
+}
+
+// Parse reads the jobs: list of YAML document b (named file in errors).
+func Parse(file string, b []byte) ([]Job, error) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		return nil, &ConfigError{File: file, Field: "yaml", Msg: err.Error()}
+	}
+	if len(doc.Content) == 0 {
+		return nil, nil
+	}
+	root := doc.Content[0]
+	if root.Kind != yaml.MappingNode {
+		return nil, nil
+	}
+	var list *yaml.Node
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		if root.Content[i].Value == "jobs" {
+			list = root.Content[i+1]
+		}
+	}
+	if list == nil || list.Tag == "!!null" {
+		return nil, nil
+	}
+	if list.Kind != yaml.SequenceNode {
+		return nil, &ConfigError{File: file, Line: list.Line, Field: "jobs", Msg: "must be a list of jobs"}
+	}
+	seen := map[string]int{}
+	var out []Job
+	for _, n := range list.Content {
+		j, err := parseJob(file, n)
+		if err != nil {
+			return nil, err
+		}
+		if j.ID == HousekeepingID {
+			return nil, &ConfigError{File: file, Line: n.Line, Job: j.ID, Field: "id", Msg: "is the id of a built-in job"}
+		}
+		if prev, dup := seen[j.ID]; dup {
+			return nil, &ConfigError{File: file, Line: n.Line, Job: j.ID, Field: "id", Msg: fmt.Sprintf("duplicate id (first declared on line %d)", prev)}
+		}
+		seen[j.ID] = n.Line
+		out = append(out, j)
+	}
+	return out, nil
+}
+
+type fields map[string]*yaml.Node
+
+// mapping reads a mapping node, rejecting unknown and repeated keys.
+func mapping(file, job, path string, n *yaml.Node, known ...string) (fields, error) {
+	if n.Kind != yaml.MappingNode {
+		return nil, &ConfigError{File: file, Line: n.Line, Job: job, Field: path, Msg: "must be a mapping"}
+	}
+	f := fields{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k := n.Content[i]
+		ok := false
+		for _, kn := range known {
+			ok = ok || kn == k.Value
+		}
+		field := strings.TrimPrefix(path+"."+k.Value, ".")
+		if !ok {
+			return nil, &ConfigError{File: file, Line: k.Line, Job: job, Field: field, Msg: fmt.Sprintf("unknown key (known: %s)", strings.Join(known, ", "))}
+		}
+		if _, dup := f[k.Value]; dup {
+			return nil, &ConfigError{File: file, Line: k.Line, Job: job, Field: field, Msg: "given twice"}
+		}
+		f[k.Value] = n.Content[i+1]
+	}
+	return f, nil
+}
+
+func scalar(file, job, field string, n *yaml.Node) (string, error) {
+	if n.Kind != yaml.ScalarNode || n.Tag == "!!null" {
+		return "", &ConfigError{File: file, Line: n.Line, Job: job, Field: field, Msg: "must be a single value"}
+	}
+	return n.Value, nil
+}
+
+func parseJob(file string, n *yaml.Node) (Job, error) {
+	j := Job{File: file, Line: n.Line}
+	f, err := mapping(file, "", "", n, "id", "scope", "every", "cron", "timeout", "clusters", "run")
+	if err != nil {
+		return j, err
+	}
+	bad := func(node *yaml.Node, field, format string, args ...any) error {
+		line := n.Line
+		if node != nil {
+			line = node.Line
+		}
+		return &ConfigError{File: file, Line: line, Job: j.ID, Field: field, Msg: fmt.Sprintf(format, args...)}
+	}
+	idNode, ok := f["id"]
+	if !ok {
+		return j, bad(nil, "id", "is required")
+	}
+	if j.ID, err = scalar(file, "", "id", idNode); err != nil {
+		return j, err
+	}
+	if err := ValidateID(j.ID); err != nil {
+		id := j.ID
+		j.ID = ""
+		return j, bad(idNode, "id", "%s", strings.Replace(err.Error(), fmt.Sprintf("%q ", id), "", 1))
+	}
+	scopeNode, ok := f["scope"]
+	if !ok {
+		return j, bad(nil, "scope", "is required: installation (one replica per tick) or instance (every replica); there is no default")
+	}
+	scope, err := scalar(file, j.ID, "scope", scopeNode)
+	if err != nil {
+		return j, err
+	}
+	switch Scope(scope) {
+	case ScopeInstallation, ScopeInstance:
+		j.Scope = Scope(scope)
+	default:
+		return j, bad(scopeNode, "scope", "%q: want installation or instance", scope)
+	}
+	everyNode, hasEvery := f["every"]
+	cronNode, hasCron := f["cron"]
+	switch {
+	case hasEvery && hasCron:
+		return j, bad(cronNode, "cron", "give either every or cron, not both")
+	case !hasEvery && !hasCron:
+		return j, bad(nil, "every", "a schedule is required: every (fixed delay) or cron")
+	case hasEvery:
+		v, err := scalar(file, j.ID, "every", everyNode)
+		if err != nil {
+			return j, err
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return j, bad(everyNode, "every", "%q is not a duration (for example 30s, 5m, 1h)", v)
+		}
+		if d < MinEvery {
+			return j, bad(everyNode, "every", "%s is shorter than the minimum %s", d, MinEvery)
+		}
+		j.Schedule = Schedule{Every: d}
+	default:
+		v, err := scalar(file, j.ID, "cron", cronNode)
+		if err != nil {
+			return j, err
+		}
+		s, err := ParseCron(v)
+		if err != nil {
+			return j, bad(cronNode, "cron", "%s", strings.TrimPrefix(err.Error(), ErrSchedule.Error()+": "))
+		}
+		j.Schedule = s
+	}
+	if tn, ok := f["timeout"]; ok {
+		v, err := scalar(file, j.ID, "timeout", tn)
+		if err != nil {
+			return j, err
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return j, bad(tn, "timeout", "%q is not a duration (for example 30s, 10m)", v)
+		}
+		if d <= 0 {
+			return j, bad(tn, "timeout", "must be positive, got %s", d)
+		}
+		j.Timeout = d
+	}
+	if cn, ok := f["clusters"]; ok {
+		v, _ := scalar(file, j.ID, "clusters", cn)
+		if v != "owned" {
+			return j, bad(cn, "clusters", "%q: the only value is owned", v)
+		}
+		return j, bad(cn, "clusters", "per-cluster jobs need the cluster lease loop, which this version does not have yet")
+	}
+	runNode, ok := f["run"]
+	if !ok {
+		return j, bad(nil, "run", "is required: command, sql or http")
+	}
+	j.Spec, err = parseRun(file, j.ID, runNode)
+	return j, err
+}
+
+func parseRun(file, job string, n *yaml.Node) (TaskSpec, error) {
+	var t TaskSpec
+	f, err := mapping(file, job, "run", n, "command", "sql", "http")
+	if err != nil {
+		return t, err
+	}
+	if len(f) != 1 {
+		return t, &ConfigError{File: file, Line: n.Line, Job: job, Field: "run", Msg: "give exactly one of command, sql or http"}
+	}
+	bad := func(node *yaml.Node, field, format string, args ...any) error {
+		return &ConfigError{File: file, Line: node.Line, Job: job, Field: field, Msg: fmt.Sprintf(format, args...)}
+	}
+	if c, ok := f["command"]; ok {
+		if c.Kind != yaml.SequenceNode || len(c.Content) == 0 {
+			return t, bad(c, "run.command", `must be a non-empty list, for example ["./bin/report", "--day", "yesterday"]`)
+		}
+		for _, a := range c.Content {
+			if a.Kind != yaml.ScalarNode {
+				return t, bad(a, "run.command", "every element must be a string")
+			}
+			t.Command = append(t.Command, a.Value)
+		}
+		if t.Command[0] == "" {
+			return t, bad(c, "run.command", "the program must not be empty")
+		}
+	}
+	if s, ok := f["sql"]; ok {
+		v, err := scalar(file, job, "run.sql", s)
+		if err != nil {
+			return t, err
+		}
+		if strings.TrimSpace(v) == "" {
+			return t, bad(s, "run.sql", "must not be empty")
+		}
+		t.SQL = v
+	}
+	if h, ok := f["http"]; ok {
+		hf, err := mapping(file, job, "run.http", h, "method", "url", "headers", "body")
+		if err != nil {
+			return t, err
+		}
+		ht := tasks.HTTP{Method: "POST", Headers: map[string]string{}}
+		if m, ok := hf["method"]; ok {
+			v, err := scalar(file, job, "run.http.method", m)
+			if err != nil {
+				return t, err
+			}
+			switch strings.ToUpper(v) {
+			case "GET", "POST", "PUT", "PATCH", "DELETE", "HEAD":
+				ht.Method = strings.ToUpper(v)
+			default:
+				return t, bad(m, "run.http.method", "%q: want GET, POST, PUT, PATCH, DELETE or HEAD", v)
+			}
+		}
+		u, ok := hf["url"]
+		if !ok {
+			return t, bad(h, "run.http.url", "is required")
+		}
+		raw, err := scalar(file, job, "run.http.url", u)
+		if err != nil {
+			return t, err
+		}
+		pu, perr := url.Parse(raw)
+		if perr != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
+			return t, bad(u, "run.http.url", "%q: want an absolute http:// or https:// URL", raw)
+		}
+		ht.URL = raw
+		if hd, ok := hf["headers"]; ok {
+			if hd.Kind != yaml.MappingNode {
+				return t, bad(hd, "run.http.headers", "must be a mapping of header to value")
+			}
+			for i := 0; i+1 < len(hd.Content); i += 2 {
+				if hd.Content[i+1].Kind != yaml.ScalarNode {
+					return t, bad(hd.Content[i+1], "run.http.headers."+hd.Content[i].Value, "must be a string")
+				}
+				ht.Headers[hd.Content[i].Value] = hd.Content[i+1].Value
+			}
+		}
+		if b, ok := hf["body"]; ok {
+			v, err := scalar(file, job, "run.http.body", b)
+			if err != nil {
+				return t, err
+			}
+			ht.Body = v
+		}
+		t.HTTP = &ht
+	}
+	return t, nil
+}
+
+// IsConfigError reports whether err is a job configuration error.
+func IsConfigError(err error) bool {
+	var ce *ConfigError
+	return errors.As(err, &ce)
+}

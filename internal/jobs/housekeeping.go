@@ -1,0 +1,71 @@
+package jobs
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/studioctl/studioctl/internal/liveness"
+	"github.com/studioctl/studioctl/internal/tasks"
+)
+
+// The built-in housekeeping job.
+const (
+	HousekeepingID    = "studio-housekeeping"
+	HousekeepingEvery = time.Minute
+	// HistoryRetention: runs older than this are pruned.
+	HistoryRetention = 7 * 24 * time.Hour
+	// ForgetStoppedAfter: replicas stopped or gone for this long are dropped,
+	// with their job status rows.
+	ForgetStoppedAfter = 24 * time.Hour
+)
+
+// Housekeeping returns the built-in studio-housekeeping job (installation
+// scope): prune old run history, mark runs of gone replicas interrupted,
+// drop long-stopped replicas.
+func Housekeeping(q Querier) Job {
+	return Job{
+		ID: HousekeepingID, Scope: ScopeInstallation, Schedule: Schedule{Every: HousekeepingEvery},
+		Task: housekeeping{q: q}, Builtin: true, Spec: TaskSpec{}, File: "(built in)",
+	}
+}
+
+type housekeeping struct{ q Querier }
+
+func (housekeeping) Kind() string { return "builtin" }
+
+func (h housekeeping) Run(ctx context.Context, env tasks.Env) tasks.Result {
+	pruned, interrupted, dropped, err := Housekeep(ctx, h.q)
+	out := fmt.Sprintf("pruned %d runs, marked %d runs interrupted, dropped %d replicas", pruned, interrupted, dropped)
+	return tasks.Result{Output: out, Err: err}
+}
+
+// Housekeep does one housekeeping pass and says what it changed.
+func Housekeep(ctx context.Context, q Querier) (pruned, interrupted, dropped int64, err error) {
+	tag, err := q.Exec(ctx, `DELETE FROM studio_job_run WHERE started_at < now() - make_interval(secs => $1) AND outcome <> 'running'`,
+		HistoryRetention.Seconds())
+	if err != nil {
+		return 0, 0, 0, fmt.Errorf("prune run history: %w", err)
+	}
+	pruned = tag.RowsAffected()
+	tag, err = q.Exec(ctx, `
+UPDATE studio_job_run j SET outcome = 'interrupted', finished_at = now(),
+  error = 'replica ' || j.replica_id || ' is gone: the run was interrupted'
+WHERE j.outcome = 'running' AND NOT EXISTS (
+  SELECT 1 FROM studio_replica r WHERE r.id = j.replica_id AND `+liveness.LiveSQL("r")+`)`)
+	if err != nil {
+		return pruned, 0, 0, fmt.Errorf("mark runs of gone replicas interrupted: %w", err)
+	}
+	interrupted = tag.RowsAffected()
+	err = q.QueryRow(ctx, `
+WITH gone AS (
+  DELETE FROM studio_replica r
+  WHERE coalesce(r.stopped_at, r.heartbeat_at) < now() - make_interval(secs => $1) AND NOT `+liveness.LiveSQL("r")+`
+  RETURNING r.id),
+status AS (DELETE FROM studio_job_status s USING gone WHERE s.replica_id = gone.id RETURNING 1)
+SELECT count(*) FROM gone`, ForgetStoppedAfter.Seconds()).Scan(&dropped)
+	if err != nil {
+		return pruned, interrupted, 0, fmt.Errorf("drop long-stopped replicas: %w", err)
+	}
+	return pruned, interrupted, dropped, nil
+}

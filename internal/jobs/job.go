@@ -1,0 +1,107 @@
+// Package jobs is the job model of SPEC §5: scopes, schedules, the timing
+// rules, configuration, health, and the stores for status, history and
+// operator settings.
+package jobs
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/studioctl/studioctl/internal/tasks"
+)
+
+// Scope says where a job runs.
+type Scope string
+
+const (
+	// ScopeInstallation: the effect lies in the shared database or outside
+	// systems; one replica per tick, through the lock table.
+	ScopeInstallation Scope = "installation"
+	// ScopeInstance: the effect is this replica's own state; every replica.
+	ScopeInstance Scope = "instance"
+)
+
+// MaxIDBytes is the longest job id: it is also the lock name (VARCHAR(64)).
+const MaxIDBytes = 64
+
+// MinEvery is the shortest fixed delay a configuration may ask for.
+const MinEvery = time.Second
+
+var idPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]*$`)
+
+// ValidateID checks a job id: [a-z0-9][a-z0-9-]*, at most 64 bytes.
+func ValidateID(id string) error {
+	switch {
+	case id == "":
+		return fmt.Errorf("must not be empty")
+	case len(id) > MaxIDBytes:
+		return fmt.Errorf("%q is %d bytes, at most %d allowed", id, len(id), MaxIDBytes)
+	case !idPattern.MatchString(id):
+		return fmt.Errorf("%q must match [a-z0-9][a-z0-9-]*", id)
+	}
+	return nil
+}
+
+// TaskSpec is a task as configured, before it is bound to a database pool.
+type TaskSpec struct {
+	Command []string
+	SQL     string
+	HTTP    *tasks.HTTP
+}
+
+// Kind is "command", "sql" or "http".
+func (t TaskSpec) Kind() string {
+	switch {
+	case len(t.Command) > 0:
+		return "command"
+	case t.SQL != "":
+		return "sql"
+	case t.HTTP != nil:
+		return "http"
+	}
+	return ""
+}
+
+// Job is one scheduled job.
+type Job struct {
+	ID       string
+	Scope    Scope
+	Schedule Schedule      // as configured; an operator override may replace it at a fire
+	Timeout  time.Duration // 0: DefaultTimeout of the schedule in force
+	Spec     TaskSpec      // the configured task
+	Task     tasks.Task    // the bound task the runner executes
+	Builtin  bool          // declared in code (studio-housekeeping)
+
+	File string // where it was declared, for messages
+	Line int
+}
+
+// TimeoutFor is the run timeout under schedule s (the configured or
+// overridden schedule in force).
+func (j Job) TimeoutFor(s Schedule) time.Duration {
+	if j.Timeout > 0 {
+		return j.Timeout
+	}
+	return DefaultTimeout(s)
+}
+
+// Bind turns the configured task into an executable one; db runs sql tasks.
+func (j *Job) Bind(db interface {
+	Begin(context.Context) (pgx.Tx, error)
+}) {
+	if j.Task != nil {
+		return
+	}
+	switch {
+	case len(j.Spec.Command) > 0:
+		j.Task = tasks.Command{Argv: j.Spec.Command}
+	case j.Spec.SQL != "":
+		j.Task = tasks.SQL{Statement: j.Spec.SQL, DB: db}
+	case j.Spec.HTTP != nil:
+		j.Task = *j.Spec.HTTP
+	}
+}

@@ -1,0 +1,265 @@
+package jobs
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/studioctl/studioctl/internal/liveness"
+)
+
+const statusSelect = `SELECT replica_id, job_id, scope, schedule, next_fire_at, running, last_started_at, last_finished_at,
+  coalesce(last_outcome, ''), coalesce(last_error, ''), last_success_at, last_skipped_elsewhere_at, runs, failures, timeouts,
+  lock_lost, overruns, skipped_elsewhere, coalesce(invalid_schedule, ''), paused, updated_at
+FROM studio_job_status`
+
+func scanStatus(rows pgx.Rows) ([]Status, error) {
+	var out []Status
+	for rows.Next() {
+		var st Status
+		var scope, outcome string
+		err := rows.Scan(&st.ReplicaID, &st.JobID, &scope, &st.Schedule, &st.NextFireAt, &st.Running, &st.LastStartedAt,
+			&st.LastFinishedAt, &outcome, &st.LastError, &st.LastSuccessAt, &st.LastSkippedElsewhereAt, &st.Runs, &st.Failures,
+			&st.Timeouts, &st.LockLost, &st.Overruns, &st.SkippedElsewhere, &st.InvalidSchedule, &st.Paused, &st.UpdatedAt)
+		if err != nil {
+			return nil, fmt.Errorf("read job status: %w", err)
+		}
+		st.Scope, st.LastOutcome = Scope(scope), Outcome(outcome)
+		for _, p := range []**time.Time{&st.NextFireAt, &st.LastStartedAt, &st.LastFinishedAt, &st.LastSuccessAt, &st.LastSkippedElsewhereAt} {
+			if *p != nil {
+				t := (*p).UTC()
+				*p = &t
+			}
+		}
+		st.UpdatedAt = st.UpdatedAt.UTC()
+		out = append(out, st)
+	}
+	return out, rows.Err()
+}
+
+// ReplicaStatus is one replica's status row of a job, with whether that
+// replica is live now.
+type ReplicaStatus struct {
+	Status
+	Live bool
+}
+
+// ReadStatus returns the status rows (of job, or of every job when job is
+// ""), with replica liveness and database now.
+func ReadStatus(ctx context.Context, q Querier, job string) ([]ReplicaStatus, time.Time, error) {
+	sql := `SELECT s.replica_id, ` + liveness.LiveSQL("r") + ` FROM studio_job_status s LEFT JOIN studio_replica r ON r.id = s.replica_id`
+	args := []any{}
+	if job != "" {
+		sql += ` WHERE s.job_id = $1`
+		args = append(args, job)
+	}
+	live := map[string]bool{}
+	rows, err := q.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("read job status: %w", err)
+	}
+	for rows.Next() {
+		var id string
+		var l bool
+		if err := rows.Scan(&id, &l); err != nil {
+			rows.Close()
+			return nil, time.Time{}, fmt.Errorf("read job status: %w", err)
+		}
+		live[id] = l
+	}
+	rows.Close()
+	where := ""
+	if job != "" {
+		where = ` WHERE job_id = $1`
+	}
+	rows, err = q.Query(ctx, statusSelect+where+` ORDER BY job_id, replica_id`, args...)
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("read job status: %w", err)
+	}
+	list, err := scanStatus(rows)
+	rows.Close()
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	var now time.Time
+	if err := q.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+		return nil, time.Time{}, fmt.Errorf("read database time: %w", err)
+	}
+	out := make([]ReplicaStatus, 0, len(list))
+	for _, st := range list {
+		out = append(out, ReplicaStatus{Status: st, Live: live[st.ReplicaID]})
+	}
+	return out, now.UTC(), nil
+}
+
+// View is a job merged across the live replicas that host it: the latest
+// run wherever it happened, summed counters, and the health of the whole.
+type View struct {
+	ID               string
+	Scope            Scope
+	Schedule         string
+	Health           Health
+	LastOutcome      Outcome
+	LastError        string
+	LastStartedAt    *time.Time
+	LastFinishedAt   *time.Time
+	LastReplica      string
+	NextFireAt       *time.Time
+	Runs             int64
+	Failures         int64
+	Timeouts         int64
+	LockLost         int64
+	Overruns         int64
+	SkippedElsewhere int64
+	InvalidSchedule  string
+	Paused           bool
+	Replicas         int // live replicas reporting it
+}
+
+// Merge builds one View per job from status rows. Rows of replicas that are
+// not live are used only when no live replica reports the job (so a job
+// whose every replica is gone still shows its last state).
+func Merge(rows []ReplicaStatus, now time.Time) []View {
+	byJob := map[string][]ReplicaStatus{}
+	for _, r := range rows {
+		byJob[r.JobID] = append(byJob[r.JobID], r)
+	}
+	out := make([]View, 0, len(byJob))
+	for id, rs := range byJob {
+		use := rs[:0:0]
+		for _, r := range rs {
+			if r.Live {
+				use = append(use, r)
+			}
+		}
+		if len(use) == 0 {
+			use = rs
+		}
+		v := View{ID: id, Scope: use[0].Scope, Schedule: use[0].Schedule}
+		var merged Status
+		merged.Schedule, merged.Scope = v.Schedule, v.Scope
+		for _, r := range use {
+			if r.Live {
+				v.Replicas++
+			}
+			v.Runs += r.Runs
+			v.Failures += r.Failures
+			v.Timeouts += r.Timeouts
+			v.LockLost += r.LockLost
+			v.Overruns += r.Overruns
+			v.SkippedElsewhere += r.SkippedElsewhere
+			v.Paused = v.Paused || r.Paused
+			if r.InvalidSchedule != "" {
+				v.InvalidSchedule = r.InvalidSchedule
+			}
+			if r.NextFireAt != nil && (v.NextFireAt == nil || r.NextFireAt.Before(*v.NextFireAt)) {
+				v.NextFireAt = r.NextFireAt
+			}
+			if r.LastStartedAt != nil && (v.LastStartedAt == nil || r.LastStartedAt.After(*v.LastStartedAt)) {
+				v.LastStartedAt, v.LastFinishedAt, v.LastReplica = r.LastStartedAt, r.LastFinishedAt, r.ReplicaID
+				v.LastOutcome, v.LastError = r.LastOutcome, r.LastError
+				if r.Running {
+					v.LastOutcome = OutcomeRunning
+				}
+			}
+			if r.LastFinishedAt != nil && (merged.LastFinishedAt == nil || r.LastFinishedAt.After(*merged.LastFinishedAt)) {
+				merged.LastFinishedAt = r.LastFinishedAt
+			}
+			if r.LastSkippedElsewhereAt != nil && (merged.LastSkippedElsewhereAt == nil || r.LastSkippedElsewhereAt.After(*merged.LastSkippedElsewhereAt)) {
+				merged.LastSkippedElsewhereAt = r.LastSkippedElsewhereAt
+			}
+		}
+		merged.Paused, merged.InvalidSchedule = v.Paused, v.InvalidSchedule
+		merged.LastOutcome = v.LastOutcome
+		if merged.LastOutcome == OutcomeRunning {
+			merged.LastOutcome = ""
+		}
+		if merged.LastCompletion().IsZero() {
+			// Never completed anywhere: judge from the first start, if any.
+			if v.LastStartedAt != nil {
+				merged.Since = *v.LastStartedAt
+			}
+		}
+		v.Health = JudgeHealth(merged, now)
+		out = append(out, v)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// History returns the last limit runs of job, newest first.
+func History(ctx context.Context, q Querier, job string, limit int) ([]Run, error) {
+	rows, err := q.Query(ctx, `SELECT seq, job_id, replica_id, coalesce(cluster, ''), started_at, finished_at, outcome,
+  coalesce(error, ''), coalesce(output_tail, '') FROM studio_job_run WHERE job_id = $1 ORDER BY seq DESC LIMIT $2`, job, limit)
+	if err != nil {
+		return nil, fmt.Errorf("read history of job %q: %w", job, err)
+	}
+	defer rows.Close()
+	var out []Run
+	for rows.Next() {
+		var r Run
+		var outcome string
+		if err := rows.Scan(&r.Seq, &r.JobID, &r.ReplicaID, &r.Cluster, &r.StartedAt, &r.FinishedAt, &outcome, &r.Error, &r.OutputTail); err != nil {
+			return nil, fmt.Errorf("read history of job %q: %w", job, err)
+		}
+		r.Outcome = Outcome(outcome)
+		r.StartedAt = r.StartedAt.UTC()
+		if r.FinishedAt != nil {
+			t := r.FinishedAt.UTC()
+			r.FinishedAt = &t
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// ViewJSON is the stable JSON/YAML shape of a job (jobs list, jobs status,
+// the replica's /v1/jobs).
+type ViewJSON struct {
+	ID               string     `json:"id" yaml:"id"`
+	Scope            string     `json:"scope" yaml:"scope"`
+	Schedule         string     `json:"schedule" yaml:"schedule"`
+	Health           string     `json:"health" yaml:"health"`
+	LastOutcome      *string    `json:"last_outcome" yaml:"last_outcome"`
+	LastStartedAt    *time.Time `json:"last_started_at" yaml:"last_started_at"`
+	LastFinishedAt   *time.Time `json:"last_finished_at" yaml:"last_finished_at"`
+	LastReplica      *string    `json:"last_replica" yaml:"last_replica"`
+	NextFireAt       *time.Time `json:"next_fire_at" yaml:"next_fire_at"`
+	Runs             int64      `json:"runs" yaml:"runs"`
+	Failures         int64      `json:"failures" yaml:"failures"`
+	Timeouts         int64      `json:"timeouts" yaml:"timeouts"`
+	LockLost         int64      `json:"lock_lost" yaml:"lock_lost"`
+	Overruns         int64      `json:"overruns" yaml:"overruns"`
+	SkippedElsewhere int64      `json:"skipped_elsewhere" yaml:"skipped_elsewhere"`
+	InvalidSchedule  *string    `json:"invalid_schedule" yaml:"invalid_schedule"`
+	Paused           bool       `json:"paused" yaml:"paused"`
+}
+
+func optString(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func utcPtr(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+// JSON renders v in its stable shape.
+func (v View) JSON() ViewJSON {
+	return ViewJSON{
+		ID: v.ID, Scope: string(v.Scope), Schedule: v.Schedule, Health: string(v.Health),
+		LastOutcome: optString(string(v.LastOutcome)), LastStartedAt: utcPtr(v.LastStartedAt), LastFinishedAt: utcPtr(v.LastFinishedAt),
+		LastReplica: optString(v.LastReplica), NextFireAt: utcPtr(v.NextFireAt),
+		Runs: v.Runs, Failures: v.Failures, Timeouts: v.Timeouts, LockLost: v.LockLost, Overruns: v.Overruns,
+		SkippedElsewhere: v.SkippedElsewhere, InvalidSchedule: optString(v.InvalidSchedule), Paused: v.Paused,
+	}
+}

@@ -1,0 +1,113 @@
+package jobs
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/robfig/cron/v3"
+)
+
+// Schedule is a job's trigger: a fixed delay counted from the end of a run,
+// or a cron expression read in UTC.
+type Schedule struct {
+	Every time.Duration
+	Cron  string
+	cron  cron.Schedule
+}
+
+// ErrSchedule marks a malformed schedule.
+var ErrSchedule = errors.New("invalid schedule")
+
+// cronParser takes standard five-field expressions and descriptors (@daily).
+var cronParser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+
+// Every returns a fixed-delay schedule.
+func Every(d time.Duration) (Schedule, error) {
+	if d <= 0 {
+		return Schedule{}, fmt.Errorf("%w: every must be positive, got %s", ErrSchedule, d)
+	}
+	return Schedule{Every: d}, nil
+}
+
+// ParseCron parses a cron expression, always in UTC. A CRON_TZ= or TZ=
+// prefix is rejected, and the parser's panics are turned into errors.
+func ParseCron(expr string) (s Schedule, err error) {
+	expr = strings.TrimSpace(expr)
+	if expr == "" {
+		return Schedule{}, fmt.Errorf("%w: empty cron expression", ErrSchedule)
+	}
+	if strings.HasPrefix(expr, "CRON_TZ=") || strings.HasPrefix(expr, "TZ=") {
+		return Schedule{}, fmt.Errorf("%w: cron %q: a time zone prefix is not allowed; cron is always read in UTC", ErrSchedule, expr)
+	}
+	if strings.HasPrefix(expr, "@every") {
+		return Schedule{}, fmt.Errorf("%w: cron %q: use every: instead of @every", ErrSchedule, expr)
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%w: cron %q: %v", ErrSchedule, expr, r)
+		}
+	}()
+	c, err := cronParser.Parse(expr)
+	if err != nil {
+		return Schedule{}, fmt.Errorf("%w: cron %q: %v", ErrSchedule, expr, err)
+	}
+	// A schedule that never fires (30 February) would spin or stall.
+	if c.Next(time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)).IsZero() {
+		return Schedule{}, fmt.Errorf("%w: cron %q never fires", ErrSchedule, expr)
+	}
+	return Schedule{Cron: expr, cron: c}, nil
+}
+
+// IsCron reports whether the schedule is a cron expression.
+func (s Schedule) IsCron() bool { return s.Cron != "" }
+
+// IsZero reports an unset schedule.
+func (s Schedule) IsZero() bool { return s.Every == 0 && s.Cron == "" }
+
+// Next is when the job fires next after a run (or skip) that ended at end.
+func (s Schedule) Next(end time.Time) time.Time {
+	if s.IsCron() {
+		return s.cron.Next(end.UTC())
+	}
+	return end.Add(s.Every)
+}
+
+// Interval is the schedule's typical period: the delay, or the time between
+// two cron fires after t.
+func (s Schedule) Interval(t time.Time) time.Duration {
+	if !s.IsCron() {
+		return s.Every
+	}
+	a := s.cron.Next(t.UTC())
+	return s.cron.Next(a).Sub(a)
+}
+
+// String is the stored form: "every 30s" or "cron 0 2 * * *".
+func (s Schedule) String() string {
+	if s.IsCron() {
+		return "cron " + s.Cron
+	}
+	if s.Every > 0 {
+		return "every " + s.Every.String()
+	}
+	return ""
+}
+
+// ParseSchedule reads the stored form written by String.
+func ParseSchedule(text string) (Schedule, error) {
+	kind, rest, _ := strings.Cut(strings.TrimSpace(text), " ")
+	switch kind {
+	case "every":
+		d, err := time.ParseDuration(strings.TrimSpace(rest))
+		if err != nil {
+			return Schedule{}, fmt.Errorf("%w: %q: %v", ErrSchedule, text, err)
+		}
+		return Every(d)
+	case "cron":
+		return ParseCron(rest)
+	default:
+		return Schedule{}, fmt.Errorf("%w: %q: want \"every DURATION\" or \"cron EXPR\"", ErrSchedule, text)
+	}
+}

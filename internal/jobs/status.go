@@ -1,0 +1,103 @@
+package jobs
+
+import (
+	"time"
+)
+
+// Outcome of a run (studio_job_run.outcome).
+type Outcome string
+
+const (
+	OutcomeRunning     Outcome = "running"
+	OutcomeSucceeded   Outcome = "succeeded"
+	OutcomeFailed      Outcome = "failed"
+	OutcomeTimedOut    Outcome = "timed_out"
+	OutcomeLockLost    Outcome = "lock_lost"
+	OutcomeInterrupted Outcome = "interrupted"
+)
+
+// Failing reports whether an outcome makes a job failing.
+func (o Outcome) Failing() bool {
+	return o == OutcomeFailed || o == OutcomeTimedOut || o == OutcomeLockLost || o == OutcomeInterrupted
+}
+
+// Health of a job.
+type Health string
+
+const (
+	HealthOK              Health = "ok"
+	HealthFailing         Health = "failing"
+	HealthStalled         Health = "stalled"
+	HealthInvalidSchedule Health = "invalid-schedule"
+	HealthPaused          Health = "paused"
+)
+
+// Status is one replica's view of one job (a studio_job_status row).
+type Status struct {
+	ReplicaID              string
+	JobID                  string
+	Scope                  Scope
+	Schedule               string // the schedule in force, stored form
+	NextFireAt             *time.Time
+	Running                bool
+	LastStartedAt          *time.Time
+	LastFinishedAt         *time.Time
+	LastOutcome            Outcome
+	LastError              string
+	LastSuccessAt          *time.Time
+	LastSkippedElsewhereAt *time.Time
+	Runs                   int64
+	Failures               int64
+	Timeouts               int64
+	LockLost               int64
+	Overruns               int64
+	SkippedElsewhere       int64
+	InvalidSchedule        string // the parser's cause, "" when valid
+	Paused                 bool
+	UpdatedAt              time.Time
+	Since                  time.Time // when this replica started tracking the job (not stored)
+}
+
+// LastCompletion is the later of the last finished run and the last skip:
+// a skip counts as a completion when judging a stalled job.
+func (s Status) LastCompletion() time.Time {
+	var t time.Time
+	if s.LastFinishedAt != nil {
+		t = *s.LastFinishedAt
+	}
+	if s.LastSkippedElsewhereAt != nil && s.LastSkippedElsewhereAt.After(t) {
+		t = *s.LastSkippedElsewhereAt
+	}
+	return t
+}
+
+// JudgeHealth says how a job is: paused, invalid-schedule, failing (last
+// outcome failed, timed out, lost its lock or was interrupted), stalled (no
+// completion within three intervals of the schedule in force), or ok.
+// since is when tracking began (a job that never completed is judged from
+// then).
+func JudgeHealth(s Status, now time.Time) Health {
+	switch {
+	case s.Paused:
+		return HealthPaused
+	case s.InvalidSchedule != "":
+		return HealthInvalidSchedule
+	case s.LastOutcome.Failing():
+		return HealthFailing
+	}
+	sched, err := ParseSchedule(s.Schedule)
+	if err != nil {
+		return HealthOK
+	}
+	last := s.LastCompletion()
+	if last.IsZero() {
+		last = s.Since
+	}
+	if last.IsZero() {
+		return HealthOK
+	}
+	if now.Sub(last) > StalledIntervals*sched.Interval(last) {
+		return HealthStalled
+	}
+	return HealthOK
+}

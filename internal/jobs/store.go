@@ -1,0 +1,311 @@
+package jobs
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/studioctl/studioctl/internal/bus"
+)
+
+// The batching writer of SPEC §3: per-run writes (status, history) are
+// coalesced and flushed at most every second, or sooner at a size bound, so
+// statements per second stay bounded however many jobs a replica hosts.
+const (
+	FlushEvery = time.Second
+	FlushBatch = 500
+	// seqBlock run seqs are taken from the sequence in one statement.
+	seqBlock = 100
+	// flushTimeout bounds one flush.
+	flushTimeout = 10 * time.Second
+)
+
+// Run is one execution (a studio_job_run row).
+type Run struct {
+	Seq        int64
+	JobID      string
+	ReplicaID  string
+	Cluster    string
+	StartedAt  time.Time
+	FinishedAt *time.Time
+	Outcome    Outcome
+	Error      string
+	OutputTail string
+}
+
+// Store writes status and history for one replica through a batching writer.
+type Store struct {
+	q         Querier
+	replicaID string
+	log       *slog.Logger
+
+	mu      sync.Mutex
+	runs    map[int64]Run
+	status  map[string]Status
+	kick    chan struct{}
+	seqs    []int64
+	seqMu   sync.Mutex
+	stop    context.CancelFunc
+	done    chan struct{}
+	once    sync.Once
+	failing bool
+
+	flushes, statements int64 // for measurements
+}
+
+// NewStore returns a store for replicaID; Start runs its writer.
+func NewStore(q Querier, replicaID string, log *slog.Logger) *Store {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Store{q: q, replicaID: replicaID, log: log, runs: map[int64]Run{}, status: map[string]Status{},
+		kick: make(chan struct{}, 1), done: make(chan struct{})}
+}
+
+// Start runs the writer goroutine until Stop.
+func (s *Store) Start(ctx context.Context) {
+	ctx, s.stop = context.WithCancel(ctx)
+	go s.loop(ctx)
+}
+
+// Stop flushes what is pending and ends the writer. Safe to call twice.
+func (s *Store) Stop() {
+	s.once.Do(func() {
+		if s.stop != nil {
+			s.stop()
+			<-s.done
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
+		defer cancel()
+		if err := s.Flush(ctx); err != nil {
+			s.log.Warn("jobs: final flush failed", "error", err)
+		}
+	})
+}
+
+func (s *Store) loop(ctx context.Context) {
+	defer close(s.done)
+	t := time.NewTicker(FlushEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-s.kick:
+		}
+		fctx, cancel := context.WithTimeout(ctx, flushTimeout)
+		err := s.Flush(fctx)
+		cancel()
+		switch {
+		case err != nil && !s.failing:
+			s.failing = true
+			s.log.Warn("jobs: writing status and history failed; will retry", "error", err)
+		case err == nil && s.failing:
+			s.failing = false
+			s.log.Info("jobs: writing status and history recovered")
+		}
+	}
+}
+
+// NextSeq returns a run seq, taking a block from the sequence when needed.
+func (s *Store) NextSeq(ctx context.Context) (int64, error) {
+	s.seqMu.Lock()
+	defer s.seqMu.Unlock()
+	if len(s.seqs) == 0 {
+		rows, err := s.q.Query(ctx, `SELECT nextval(pg_get_serial_sequence('studio_job_run', 'seq')) FROM generate_series(1, $1)`, seqBlock)
+		if err != nil {
+			return 0, fmt.Errorf("allocate run seqs: %w", err)
+		}
+		for rows.Next() {
+			var n int64
+			if err := rows.Scan(&n); err != nil {
+				rows.Close()
+				return 0, fmt.Errorf("allocate run seqs: %w", err)
+			}
+			s.seqs = append(s.seqs, n)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil || len(s.seqs) == 0 {
+			return 0, fmt.Errorf("allocate run seqs: %v", err)
+		}
+	}
+	n := s.seqs[0]
+	s.seqs = s.seqs[1:]
+	return n, nil
+}
+
+// PutRun queues a run row (the latest version of a seq wins).
+func (s *Store) PutRun(r Run) {
+	s.mu.Lock()
+	s.runs[r.Seq] = r
+	n := len(s.runs) + len(s.status)
+	s.mu.Unlock()
+	s.maybeKick(n)
+}
+
+// PutStatus queues a status snapshot (the latest per job wins).
+func (s *Store) PutStatus(st Status) {
+	s.mu.Lock()
+	s.status[st.JobID] = st
+	n := len(s.runs) + len(s.status)
+	s.mu.Unlock()
+	s.maybeKick(n)
+}
+
+func (s *Store) maybeKick(n int) {
+	if n >= FlushBatch {
+		select {
+		case s.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Stats returns how many flushes and statements the writer has made.
+func (s *Store) Stats() (flushes, statements int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.flushes, s.statements
+}
+
+// Flush writes what is pending in one transaction: one statement for runs,
+// one for status, and one bus notification of the flushed run seqs.
+func (s *Store) Flush(ctx context.Context) error {
+	s.mu.Lock()
+	runs, status := s.runs, s.status
+	s.runs, s.status = map[int64]Run{}, map[string]Status{}
+	s.mu.Unlock()
+	if len(runs) == 0 && len(status) == 0 {
+		return nil
+	}
+	err := s.write(ctx, runs, status)
+	if err != nil {
+		// Put them back unless a newer version arrived meanwhile.
+		s.mu.Lock()
+		for k, v := range runs {
+			if _, newer := s.runs[k]; !newer {
+				s.runs[k] = v
+			}
+		}
+		for k, v := range status {
+			if _, newer := s.status[k]; !newer {
+				s.status[k] = v
+			}
+		}
+		s.mu.Unlock()
+	}
+	return err
+}
+
+const upsertRunsSQL = `
+INSERT INTO studio_job_run (seq, job_id, replica_id, cluster, started_at, finished_at, outcome, error, output_tail)
+SELECT seq, job_id, replica_id, NULLIF(cluster, ''), started_at, finished_at, outcome, NULLIF(error, ''), NULLIF(output_tail, '')
+FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::timestamptz[], $7::text[], $8::text[], $9::text[])
+  AS t(seq, job_id, replica_id, cluster, started_at, finished_at, outcome, error, output_tail)
+ON CONFLICT (seq) DO UPDATE SET finished_at = EXCLUDED.finished_at, outcome = EXCLUDED.outcome,
+  error = EXCLUDED.error, output_tail = EXCLUDED.output_tail
+WHERE studio_job_run.outcome = 'running'`
+
+const upsertStatusSQL = `
+INSERT INTO studio_job_status (replica_id, job_id, scope, schedule, next_fire_at, running, last_started_at, last_finished_at,
+  last_outcome, last_error, last_success_at, last_skipped_elsewhere_at, runs, failures, timeouts, lock_lost, overruns,
+  skipped_elsewhere, invalid_schedule, paused, updated_at)
+SELECT $1, job_id, scope, schedule, next_fire_at, running, last_started_at, last_finished_at,
+  NULLIF(last_outcome, ''), NULLIF(last_error, ''), last_success_at, last_skipped_elsewhere_at, runs, failures, timeouts,
+  lock_lost, overruns, skipped_elsewhere, NULLIF(invalid_schedule, ''), paused, updated_at
+FROM unnest($2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::bool[], $7::timestamptz[], $8::timestamptz[],
+  $9::text[], $10::text[], $11::timestamptz[], $12::timestamptz[], $13::bigint[], $14::bigint[], $15::bigint[], $16::bigint[],
+  $17::bigint[], $18::bigint[], $19::text[], $20::bool[], $21::timestamptz[])
+  AS t(job_id, scope, schedule, next_fire_at, running, last_started_at, last_finished_at, last_outcome, last_error,
+  last_success_at, last_skipped_elsewhere_at, runs, failures, timeouts, lock_lost, overruns, skipped_elsewhere,
+  invalid_schedule, paused, updated_at)
+ON CONFLICT (replica_id, job_id) DO UPDATE SET scope = EXCLUDED.scope, schedule = EXCLUDED.schedule,
+  next_fire_at = EXCLUDED.next_fire_at, running = EXCLUDED.running, last_started_at = EXCLUDED.last_started_at,
+  last_finished_at = EXCLUDED.last_finished_at, last_outcome = EXCLUDED.last_outcome, last_error = EXCLUDED.last_error,
+  last_success_at = EXCLUDED.last_success_at, last_skipped_elsewhere_at = EXCLUDED.last_skipped_elsewhere_at,
+  runs = EXCLUDED.runs, failures = EXCLUDED.failures, timeouts = EXCLUDED.timeouts, lock_lost = EXCLUDED.lock_lost,
+  overruns = EXCLUDED.overruns, skipped_elsewhere = EXCLUDED.skipped_elsewhere,
+  invalid_schedule = EXCLUDED.invalid_schedule, paused = EXCLUDED.paused, updated_at = EXCLUDED.updated_at`
+
+func (s *Store) write(ctx context.Context, runs map[int64]Run, status map[string]Status) error {
+	tx, err := s.q.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("write job history: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	stmts := int64(0)
+	if len(runs) > 0 {
+		n := len(runs)
+		seq, job, rep, cl, out, errs, tail := make([]int64, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
+		started, finished := make([]time.Time, 0, n), make([]*time.Time, 0, n)
+		for _, r := range runs {
+			seq, job, rep, cl = append(seq, r.Seq), append(job, r.JobID), append(rep, r.ReplicaID), append(cl, r.Cluster)
+			started, finished = append(started, r.StartedAt), append(finished, r.FinishedAt)
+			out, errs, tail = append(out, string(r.Outcome)), append(errs, r.Error), append(tail, r.OutputTail)
+		}
+		if _, err := tx.Exec(ctx, upsertRunsSQL, seq, job, rep, cl, started, finished, out, errs, tail); err != nil {
+			return fmt.Errorf("write job history: %w", err)
+		}
+		stmts++
+		if err := bus.Notify(ctx, tx, bus.Seqs(seq...)); err != nil {
+			return fmt.Errorf("announce job runs: %w", err)
+		}
+		stmts++
+	}
+	if len(status) > 0 {
+		n := len(status)
+		var (
+			job, scope, sched, lastOut, lastErr, invalid  = make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
+			next, lStart, lFin, lSucc, lSkip              = make([]*time.Time, 0, n), make([]*time.Time, 0, n), make([]*time.Time, 0, n), make([]*time.Time, 0, n), make([]*time.Time, 0, n)
+			running, paused                               = make([]bool, 0, n), make([]bool, 0, n)
+			runsN, fails, touts, lost, overruns, skipped  = make([]int64, 0, n), make([]int64, 0, n), make([]int64, 0, n), make([]int64, 0, n), make([]int64, 0, n), make([]int64, 0, n)
+			updated                                       = make([]time.Time, 0, n)
+		)
+		for _, st := range status {
+			job, scope, sched = append(job, st.JobID), append(scope, string(st.Scope)), append(sched, st.Schedule)
+			next, running = append(next, st.NextFireAt), append(running, st.Running)
+			lStart, lFin = append(lStart, st.LastStartedAt), append(lFin, st.LastFinishedAt)
+			lastOut, lastErr = append(lastOut, string(st.LastOutcome)), append(lastErr, st.LastError)
+			lSucc, lSkip = append(lSucc, st.LastSuccessAt), append(lSkip, st.LastSkippedElsewhereAt)
+			runsN, fails, touts, lost = append(runsN, st.Runs), append(fails, st.Failures), append(touts, st.Timeouts), append(lost, st.LockLost)
+			overruns, skipped = append(overruns, st.Overruns), append(skipped, st.SkippedElsewhere)
+			invalid, paused, updated = append(invalid, st.InvalidSchedule), append(paused, st.Paused), append(updated, st.UpdatedAt)
+		}
+		_, err := tx.Exec(ctx, upsertStatusSQL, s.replicaID, job, scope, sched, next, running, lStart, lFin, lastOut, lastErr,
+			lSucc, lSkip, runsN, fails, touts, lost, overruns, skipped, invalid, paused, updated)
+		if err != nil {
+			return fmt.Errorf("write job status: %w", err)
+		}
+		stmts++
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("write job history: %w", err)
+	}
+	s.mu.Lock()
+	s.flushes++
+	s.statements += stmts + 2 // BEGIN and COMMIT
+	s.mu.Unlock()
+	return nil
+}
+
+// LoadStatus reads this replica's status rows, so counters survive a
+// restart with the same replica id.
+func (s *Store) LoadStatus(ctx context.Context) (map[string]Status, error) {
+	rows, err := s.q.Query(ctx, statusSelect+` WHERE replica_id = $1`, s.replicaID)
+	if err != nil {
+		return nil, fmt.Errorf("read job status: %w", err)
+	}
+	defer rows.Close()
+	list, err := scanStatus(rows)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]Status, len(list))
+	for _, st := range list {
+		out[st.JobID] = st
+	}
+	return out, nil
+}

@@ -1,0 +1,224 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/studioctl/studioctl/internal/jobs"
+	"github.com/studioctl/studioctl/internal/locks"
+	"github.com/studioctl/studioctl/internal/tasks"
+)
+
+// run executes one tick of js under schedule sched that fired at fire.
+func (r *Runner) run(js *jobState, sched jobs.Schedule, fire time.Time) {
+	id := js.job.ID
+	var lock *locks.Lock
+	if js.job.Scope == jobs.ScopeInstallation {
+		ctx, cancel := context.WithTimeout(r.runsCtx, lockStatementTimeout)
+		l, err := r.o.Locks.TryLock(ctx, id, jobs.LockAtMostFor(sched), jobs.LockAtLeastFor(sched))
+		cancel()
+		now := r.o.Clock.Now()
+		if errors.Is(err, locks.ErrHeldElsewhere) {
+			r.mu.Lock()
+			js.status.SkippedElsewhere++
+			js.status.LastSkippedElsewhereAt = &now
+			js.lastEnd = now
+			r.mu.Unlock()
+			r.metrics.skipped.WithLabelValues(id).Inc()
+			r.finish(js, sched.Next(now))
+			return
+		}
+		if err != nil {
+			r.recordNoRun(js, sched, now, err)
+			return
+		}
+		lock = l
+	}
+	r.mu.Lock()
+	stopping := r.stopping
+	r.mu.Unlock()
+	if stopping {
+		r.unlock(lock, id)
+		r.finish(js, time.Time{})
+		return
+	}
+	seqCtx, cancel := context.WithTimeout(r.runsCtx, lockStatementTimeout)
+	seq, err := r.o.Store.NextSeq(seqCtx)
+	cancel()
+	if err != nil {
+		r.unlock(lock, id)
+		r.recordNoRun(js, sched, r.o.Clock.Now(), err)
+		return
+	}
+	started := r.o.Clock.Now()
+	run := jobs.Run{Seq: seq, JobID: id, ReplicaID: r.o.ReplicaID, StartedAt: started, Outcome: jobs.OutcomeRunning}
+	r.o.Store.PutRun(run)
+	r.mu.Lock()
+	js.status.LastStartedAt = &started
+	r.putStatusLocked(js)
+	r.mu.Unlock()
+
+	// The run's context: cancelled at the timeout, on lock loss, or at shutdown.
+	runCtx, cancelRun := context.WithCancelCause(r.runsCtx)
+	var wg sync.WaitGroup
+	stopAux := make(chan struct{})
+	timeout := js.job.TimeoutFor(sched)
+	wg.Add(1)
+	go func() { // the timeout, on the injected clock
+		defer wg.Done()
+		t := r.o.Clock.NewTimer(timeout)
+		defer t.Stop()
+		select {
+		case <-t.C():
+			cancelRun(errTimeout)
+		case <-stopAux:
+		case <-runCtx.Done():
+		}
+	}()
+	var lockMu sync.Mutex
+	if lock != nil {
+		wg.Add(1)
+		go func() { // the keep-alive: extend every half of lockAtMostFor
+			defer wg.Done()
+			every := jobs.KeepAliveEvery(sched)
+			t := r.o.Clock.NewTimer(every)
+			defer t.Stop()
+			for {
+				select {
+				case <-stopAux:
+					return
+				case <-runCtx.Done():
+					return
+				case <-t.C():
+				}
+				lockMu.Lock()
+				cur := lock
+				lockMu.Unlock()
+				ctx, cancel := context.WithTimeout(runCtx, lockStatementTimeout)
+				next, err := cur.Extend(ctx, jobs.LockAtMostFor(sched), jobs.LockAtLeastFor(sched))
+				cancel()
+				if err != nil {
+					if runCtx.Err() != nil {
+						return
+					}
+					r.log.Error("runner: lost the lock of a running job; cancelling the run", "job_id", id, "run_seq", seq, "error", err)
+					lockMu.Lock()
+					lock = nil // lost: never unlock it, another replica may hold it
+					lockMu.Unlock()
+					cancelRun(errLockLost)
+					return
+				}
+				lockMu.Lock()
+				lock = next
+				lockMu.Unlock()
+				t.Reset(every)
+			}
+		}()
+	}
+	res := js.job.Task.Run(runCtx, tasks.Env{JobID: id, ReplicaID: r.o.ReplicaID, RunSeq: seq})
+	close(stopAux)
+	wg.Wait()
+	cause := context.Cause(runCtx)
+	cancelRun(nil)
+
+	outcome := jobs.OutcomeSucceeded
+	errText := ""
+	switch {
+	case errors.Is(cause, errLockLost):
+		outcome, errText = jobs.OutcomeLockLost, "lock lost while running: the run was cancelled"
+	case errors.Is(cause, errTimeout):
+		outcome, errText = jobs.OutcomeTimedOut, "timed out after "+timeout.String()
+	case errors.Is(cause, errShutdown):
+		outcome, errText = jobs.OutcomeInterrupted, "interrupted: the replica shut down"
+	case res.Err != nil:
+		outcome, errText = jobs.OutcomeFailed, res.Err.Error()
+	}
+	if res.Err != nil && outcome != jobs.OutcomeFailed {
+		errText += ": " + res.Err.Error()
+	}
+	if len(errText) > errorTail {
+		errText = errText[len(errText)-errorTail:]
+	}
+	lockMu.Lock()
+	held := lock
+	lockMu.Unlock()
+	if outcome != jobs.OutcomeLockLost {
+		r.unlock(held, id)
+	}
+	ended := r.o.Clock.Now()
+	run.FinishedAt, run.Outcome, run.Error, run.OutputTail = &ended, outcome, errText, res.Output
+	r.o.Store.PutRun(run)
+	r.metrics.runs.WithLabelValues(id, string(outcome)).Inc()
+	r.metrics.duration.WithLabelValues(id).Observe(ended.Sub(started).Seconds())
+
+	overrun := ended.After(sched.Next(fire))
+	r.mu.Lock()
+	st := &js.status
+	st.Runs++
+	st.LastFinishedAt, st.LastOutcome, st.LastError = &ended, outcome, errText
+	switch outcome {
+	case jobs.OutcomeSucceeded:
+		st.LastSuccessAt = &ended
+	case jobs.OutcomeTimedOut:
+		st.Timeouts++
+		st.Failures++
+	case jobs.OutcomeLockLost:
+		st.LockLost++
+		st.Failures++
+	default:
+		st.Failures++
+	}
+	if overrun {
+		st.Overruns++
+	}
+	js.lastEnd = ended
+	wasFailing := js.failing
+	js.failing = outcome != jobs.OutcomeSucceeded
+	r.mu.Unlock()
+	if overrun {
+		r.metrics.overruns.WithLabelValues(id).Inc()
+	}
+	switch outcome {
+	case jobs.OutcomeTimedOut:
+		r.metrics.timeouts.WithLabelValues(id).Inc()
+	case jobs.OutcomeLockLost:
+		r.metrics.lockLost.WithLabelValues(id).Inc()
+	}
+	// Only the first failure and the recovery are logged.
+	switch {
+	case js.failing && !wasFailing:
+		r.log.Error("runner: job failed", "job_id", id, "run_seq", seq, "outcome", string(outcome), "error", errText)
+	case !js.failing && wasFailing:
+		r.log.Info("runner: job recovered", "job_id", id, "run_seq", seq)
+	}
+	r.finish(js, sched.Next(ended))
+}
+
+// recordNoRun records a tick that could not start a run (the lock or the
+// run seq could not be had) as a failure without a history row.
+func (r *Runner) recordNoRun(js *jobState, sched jobs.Schedule, now time.Time, err error) {
+	r.mu.Lock()
+	js.status.Failures++
+	js.status.LastOutcome, js.status.LastError = jobs.OutcomeFailed, "could not start: "+err.Error()
+	js.lastEnd = now
+	wasFailing := js.failing
+	js.failing = true
+	r.mu.Unlock()
+	if !wasFailing {
+		r.log.Error("runner: job could not start", "job_id", js.job.ID, "error", err)
+	}
+	r.finish(js, sched.Next(now))
+}
+
+func (r *Runner) unlock(l *locks.Lock, id string) {
+	if l == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.runsCtx), lockStatementTimeout)
+	defer cancel()
+	if err := l.Unlock(ctx); err != nil {
+		r.log.Warn("runner: unlock failed; the lock expires at its lockAtMostFor", "job_id", id, "error", err)
+	}
+}

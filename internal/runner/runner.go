@@ -1,0 +1,411 @@
+// Package runner is the job runner of SPEC §5.3-5.5: one timer goroutine
+// over a heap of every job's next fire, a goroutine per run with a timeout,
+// a lock keep-alive for installation jobs, and an orderly shutdown.
+package runner
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/studioctl/studioctl/internal/clock"
+	"github.com/studioctl/studioctl/internal/jobs"
+	"github.com/studioctl/studioctl/internal/locks"
+)
+
+const (
+	// DefaultShutdownWait is how long Stop waits for runs in progress before
+	// it interrupts them.
+	DefaultShutdownWait = 10 * time.Second
+	// lockStatementTimeout bounds each lock statement (acquire, extend,
+	// unlock); it is shorter than the shortest keep-alive interval (30 s).
+	lockStatementTimeout = 5 * time.Second
+	// settingsTimeout bounds reading an operator setting at a fire.
+	settingsTimeout = 5 * time.Second
+	// errorTail is how much of an error is kept in status and history.
+	errorTail = 2048
+)
+
+// Causes of a run's cancellation.
+var (
+	errTimeout  = errors.New("run timed out")
+	errLockLost = errors.New("lock was lost")
+	errShutdown = errors.New("runner shut down")
+)
+
+// Options configure a Runner.
+type Options struct {
+	ReplicaID string
+	Jobs      []jobs.Job // bound: each has a Task
+	Locks     *locks.Provider
+	Store     *jobs.Store
+	Settings  *jobs.SettingsCache
+	Clock     clock.Clock  // default clock.Real
+	Logger    *slog.Logger // default discard
+	Metrics   prometheus.Registerer
+	// ShutdownWait: default DefaultShutdownWait.
+	ShutdownWait time.Duration
+	// InitialDelay is the first fire's delay for a job (default: a random
+	// fraction of a fixed delay, so replicas and jobs do not all fire at
+	// once; the next cron time for cron jobs).
+	InitialDelay func(j jobs.Job) time.Duration
+}
+
+// Runner hosts jobs.
+type Runner struct {
+	o       Options
+	log     *slog.Logger
+	metrics *metrics
+
+	mu       sync.Mutex
+	jobs     map[string]*jobState
+	queue    timerHeap
+	stopping bool
+
+	wake    chan struct{}
+	quit    chan struct{}
+	timerWG sync.WaitGroup
+	runWG   sync.WaitGroup // tick goroutines and reschedules
+	runsCtx context.Context
+	cancel  context.CancelCauseFunc
+	started time.Time
+	stopped sync.Once
+}
+
+type jobState struct {
+	job     jobs.Job
+	sched   jobs.Schedule // in force (configured or override)
+	status  jobs.Status
+	due     time.Time
+	index   int // in the heap; -1 when not queued
+	running bool
+	failing bool // the first failure was logged
+	lastEnd time.Time
+}
+
+// New builds a runner; Start starts it.
+func New(o Options) (*Runner, error) {
+	if o.Clock == nil {
+		o.Clock = clock.Real{}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.ShutdownWait <= 0 {
+		o.ShutdownWait = DefaultShutdownWait
+	}
+	if o.InitialDelay == nil {
+		o.InitialDelay = randomInitialDelay
+	}
+	r := &Runner{o: o, log: o.Logger, jobs: map[string]*jobState{}, wake: make(chan struct{}, 1), quit: make(chan struct{})}
+	for _, j := range o.Jobs {
+		if j.Task == nil {
+			return nil, fmt.Errorf("job %q: no task bound", j.ID)
+		}
+		if j.Scope == jobs.ScopeInstallation && o.Locks == nil {
+			return nil, fmt.Errorf("job %q: installation jobs need a lock provider", j.ID)
+		}
+		if _, dup := r.jobs[j.ID]; dup {
+			return nil, fmt.Errorf("job %q: duplicate id", j.ID)
+		}
+		r.jobs[j.ID] = &jobState{job: j, sched: j.Schedule, index: -1}
+	}
+	m, err := newMetrics(o.Metrics)
+	if err != nil {
+		return nil, err
+	}
+	r.metrics = m
+	return r, nil
+}
+
+func randomInitialDelay(j jobs.Job) time.Duration {
+	if j.Schedule.IsCron() {
+		return 0 // the first fire is the next cron time anyway
+	}
+	return time.Duration(rand.Int64N(int64(j.Schedule.Every)))
+}
+
+// Start schedules every job and starts the timer goroutine. prior holds
+// status rows of a previous process with the same replica id, so counters
+// carry on.
+func (r *Runner) Start(ctx context.Context, prior map[string]jobs.Status) error {
+	r.runsCtx, r.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
+	now := r.o.Clock.Now()
+	r.started = now
+	r.mu.Lock()
+	for id, js := range r.jobs {
+		if p, ok := prior[id]; ok {
+			js.status = p
+			js.status.Running, js.status.NextFireAt = false, nil
+		}
+		js.status.ReplicaID, js.status.JobID, js.status.Scope = r.o.ReplicaID, id, js.job.Scope
+		js.status.Schedule = js.sched.String()
+		js.status.Since = now
+		var due time.Time
+		if js.sched.IsCron() {
+			due = js.sched.Next(now)
+		} else {
+			due = now.Add(r.o.InitialDelay(js.job))
+		}
+		r.push(js, due)
+		r.putStatusLocked(js)
+	}
+	r.mu.Unlock()
+	r.timerWG.Add(1)
+	go r.timerLoop()
+	return nil
+}
+
+// push queues js at due. r.mu held.
+func (r *Runner) push(js *jobState, due time.Time) {
+	js.due = due
+	t := due
+	js.status.NextFireAt = &t
+	if js.index >= 0 {
+		heap.Fix(&r.queue, js.index)
+	} else {
+		heap.Push(&r.queue, js)
+	}
+}
+
+func (r *Runner) kick() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// timerLoop is the one timer goroutine: it waits for the earliest due job
+// and launches a tick goroutine for every job that is due. It does nothing
+// else.
+func (r *Runner) timerLoop() {
+	defer r.timerWG.Done()
+	t := r.o.Clock.NewTimer(time.Hour)
+	defer t.Stop()
+	for {
+		r.mu.Lock()
+		var wait time.Duration = -1
+		if len(r.queue) > 0 {
+			wait = r.queue[0].due.Sub(r.o.Clock.Now())
+		}
+		r.mu.Unlock()
+		if wait < 0 && len(r.queue) == 0 {
+			wait = time.Hour
+		}
+		t.Stop()
+		t.Reset(max(wait, 0))
+		select {
+		case <-r.quit:
+			return
+		case <-r.wake:
+			continue
+		case <-t.C():
+		}
+		r.fireDue()
+	}
+}
+
+// fireDue launches every job whose time has come.
+func (r *Runner) fireDue() {
+	now := r.o.Clock.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for len(r.queue) > 0 && !r.queue[0].due.After(now) {
+		js := heap.Pop(&r.queue).(*jobState)
+		if r.stopping {
+			continue
+		}
+		js.running = true
+		fire := js.due
+		r.runWG.Add(1)
+		go func() {
+			defer r.runWG.Done()
+			r.tick(js, fire)
+		}()
+	}
+}
+
+// Trigger makes job fire now, unless it is running (then it is ignored).
+func (r *Runner) Trigger(id string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	js, ok := r.jobs[id]
+	if !ok || js.running || r.stopping || js.index < 0 {
+		return false
+	}
+	r.push(js, r.o.Clock.Now())
+	r.kick()
+	r.log.Info("runner: job triggered", "job_id", id)
+	return true
+}
+
+// SettingsChanged re-reads job's operator setting and reschedules it when it
+// is waiting (the bus's job.settings signal).
+func (r *Runner) SettingsChanged(id string) {
+	r.o.Settings.Invalidate(id)
+	r.mu.Lock()
+	js, ok := r.jobs[id]
+	if !ok || r.stopping {
+		r.mu.Unlock()
+		return
+	}
+	r.runWG.Add(1)
+	r.mu.Unlock()
+	go func() {
+		defer r.runWG.Done()
+		ctx, cancel := context.WithTimeout(r.runsCtx, settingsTimeout)
+		defer cancel()
+		sched, paused, invalid, err := r.settings(ctx, js)
+		if err != nil {
+			r.log.Warn("runner: read job setting", "job_id", id, "error", err)
+			return
+		}
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		js.sched = sched
+		js.status.Schedule, js.status.Paused, js.status.InvalidSchedule = sched.String(), paused, invalid
+		if js.index >= 0 && !js.running {
+			base := js.lastEnd
+			if base.IsZero() {
+				base = r.started
+			}
+			next := sched.Next(base)
+			if invalid != "" {
+				next = r.o.Clock.Now()
+			}
+			if now := r.o.Clock.Now(); next.Before(now) {
+				next = now
+			}
+			r.push(js, next)
+			r.kick()
+		}
+		r.putStatusLocked(js)
+	}()
+}
+
+// ResyncSettings drops every cached setting (after a bus reconnect).
+func (r *Runner) ResyncSettings() {
+	r.o.Settings.InvalidateAll()
+}
+
+// settings returns the schedule in force, paused, and the parser's cause
+// when an override is malformed.
+func (r *Runner) settings(ctx context.Context, js *jobState) (jobs.Schedule, bool, string, error) {
+	s, err := r.o.Settings.Get(ctx, js.job.ID)
+	if err != nil {
+		return js.sched, js.status.Paused, js.status.InvalidSchedule, err
+	}
+	if s.Schedule == "" {
+		return js.job.Schedule, s.Paused, "", nil
+	}
+	sched, perr := jobs.ParseSchedule(s.Schedule)
+	if perr != nil {
+		return js.job.Schedule, s.Paused, perr.Error(), nil
+	}
+	return sched, s.Paused, "", nil
+}
+
+// Snapshot returns this replica's status of every job.
+func (r *Runner) Snapshot() []jobs.Status {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]jobs.Status, 0, len(r.jobs))
+	for _, js := range r.jobs {
+		out = append(out, js.status)
+	}
+	return out
+}
+
+func (r *Runner) putStatusLocked(js *jobState) {
+	js.status.UpdatedAt = r.o.Clock.Now()
+	js.status.Running = js.running
+	if r.o.Store != nil {
+		r.o.Store.PutStatus(js.status)
+	}
+}
+
+// finish puts js back on the timer after a run or a skip that ended at end.
+func (r *Runner) finish(js *jobState, next time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	js.running = false
+	if !r.stopping {
+		r.push(js, next)
+		r.kick()
+	} else {
+		js.status.NextFireAt = nil
+	}
+	r.putStatusLocked(js)
+}
+
+// Stop stops every timer, waits up to ShutdownWait for runs in progress,
+// then interrupts the rest (recorded interrupted) and waits for them. Safe
+// to call twice, and without Start.
+func (r *Runner) Stop() {
+	r.stopped.Do(func() {
+		r.mu.Lock()
+		r.stopping = true
+		r.mu.Unlock()
+		close(r.quit)
+		r.timerWG.Wait()
+		if r.cancel == nil {
+			return
+		}
+		done := make(chan struct{})
+		go func() { r.runWG.Wait(); close(done) }()
+		t := time.NewTimer(r.o.ShutdownWait)
+		defer t.Stop()
+		select {
+		case <-done:
+		case <-t.C:
+			r.log.Warn("runner: runs still in progress after the shutdown wait; interrupting them", "wait", r.o.ShutdownWait.String())
+			r.cancel(errShutdown)
+			<-done
+		}
+		r.cancel(errShutdown)
+	})
+}
+
+// tick is one firing of js: settings, lock, run, record, reschedule.
+func (r *Runner) tick(js *jobState, fire time.Time) {
+	ctx, cancel := context.WithTimeout(r.runsCtx, settingsTimeout)
+	sched, paused, invalid, err := r.settings(ctx, js)
+	cancel()
+	if err != nil {
+		r.log.Warn("runner: read job setting; using the last known", "job_id", js.job.ID, "error", err)
+	}
+	r.mu.Lock()
+	js.sched = sched
+	js.status.Schedule, js.status.Paused, js.status.InvalidSchedule = sched.String(), paused, invalid
+	r.mu.Unlock()
+	now := r.o.Clock.Now()
+	switch {
+	case invalid != "":
+		r.log.Warn("runner: job has an invalid schedule; asking again in a minute", "job_id", js.job.ID, "error", invalid)
+		r.finish(js, now.Add(jobs.InvalidScheduleRetry))
+		return
+	case paused:
+		r.finish(js, sched.Next(now))
+		return
+	}
+	r.run(js, sched, fire)
+}
+
+// Interrupt cancels every run in progress at once (they are recorded
+// interrupted) and stops the runner.
+func (r *Runner) Interrupt() {
+	r.mu.Lock()
+	r.stopping = true
+	r.mu.Unlock()
+	if r.cancel != nil {
+		r.cancel(errShutdown)
+	}
+	r.Stop()
+}

@@ -1,0 +1,206 @@
+package tasks_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/studioctl/studioctl/internal/tasks"
+)
+
+// request is what a test server saw.
+type request struct {
+	method string
+	header http.Header
+	host   string
+	body   string
+}
+
+// newServer starts a test server with handler and returns it with the
+// requests it receives.
+func newServer(t *testing.T, handler http.HandlerFunc) (*httptest.Server, <-chan request) {
+	t.Helper()
+	seen := make(chan request, 10)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		seen <- request{method: r.Method, header: r.Header.Clone(), host: r.Host, body: string(body)}
+		handler(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv, seen
+}
+
+func TestHTTPKind(t *testing.T) {
+	if got := (tasks.HTTP{}).Kind(); got != "http" {
+		t.Errorf("Kind() = %q", got)
+	}
+}
+
+func TestHTTPSucceedsOn2xxWithTheBodyTail(t *testing.T) {
+	t.Parallel()
+	var body strings.Builder
+	for i := 0; body.Len() < 3*tasks.OutputTailBytes; i++ {
+		body.WriteString(strconv.Itoa(i) + "\n")
+	}
+	srv, seen := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusAccepted)
+		io.WriteString(w, body.String())
+	})
+	env := testEnv
+	env.Cluster = "kafka-eu-1"
+	res := tasks.HTTP{
+		Method:  http.MethodPost,
+		URL:     srv.URL + "/tasks/report",
+		Headers: map[string]string{"Authorization": "Bearer s3cret", "Content-Type": "text/plain", "X-Studio-Job-Id": "spoofed"},
+		Body:    "payload",
+	}.Run(context.Background(), env)
+	if res.Err != nil {
+		t.Fatalf("Run: %v", res.Err)
+	}
+	want := body.String()[body.Len()-tasks.OutputTailBytes:]
+	if res.Output != want {
+		t.Errorf("output is not the last %d bytes of the body (got %d bytes)", tasks.OutputTailBytes, len(res.Output))
+	}
+	r := <-seen
+	if r.method != http.MethodPost || r.body != "payload" {
+		t.Errorf("server saw %s with body %q", r.method, r.body)
+	}
+	for name, want := range map[string]string{
+		"Authorization":       "Bearer s3cret",
+		"Content-Type":        "text/plain",
+		"X-Studio-Job-Id":     "nightly-report",
+		"X-Studio-Replica-Id": "replica-7",
+		"X-Studio-Run-Seq":    "42",
+		"X-Studio-Cluster":    "kafka-eu-1",
+	} {
+		if got := r.header.Values(name); len(got) != 1 || got[0] != want {
+			t.Errorf("header %s = %q, want %q", name, got, want)
+		}
+	}
+}
+
+func TestHTTPWithoutClusterOrMethod(t *testing.T) {
+	t.Parallel()
+	srv, seen := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusNoContent)
+	})
+	res := tasks.HTTP{URL: srv.URL, Headers: map[string]string{"Host": "app.internal"}}.Run(context.Background(), testEnv)
+	if res.Err != nil || res.Output != "" {
+		t.Fatalf("Run = %q, %v", res.Output, res.Err)
+	}
+	r := <-seen
+	if r.method != http.MethodGet {
+		t.Errorf("method = %s, want GET when none is set", r.method)
+	}
+	if _, ok := r.header["X-Studio-Cluster"]; ok {
+		t.Errorf("X-Studio-Cluster sent for a run without a cluster")
+	}
+	if r.host != "app.internal" {
+		t.Errorf("host = %q, want the configured Host header", r.host)
+	}
+}
+
+func TestHTTPFailsOnAnErrorStatus(t *testing.T) {
+	t.Parallel()
+	srv, _ := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "report generator crashed", http.StatusInternalServerError)
+	})
+	res := tasks.HTTP{Method: http.MethodPost, URL: srv.URL}.Run(context.Background(), testEnv)
+	if res.Err == nil || res.Err.Error() != "http 500 Internal Server Error" {
+		t.Fatalf("error = %v, want http 500 Internal Server Error", res.Err)
+	}
+	var statusErr *tasks.HTTPStatusError
+	if !errors.As(res.Err, &statusErr) || statusErr.StatusCode != 500 {
+		t.Errorf("error %v is not an *HTTPStatusError with code 500", res.Err)
+	}
+	if res.Output != "report generator crashed\n" {
+		t.Errorf("output = %q, want the body", res.Output)
+	}
+}
+
+func TestHTTPDeadlineOnAHangingHandlerReturnsPromptly(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	tests := []struct {
+		name     string
+		handler  http.HandlerFunc
+		wantBody string
+	}{
+		{"a handler that never answers", func(w http.ResponseWriter, r *http.Request) {
+			select {
+			case <-r.Context().Done():
+			case <-release:
+			}
+		}, ""},
+		{"a handler that stops in the middle of the body", func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, "partial ")
+			w.(http.Flusher).Flush()
+			select {
+			case <-r.Context().Done():
+			case <-release:
+			}
+		}, "partial "},
+	}
+	srvs := make([]*httptest.Server, len(tests))
+	for i, tt := range tests {
+		srvs[i], _ = newServer(t, tt.handler)
+	}
+	t.Cleanup(func() { close(release) }) // runs before the servers close
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			defer cancel()
+			start := time.Now()
+			res := tasks.HTTP{Method: http.MethodPost, URL: srvs[i].URL}.Run(ctx, testEnv)
+			if elapsed := time.Since(start); elapsed > 2*time.Second {
+				t.Errorf("Run returned after %v", elapsed)
+			}
+			if !errors.Is(res.Err, context.DeadlineExceeded) {
+				t.Errorf("error = %v, want one wrapping context.DeadlineExceeded", res.Err)
+			}
+			if res.Output != tt.wantBody {
+				t.Errorf("output = %q, want %q", res.Output, tt.wantBody)
+			}
+			t.Logf("error: %v", res.Err)
+		})
+	}
+}
+
+func TestHTTPCancelWrapsTheCause(t *testing.T) {
+	t.Parallel()
+	srv, seen := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		<-r.Context().Done()
+	})
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	done := make(chan tasks.Result, 1)
+	go func() { done <- tasks.HTTP{URL: srv.URL}.Run(ctx, testEnv) }()
+	<-seen // the request reached the handler
+	shutdown := errors.New("replica shutting down")
+	cancel(shutdown)
+	if res := <-done; !errors.Is(res.Err, shutdown) {
+		t.Errorf("error = %v, want one wrapping the cause", res.Err)
+	}
+}
+
+func TestHTTPConnectionRefused(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + l.Addr().String()
+	l.Close()
+	res := tasks.HTTP{URL: url}.Run(context.Background(), testEnv)
+	if res.Err == nil {
+		t.Fatal("Run succeeded against a closed port")
+	}
+	t.Logf("error: %v", res.Err)
+}

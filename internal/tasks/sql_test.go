@@ -1,0 +1,241 @@
+package tasks_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/studioctl/studioctl/internal/db"
+	"github.com/studioctl/studioctl/internal/pgtest"
+	"github.com/studioctl/studioctl/internal/tasks"
+)
+
+// newPool opens a pool of at most maxConns connections on a fresh database
+// with a table probe(id int).
+func newPool(t *testing.T, maxConns int32) *pgxpool.Pool {
+	t.Helper()
+	url := pgtest.NewDB(t)
+	cfg, err := db.ParsePoolConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = maxConns
+	ctx := context.Background()
+	pool, err := db.OpenConfig(ctx, cfg, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if _, err := pool.Exec(ctx, `CREATE TABLE probe (id int)`); err != nil {
+		t.Fatal(err)
+	}
+	return pool
+}
+
+func countProbe(t *testing.T, pool *pgxpool.Pool, where string) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM probe WHERE `+where).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// waitNoSleeper polls until no other session of the database runs a
+// statement containing text, and fails after within.
+func waitNoSleeper(t *testing.T, pool *pgxpool.Pool, text string, within time.Duration) {
+	t.Helper()
+	const q = `SELECT count(*) FROM pg_stat_activity
+		WHERE datname = current_database() AND pid <> pg_backend_pid()
+		  AND state = 'active' AND strpos(query, $1) > 0`
+	deadline := time.Now().Add(within)
+	for {
+		var n int
+		if err := pool.QueryRow(context.Background(), q, text).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the server still runs %q after %v", text, within)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitSleeper polls until another session of the database runs a statement
+// containing text.
+func waitSleeper(t *testing.T, pool *pgxpool.Pool, text string) {
+	t.Helper()
+	const q = `SELECT count(*) FROM pg_stat_activity
+		WHERE datname = current_database() AND pid <> pg_backend_pid()
+		  AND state = 'active' AND strpos(query, $1) > 0`
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var n int
+		if err := pool.QueryRow(context.Background(), q, text).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%q did not start", text)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestSQLKind(t *testing.T) {
+	if got := (tasks.SQL{}).Kind(); got != "sql" {
+		t.Errorf("Kind() = %q", got)
+	}
+}
+
+func TestSQLCommitsAndReturnsTheCommandTag(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t, 4)
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `INSERT INTO probe SELECT generate_series(1, 5)`); err != nil {
+		t.Fatal(err)
+	}
+	res := tasks.SQL{Statement: `DELETE FROM probe WHERE id <= 3`, DB: pool}.Run(ctx, testEnv)
+	if res.Err != nil {
+		t.Fatalf("Run: %v", res.Err)
+	}
+	if res.Output != "DELETE 3" {
+		t.Errorf("output = %q, want %q", res.Output, "DELETE 3")
+	}
+	if n := countProbe(t, pool, "true"); n != 2 {
+		t.Errorf("%d rows left, want 2: the delete was not committed", n)
+	}
+}
+
+func TestSQLReturnsThePostgreSQLError(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t, 4)
+	tests := []struct {
+		name      string
+		statement string
+		code      string
+	}{
+		{"an unknown table fails", `DELETE FROM no_such_table`, "42P01"},
+		{"a failing statement after an insert rolls the insert back", `INSERT INTO probe VALUES (7); SELECT 1/0`, "22012"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res := tasks.SQL{Statement: tt.statement, DB: pool}.Run(context.Background(), testEnv)
+			var pgErr *pgconn.PgError
+			if !errors.As(res.Err, &pgErr) || pgErr.Code != tt.code {
+				t.Fatalf("error = %v, want SQLSTATE %s", res.Err, tt.code)
+			}
+			t.Logf("error: %v", res.Err)
+			if n := countProbe(t, pool, "id = 7"); n != 0 {
+				t.Errorf("a row of the failed transaction is visible")
+			}
+		})
+	}
+}
+
+func TestSQLSetsStatementTimeoutOnlyForItsTransaction(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t, 1) // one connection: the next query sees the same session
+	const requireTimeout = `DO $$ BEGIN
+		IF current_setting('statement_timeout') = '0' THEN RAISE EXCEPTION 'no statement_timeout'; END IF;
+	END $$`
+	tests := []struct {
+		name        string
+		deadline    bool
+		wantTimeout bool
+	}{
+		{"a ctx with a deadline sets statement_timeout", true, true},
+		{"a ctx without a deadline leaves it alone", false, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			if tt.deadline {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, time.Minute)
+				defer cancel()
+			}
+			res := tasks.SQL{Statement: requireTimeout, DB: pool}.Run(ctx, testEnv)
+			if got := res.Err == nil; got != tt.wantTimeout {
+				t.Errorf("statement_timeout set = %v, want %v (error: %v)", got, tt.wantTimeout, res.Err)
+			}
+			var after string
+			if err := pool.QueryRow(context.Background(), `SHOW statement_timeout`).Scan(&after); err != nil {
+				t.Fatal(err)
+			}
+			if after != "0" {
+				t.Errorf("statement_timeout = %q after the run, want the session default 0", after)
+			}
+		})
+	}
+}
+
+func TestSQLDeadlineStopsTheStatementAndRollsBack(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t, 4)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	res := tasks.SQL{Statement: `INSERT INTO probe VALUES (42); SELECT pg_sleep(10)`, DB: pool}.Run(ctx, testEnv)
+	elapsed := time.Since(start)
+
+	if elapsed > 3*time.Second {
+		t.Errorf("Run returned after %v", elapsed)
+	}
+	var pgErr *pgconn.PgError
+	if !errors.Is(res.Err, context.DeadlineExceeded) && !(errors.As(res.Err, &pgErr) && pgErr.Code == "57014") {
+		t.Fatalf("error = %v, want a deadline or a statement timeout", res.Err)
+	}
+	t.Logf("error after %v: %v", elapsed, res.Err)
+	waitNoSleeper(t, pool, "pg_sleep(10)", 5*time.Second)
+	if n := countProbe(t, pool, "id = 42"); n != 0 {
+		t.Errorf("the insert before the sleep is visible: not rolled back")
+	}
+}
+
+func TestSQLCancelStopsTheStatementOnTheServer(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t, 4)
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	done := make(chan tasks.Result, 1)
+	go func() {
+		done <- tasks.SQL{Statement: `INSERT INTO probe VALUES (43); SELECT pg_sleep(10)`, DB: pool}.Run(ctx, testEnv)
+	}()
+	waitSleeper(t, pool, "pg_sleep(10)")
+	lockLost := errors.New("lock lost")
+	stopped := time.Now()
+	cancel(lockLost)
+	res := <-done
+
+	if elapsed := time.Since(stopped); elapsed > 3*time.Second {
+		t.Errorf("Run returned %v after the cancel", elapsed)
+	}
+	if !errors.Is(res.Err, lockLost) {
+		t.Fatalf("error = %v, want one wrapping the cause", res.Err)
+	}
+	t.Logf("error: %v", res.Err)
+	// Without a deadline there is no statement_timeout: only the cancel
+	// request stops the sleep before its 10 s.
+	waitNoSleeper(t, pool, "pg_sleep(10)", 5*time.Second)
+	if n := countProbe(t, pool, "id = 43"); n != 0 {
+		t.Errorf("the insert before the sleep is visible: not rolled back")
+	}
+}
+
+func TestSQLWithoutDatabaseFails(t *testing.T) {
+	res := tasks.SQL{Statement: "SELECT 1"}.Run(context.Background(), testEnv)
+	if res.Err == nil || !strings.Contains(res.Err.Error(), "no database") {
+		t.Errorf("error = %v", res.Err)
+	}
+}
