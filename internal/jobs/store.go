@@ -258,11 +258,11 @@ func (s *Store) write(ctx context.Context, runs map[int64]Run, status map[string
 	if len(status) > 0 {
 		n := len(status)
 		var (
-			job, scope, sched, lastOut, lastErr, invalid  = make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
-			next, lStart, lFin, lSucc, lSkip              = make([]*time.Time, 0, n), make([]*time.Time, 0, n), make([]*time.Time, 0, n), make([]*time.Time, 0, n), make([]*time.Time, 0, n)
-			running, paused                               = make([]bool, 0, n), make([]bool, 0, n)
-			runsN, fails, touts, lost, overruns, skipped  = make([]int64, 0, n), make([]int64, 0, n), make([]int64, 0, n), make([]int64, 0, n), make([]int64, 0, n), make([]int64, 0, n)
-			updated                                       = make([]time.Time, 0, n)
+			job, scope, sched, lastOut, lastErr, invalid = make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
+			next, lStart, lFin, lSucc, lSkip             = make([]*time.Time, 0, n), make([]*time.Time, 0, n), make([]*time.Time, 0, n), make([]*time.Time, 0, n), make([]*time.Time, 0, n)
+			running, paused                              = make([]bool, 0, n), make([]bool, 0, n)
+			runsN, fails, touts, lost, overruns, skipped = make([]int64, 0, n), make([]int64, 0, n), make([]int64, 0, n), make([]int64, 0, n), make([]int64, 0, n), make([]int64, 0, n)
+			updated                                      = make([]time.Time, 0, n)
 		)
 		for _, st := range status {
 			job, scope, sched = append(job, st.JobID), append(scope, string(st.Scope)), append(sched, st.Schedule)
