@@ -242,7 +242,7 @@ fi
 cat <<EOF
 
 == Locks (issue 2) ==
-machine:     $(nproc) CPUs, $(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo) (Go reports: $(awk '/^cpu:/ { sub(/^cpu: */, ""); print; exit }' "$work/go_r1.out"))
+machine:     $(nproc) CPUs, $(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo) (Go reports: $(awk '/^cpu:/ { sub(/^cpu: */, ""); sub(/ +$/, ""); print; exit }' "$work/go_r1.out"))
 postgresql:  $("$PG_BIN/postgres" --version) (fsync=off, synchronous_commit=off, full_page_writes=off)
 pgbench:     $("$PG_BIN/pgbench" --version)
 go:          $(go version)

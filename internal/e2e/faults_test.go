@@ -532,7 +532,8 @@ func TestReplicaRecoversFromADatabaseRestart(t *testing.T) {
 	waitReadyz(t, addr, recoverWithin)
 	t.Logf("/readyz 200 again %s after the restart", (time.Since(start) - restartedIn).Round(time.Millisecond))
 	after := waitHeartbeatAfter(t, pool, id, restartedAt, recoverWithin)
-	t.Logf("first heartbeat %s after the server was back", after.HeartbeatAt.Sub(restartedAt).Round(time.Millisecond))
+	t.Logf("first heartbeat %s after the server was back; heartbeat gap across the restart %s",
+		after.HeartbeatAt.Sub(restartedAt).Round(time.Millisecond), after.HeartbeatAt.Sub(before.HeartbeatAt).Round(time.Millisecond))
 	if r.hasExited() {
 		t.Fatalf("replica exited across the restart: %v", r.state)
 	}
