@@ -42,7 +42,7 @@ type replicaJSON struct {
 
 var replicaColumns = []output.Column{
 	{Header: "ID"}, {Header: "HOST"}, {Header: "PID", Wide: true}, {Header: "VERSION"}, {Header: "STATE"},
-	{Header: "HEARTBEAT"}, {Header: "UPTIME"}, {Header: "HTTP", Wide: true},
+	{Header: "HEARTBEAT"}, {Header: "UPTIME"}, {Header: "RUNS"}, {Header: "HTTP", Wide: true},
 }
 
 func replicaState(in replicas.Info) (string, output.Tone) {
@@ -79,7 +79,7 @@ func printReplicas(p *output.Printer, infos []replicas.Info) error {
 		rows = append(rows, []output.Cell{
 			{Text: in.ID}, {Text: in.Host}, {Text: strconv.Itoa(in.PID)}, {Text: in.Version}, {Text: state, Tone: tone},
 			{Text: heartbeat, Tone: map[bool]output.Tone{true: output.Bad, false: output.Plain}[in.Gone && !in.Crashed && in.State != replicas.StateStopped]},
-			{Text: uptime}, {Text: in.HTTPAddr},
+			{Text: uptime}, {Text: strconv.Itoa(in.RunsInFlight)}, {Text: in.HTTPAddr},
 		})
 	}
 	return p.Print(data, replicaColumns, rows)
