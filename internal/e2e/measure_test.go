@@ -21,6 +21,8 @@ const (
 	idleTargetPerMinute = 30
 	// measuredPoolHold is M2's pool exhaustion.
 	measuredPoolHold = 60 * time.Second
+	// maxQueryChars shortens the statements of M1's breakdown.
+	maxQueryChars = 110
 )
 
 func measuring(t *testing.T) {
@@ -72,6 +74,9 @@ ORDER BY calls DESC, query`)
 			t.Fatal(err)
 		}
 		total += calls
+		if len(query) > maxQueryChars {
+			query = query[:maxQueryChars] + "…"
+		}
 		lines = append(lines, fmt.Sprintf("%7d %7.1f  %s", calls, perMinute(calls, elapsed), query))
 	}
 	if err := rows.Err(); err != nil {

@@ -47,6 +47,15 @@ const (
 	poolMaxConns = 8
 )
 
+// heartbeatFresh is how old the last heartbeat may be while the database
+// still counts as reachable: one interval plus the heartbeat's deadline.
+func heartbeatFresh(every time.Duration) time.Duration {
+	if every <= 0 {
+		every = replicas.HeartbeatEvery
+	}
+	return every + every*4/5
+}
+
 // ErrInterrupted: a second signal stopped the drain at once.
 var ErrInterrupted = errors.New("stopped at once by a second signal")
 
@@ -426,6 +435,14 @@ func (h *Host) Ready(ctx context.Context) (bool, string) {
 	}
 	if d := h.listener.DownFor(); d > BusDownReadiness {
 		return false, fmt.Sprintf("bus down for %s", d.Round(time.Second))
+	}
+	// A pool whose every connection is busy says nothing about the database:
+	// then the dedicated heartbeat connection's last success decides.
+	if st := h.pool.Stat(); st.IdleConns() == 0 && st.TotalConns() >= st.MaxConns() {
+		if age := h.registry.SinceLastHeartbeat(); age > heartbeatFresh(h.o.HeartbeatEvery) {
+			return false, fmt.Sprintf("database: pool busy and no heartbeat for %s", age.Round(time.Second))
+		}
+		return true, "ready (pool busy)"
 	}
 	ctx, cancel := context.WithTimeout(ctx, readyzDBTimeout)
 	defer cancel()

@@ -18,6 +18,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/studioctl/studioctl/internal/db"
 	"github.com/studioctl/studioctl/internal/liveness"
@@ -109,6 +110,7 @@ func NewRegistry(cfg *pgx.ConnConfig, connString string, o Options) *Registry {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	// The caller's logger names the replica (the host's carries replica_id).
 	return &Registry{cfg: cfg, connString: connString, o: o, log: o.Logger, incarn: uuid.New(), epoch: time.Now(), done: make(chan struct{})}
 }
 
@@ -237,7 +239,7 @@ func (r *Registry) loop(ctx context.Context) {
 		switch {
 		case errors.Is(err, ErrIncarnationLost):
 			r.lost.Store(true)
-			r.log.Error("replicas: heartbeat found the id taken over by another process; stopping", "replica_id", r.o.ID, "incarnation", r.incarn)
+			r.log.Error("replicas: heartbeat found the id taken over by another process; stopping", "incarnation", r.incarn)
 			if r.o.OnLost != nil {
 				r.o.OnLost(err)
 			}
@@ -247,17 +249,19 @@ func (r *Registry) loop(ctx context.Context) {
 		case err != nil:
 			r.failures.Add(1)
 			if !failing {
-				r.log.Warn("replicas: heartbeat failed", "replica_id", r.o.ID, "error", err)
+				r.log.Warn("replicas: heartbeat failed", "error", err)
 				failing = true
 			}
 		default:
 			if failing {
-				r.log.Info("replicas: heartbeat recovered", "replica_id", r.o.ID)
+				r.log.Info("replicas: heartbeat recovered")
 				failing = false
 			}
 		}
 	}
 }
+
+const heartbeatSQL = `UPDATE studio_replica SET heartbeat_at = now() WHERE id = $1 AND incarnation = $2`
 
 // beat writes one heartbeat with a deadline shorter than the interval.
 func (r *Registry) beat(ctx context.Context) error {
@@ -265,14 +269,23 @@ func (r *Registry) beat(ctx context.Context) error {
 	defer r.mu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, r.timeout())
 	defer cancel()
-	conn, err := r.connLocked(ctx)
-	if err != nil {
-		return err
-	}
-	tag, err := conn.Exec(ctx, `UPDATE studio_replica SET heartbeat_at = now() WHERE id = $1 AND incarnation = $2`, r.o.ID, r.incarn)
-	if err != nil {
+	// A connection that died since the last beat (a terminated backend, a
+	// database restart) is replaced at once, within the same deadline, so one
+	// fault does not cost a whole interval.
+	var tag pgconn.CommandTag
+	for attempt := 0; ; attempt++ {
+		conn, err := r.connLocked(ctx)
+		if err != nil {
+			return err
+		}
+		tag, err = conn.Exec(ctx, heartbeatSQL, r.o.ID, r.incarn)
+		if err == nil {
+			break
+		}
 		r.dropConnLocked()
-		return err
+		if attempt > 0 || ctx.Err() != nil || !(conn.IsClosed() || pgconn.SafeToRetry(err)) {
+			return err
+		}
 	}
 	if tag.RowsAffected() == 0 {
 		return ErrIncarnationLost

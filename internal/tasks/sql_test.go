@@ -189,7 +189,7 @@ func TestSQLDeadlineStopsTheStatementAndRollsBack(t *testing.T) {
 	res := tasks.SQL{Statement: `INSERT INTO probe VALUES (42); SELECT pg_sleep(10)`, DB: pool}.Run(ctx, testEnv)
 	elapsed := time.Since(start)
 
-	if elapsed > 3*time.Second {
+	if elapsed > slack {
 		t.Errorf("Run returned after %v", elapsed)
 	}
 	var pgErr *pgconn.PgError
@@ -197,7 +197,9 @@ func TestSQLDeadlineStopsTheStatementAndRollsBack(t *testing.T) {
 		t.Fatalf("error = %v, want a deadline or a statement timeout", res.Err)
 	}
 	t.Logf("error after %v: %v", elapsed, res.Err)
+	w := time.Now()
 	waitNoSleeper(t, pool, "pg_sleep(10)", 5*time.Second)
+	t.Logf("server stopped after %v more", time.Since(w))
 	if n := countProbe(t, pool, "id = 42"); n != 0 {
 		t.Errorf("the insert before the sleep is visible: not rolled back")
 	}
@@ -218,7 +220,7 @@ func TestSQLCancelStopsTheStatementOnTheServer(t *testing.T) {
 	cancel(lockLost)
 	res := <-done
 
-	if elapsed := time.Since(stopped); elapsed > 3*time.Second {
+	if elapsed := time.Since(stopped); elapsed > slack {
 		t.Errorf("Run returned %v after the cancel", elapsed)
 	}
 	if !errors.Is(res.Err, lockLost) {
