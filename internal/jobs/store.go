@@ -128,8 +128,11 @@ func (s *Store) NextSeq(ctx context.Context) (int64, error) {
 			s.seqs = append(s.seqs, n)
 		}
 		rows.Close()
-		if err := rows.Err(); err != nil || len(s.seqs) == 0 {
-			return 0, fmt.Errorf("allocate run seqs: %v", err)
+		if err := rows.Err(); err != nil {
+			return 0, fmt.Errorf("allocate run seqs: %w", err)
+		}
+		if len(s.seqs) == 0 {
+			return 0, fmt.Errorf("allocate run seqs: the sequence returned no values")
 		}
 	}
 	n := s.seqs[0]

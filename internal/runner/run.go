@@ -66,10 +66,11 @@ func (r *Runner) run(js *jobState, sched jobs.Schedule, fire time.Time) {
 	var wg sync.WaitGroup
 	stopAux := make(chan struct{})
 	timeout := js.job.TimeoutFor(sched)
+	timeoutTimer := r.o.Clock.NewTimer(timeout) // started with the run, not with its goroutine
 	wg.Add(1)
 	go func() { // the timeout, on the injected clock
 		defer wg.Done()
-		t := r.o.Clock.NewTimer(timeout)
+		t := timeoutTimer
 		defer t.Stop()
 		select {
 		case <-t.C():
@@ -80,11 +81,12 @@ func (r *Runner) run(js *jobState, sched jobs.Schedule, fire time.Time) {
 	}()
 	var lockMu sync.Mutex
 	if lock != nil {
+		every := jobs.KeepAliveEvery(sched)
+		keepAliveTimer := r.o.Clock.NewTimer(every)
 		wg.Add(1)
 		go func() { // the keep-alive: extend every half of lockAtMostFor
 			defer wg.Done()
-			every := jobs.KeepAliveEvery(sched)
-			t := r.o.Clock.NewTimer(every)
+			t := keepAliveTimer
 			defer t.Stop()
 			for {
 				select {
@@ -119,9 +121,11 @@ func (r *Runner) run(js *jobState, sched jobs.Schedule, fire time.Time) {
 		}()
 	}
 	res := js.job.Task.Run(runCtx, tasks.Env{JobID: id, ReplicaID: r.o.ReplicaID, RunSeq: seq})
+	// The cause is read as the task returns: a timeout that fires after a
+	// successful return does not relabel it.
+	cause := context.Cause(runCtx)
 	close(stopAux)
 	wg.Wait()
-	cause := context.Cause(runCtx)
 	cancelRun(nil)
 
 	outcome := jobs.OutcomeSucceeded
@@ -195,12 +199,20 @@ func (r *Runner) run(js *jobState, sched jobs.Schedule, fire time.Time) {
 	case !js.failing && wasFailing:
 		r.log.Info("runner: job recovered", "job_id", id, "run_seq", seq)
 	}
-	r.finish(js, sched.Next(ended))
+	// A schedule changed during the run applies to the next fire.
+	r.mu.Lock()
+	next := js.sched.Next(ended)
+	r.mu.Unlock()
+	r.finish(js, next)
 }
 
 // recordNoRun records a tick that could not start a run (the lock or the
 // run seq could not be had) as a failure without a history row.
 func (r *Runner) recordNoRun(js *jobState, sched jobs.Schedule, now time.Time, err error) {
+	if errors.Is(context.Cause(r.runsCtx), errShutdown) {
+		r.finish(js, sched.Next(now)) // shutting down: not a failure
+		return
+	}
 	r.mu.Lock()
 	js.status.Failures++
 	js.status.LastOutcome, js.status.LastError = jobs.OutcomeFailed, "could not start: "+err.Error()

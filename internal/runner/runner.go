@@ -136,14 +136,15 @@ func randomInitialDelay(j jobs.Job) time.Duration {
 // status rows of a previous process with the same replica id, so counters
 // carry on.
 func (r *Runner) Start(ctx context.Context, prior map[string]jobs.Status) error {
-	r.runsCtx, r.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
 	now := r.o.Clock.Now()
-	r.started = now
 	r.mu.Lock()
+	r.runsCtx, r.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
+	r.started = now
 	for id, js := range r.jobs {
 		if p, ok := prior[id]; ok {
 			js.status = p
 			js.status.Running, js.status.NextFireAt = false, nil
+			js.failing = p.LastOutcome.Failing()
 		}
 		js.status.ReplicaID, js.status.JobID, js.status.Scope = r.o.ReplicaID, id, js.job.Scope
 		js.status.Schedule = js.sched.String()
@@ -191,14 +192,11 @@ func (r *Runner) timerLoop() {
 	defer t.Stop()
 	for {
 		r.mu.Lock()
-		var wait time.Duration = -1
+		wait := time.Hour // nothing queued: wake on a kick or at quit
 		if len(r.queue) > 0 {
 			wait = r.queue[0].due.Sub(r.o.Clock.Now())
 		}
 		r.mu.Unlock()
-		if wait < 0 && len(r.queue) == 0 {
-			wait = time.Hour
-		}
 		t.Stop()
 		t.Reset(max(wait, 0))
 		select {
@@ -252,7 +250,7 @@ func (r *Runner) SettingsChanged(id string) {
 	r.o.Settings.Invalidate(id)
 	r.mu.Lock()
 	js, ok := r.jobs[id]
-	if !ok || r.stopping {
+	if !ok || r.stopping || r.runsCtx == nil {
 		r.mu.Unlock()
 		return
 	}
@@ -300,6 +298,8 @@ func (r *Runner) ResyncSettings() {
 func (r *Runner) settings(ctx context.Context, js *jobState) (jobs.Schedule, bool, string, error) {
 	s, err := r.o.Settings.Get(ctx, js.job.ID)
 	if err != nil {
+		r.mu.Lock()
+		defer r.mu.Unlock()
 		return js.sched, js.status.Paused, js.status.InvalidSchedule, err
 	}
 	if s.Schedule == "" {
