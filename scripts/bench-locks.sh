@@ -118,9 +118,9 @@ sql postgres "CREATE DATABASE bench_template"
 	{ cat "$work/migrate.log" >&2; die "studioctl migrate up failed"; }
 
 # --- pgbench's script: the provider's acquire and unlock, one line each,
-# exactly as internal/locks/locks.go builds them (TestBenchPgbenchScript-
-# RunsTheProviderStatements checks it). Variables: lockname = $1,
-# atmostfor/atleastfor = $2 (seconds), lockedby = $3.
+# exactly as internal/locks/locks.go builds them (the test
+# TestBenchPgbenchScriptRunsTheProviderStatements checks it). Variables:
+# lockname = $1, atmostfor/atleastfor = $2 (seconds), lockedby = $3.
 cat >"$work/cycle.sql" <<'PGBENCH'
 INSERT INTO "shedlock"("name", "lock_until", "locked_at", "locked_by") VALUES(:lockname, timezone('utc', CURRENT_TIMESTAMP) + make_interval(secs => :atmostfor), timezone('utc', CURRENT_TIMESTAMP), :lockedby) ON CONFLICT ("name") DO UPDATE SET "lock_until" = timezone('utc', CURRENT_TIMESTAMP) + make_interval(secs => :atmostfor), "locked_at" = timezone('utc', CURRENT_TIMESTAMP), "locked_by" = :lockedby WHERE "shedlock"."name" = :lockname AND "shedlock"."lock_until" <= timezone('utc', CURRENT_TIMESTAMP);
 UPDATE "shedlock" SET "lock_until" = CASE WHEN "locked_at" + make_interval(secs => :atleastfor) > timezone('utc', CURRENT_TIMESTAMP) THEN "locked_at" + make_interval(secs => :atleastfor) ELSE timezone('utc', CURRENT_TIMESTAMP) END WHERE "name" = :lockname AND "locked_by" = :lockedby;

@@ -14,6 +14,7 @@ import (
 
 	"github.com/studioctl/studioctl/internal/db"
 	"github.com/studioctl/studioctl/internal/host"
+	"github.com/studioctl/studioctl/internal/jobs"
 	"github.com/studioctl/studioctl/internal/pgtest"
 	"github.com/studioctl/studioctl/internal/replicas"
 )
@@ -56,9 +57,20 @@ func TestHostStartsServesProbesAndDrainsWithoutLeaks(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	url := pgtest.NewDB(t)
 	ready := make(chan string, 1)
+	quick, err := jobs.Parse("test.yaml", []byte(`
+jobs:
+  - id: echo
+    scope: installation
+    every: 1s
+    run:
+      command: ["sh", "-c", "echo hi"]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
 	h, err := host.New(host.Options{
 		ConnString: url, ID: "leak-check", Version: "test", DrainDelay: 50 * time.Millisecond,
-		OnReady: func(addr string) { ready <- addr },
+		OnReady: func(addr string) { ready <- addr }, Jobs: quick,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -91,6 +103,16 @@ func TestHostStartsServesProbesAndDrainsWithoutLeaks(t *testing.T) {
 	in, err := replicas.Get(context.Background(), pool, "leak-check")
 	if err != nil || in.State != replicas.StateReady || in.HTTPAddr != addr {
 		t.Fatalf("registry row: %+v, %v", in, err)
+	}
+	// A job runs before the host is stopped, so the runner's goroutines are
+	// part of the leak check.
+	waitUntil(t, 30*time.Second, "a succeeded run of the echo job", func() bool {
+		var n int
+		pool.QueryRow(context.Background(), `SELECT count(*) FROM studio_job_run WHERE job_id = 'echo' AND outcome = 'succeeded'`).Scan(&n)
+		return n > 0
+	})
+	if code, body := get(t, "http://"+addr+"/v1/jobs"); code != 200 || !strings.Contains(body, `"id": "echo"`) {
+		t.Fatalf("/v1/jobs: %d %s", code, body)
 	}
 	sigs <- os.Interrupt
 	select {
