@@ -260,7 +260,7 @@ func (l *Listener) run(ctx context.Context, conn *pgx.Conn) {
 		n := l.reconnects.Add(1)
 		down := l.DownFor()
 		l.setConnected()
-		l.log.Info("bus: reconnected", "down_for", down, "reconnects", n)
+		l.log.Info("bus: reconnected", "down_for", down.String(), "reconnects", n)
 		if l.o.OnResync != nil {
 			l.o.OnResync()
 		}
@@ -324,7 +324,7 @@ func (l *Listener) reconnect(ctx context.Context) *pgx.Conn {
 		if ctx.Err() != nil {
 			return nil
 		}
-		l.log.Warn("bus: reconnect failed", "attempt", attempt, "down_for", l.DownFor(), "error", err)
+		l.log.Warn("bus: reconnect failed", "attempt", attempt, "down_for", l.DownFor().String(), "error", err)
 		delay = min(2*delay, l.o.BackoffMax)
 	}
 }

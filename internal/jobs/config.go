@@ -124,7 +124,16 @@ func scalar(file, job, field string, n *yaml.Node) (string, error) {
 
 func parseJob(file string, n *yaml.Node) (Job, error) {
 	j := Job{File: file, Line: n.Line}
-	f, err := mapping(file, "", "", n, "id", "scope", "every", "cron", "timeout", "clusters", "run")
+	// Name the job in every error, even one found before the id is read.
+	named := ""
+	if n.Kind == yaml.MappingNode {
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if v := n.Content[i+1]; n.Content[i].Value == "id" && v.Kind == yaml.ScalarNode && ValidateID(v.Value) == nil {
+				named = v.Value
+			}
+		}
+	}
+	f, err := mapping(file, named, "", n, "id", "scope", "every", "cron", "timeout", "clusters", "run")
 	if err != nil {
 		return j, err
 	}

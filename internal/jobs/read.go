@@ -140,6 +140,7 @@ func Merge(rows []ReplicaStatus, now time.Time) []View {
 		}
 		v := View{ID: id, Scope: use[0].Scope, Schedule: use[0].Schedule}
 		var merged Status
+		var lastDone Outcome
 		merged.Schedule, merged.Scope = v.Schedule, v.Scope
 		for _, r := range use {
 			if r.Live {
@@ -155,12 +156,13 @@ func Merge(rows []ReplicaStatus, now time.Time) []View {
 			if r.InvalidSchedule != "" {
 				v.InvalidSchedule = r.InvalidSchedule
 			}
-			if r.NextFireAt != nil && (v.NextFireAt == nil || r.NextFireAt.Before(*v.NextFireAt)) {
+			if r.Live && r.NextFireAt != nil && (v.NextFireAt == nil || r.NextFireAt.Before(*v.NextFireAt)) {
 				v.NextFireAt = r.NextFireAt
 			}
 			if r.LastStartedAt != nil && (v.LastStartedAt == nil || r.LastStartedAt.After(*v.LastStartedAt)) {
 				v.LastStartedAt, v.LastFinishedAt, v.LastReplica = r.LastStartedAt, r.LastFinishedAt, r.ReplicaID
 				v.LastOutcome, v.LastError = r.LastOutcome, r.LastError
+				lastDone = r.LastOutcome // the last completed outcome judges health
 				if r.Running {
 					v.LastOutcome = OutcomeRunning
 				}
@@ -173,10 +175,7 @@ func Merge(rows []ReplicaStatus, now time.Time) []View {
 			}
 		}
 		merged.Paused, merged.InvalidSchedule = v.Paused, v.InvalidSchedule
-		merged.LastOutcome = v.LastOutcome
-		if merged.LastOutcome == OutcomeRunning {
-			merged.LastOutcome = ""
-		}
+		merged.LastOutcome = lastDone
 		if merged.LastCompletion().IsZero() {
 			// Never completed anywhere: judge from the first start, if any.
 			if v.LastStartedAt != nil {

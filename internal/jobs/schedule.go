@@ -90,7 +90,7 @@ func (s Schedule) String() string {
 		return "cron " + s.Cron
 	}
 	if s.Every > 0 {
-		return "every " + s.Every.String()
+		return "every " + FormatDuration(s.Every)
 	}
 	return ""
 }
@@ -110,4 +110,17 @@ func ParseSchedule(text string) (Schedule, error) {
 	default:
 		return Schedule{}, fmt.Errorf("%w: %q: want \"every DURATION\" or \"cron EXPR\"", ErrSchedule, text)
 	}
+}
+
+// FormatDuration is d as time.ParseDuration reads it, without zero units:
+// 1h, 1m30s, 2h5m (not 1h0m0s).
+func FormatDuration(d time.Duration) string {
+	t := d.String()
+	if strings.HasSuffix(t, "m0s") {
+		t = strings.TrimSuffix(t, "0s")
+	}
+	if strings.HasSuffix(t, "h0m") {
+		t = strings.TrimSuffix(t, "0m")
+	}
+	return t
 }

@@ -96,7 +96,9 @@ func (s *Store) loop(ctx context.Context) {
 		case <-t.C:
 		case <-s.kick:
 		}
-		fctx, cancel := context.WithTimeout(ctx, flushTimeout)
+		// A flush under way finishes even if Stop comes meanwhile (Stop then
+		// flushes what is left).
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), flushTimeout)
 		err := s.Flush(fctx)
 		cancel()
 		switch {

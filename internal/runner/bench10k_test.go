@@ -11,7 +11,8 @@ package runner_test
 //
 // Knobs (environment): STUDIO_BENCH10K_JOBS (10000), STUDIO_BENCH10K_WARMUP
 // (20s), STUDIO_BENCH10K_WINDOW (60s), STUDIO_BENCH10K_OUT (a JSON file; the
-// result is logged too).
+// result is logged too), STUDIO_BENCH10K_HEAPPROFILE (a heap profile taken
+// at the end of the window).
 
 import (
 	"context"
@@ -20,6 +21,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -63,6 +65,7 @@ type bench10kResult struct {
 	LatenessP99ms float64 `json:"lateness_p99_ms"`
 	LatenessMaxMs float64 `json:"lateness_max_ms"`
 	LatenessMinMs float64 `json:"lateness_min_ms"`
+	LatenessMean  float64 `json:"lateness_mean_ms"`
 	CPUCores      float64 `json:"cpu_cores"` // process CPU seconds / wall seconds
 	// RunqWaitMsPerS is how long the process's threads were runnable but
 	// waited for a CPU, per second (schedstat run_delay): the machine's noise.
@@ -217,6 +220,9 @@ func TestBench10k(t *testing.T) {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	goroutines := runtime.NumGoroutine()
+	if path := os.Getenv("STUDIO_BENCH10K_HEAPPROFILE"); path != "" {
+		bench10kHeapProfile(t, path)
+	}
 	stop()
 
 	rec.mu.Lock()
@@ -259,6 +265,21 @@ func TestBench10k(t *testing.T) {
 	}
 }
 
+// bench10kHeapProfile writes the live heap (as of a fresh GC) to path, to
+// see what the runner's memory is made of.
+func bench10kHeapProfile(t testing.TB, path string) {
+	t.Helper()
+	runtime.GC()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // bench10kLateness fills the fire count and the lateness percentiles.
 func bench10kLateness(res *bench10kResult, lat []time.Duration, wall time.Duration) {
 	res.Fires = len(lat)
@@ -275,6 +296,11 @@ func bench10kLateness(res *bench10kResult, lat []time.Duration, wall time.Durati
 	res.LatenessP50ms, res.LatenessP99ms = pct(0.50), pct(0.99)
 	res.LatenessMinMs = float64(lat[0]) / float64(time.Millisecond)
 	res.LatenessMaxMs = float64(lat[len(lat)-1]) / float64(time.Millisecond)
+	var sum time.Duration
+	for _, d := range lat {
+		sum += d
+	}
+	res.LatenessMean = float64(sum) / float64(len(lat)) / float64(time.Millisecond)
 }
 
 // bench10kSampleRSSUntil samples VmRSS every second until end and returns

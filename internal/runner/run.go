@@ -3,6 +3,7 @@ package runner
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"time"
@@ -141,7 +142,15 @@ func (r *Runner) run(js *jobState, sched jobs.Schedule, fire time.Time) {
 		outcome, errText = jobs.OutcomeFailed, res.Err.Error()
 	}
 	if res.Err != nil && outcome != jobs.OutcomeFailed {
-		errText += ": " + res.Err.Error()
+		var killed *tasks.ErrKilled
+		switch {
+		case errors.As(res.Err, &killed) && killed.SIGKILL:
+			errText += fmt.Sprintf(": the command was killed with SIGKILL after a %s grace period", killed.Grace)
+		case errors.As(res.Err, &killed):
+			errText += ": the command was stopped with SIGTERM"
+		case !errors.Is(res.Err, cause):
+			errText += ": " + res.Err.Error()
+		}
 	}
 	if len(errText) > errorTail {
 		errText = errText[len(errText)-errorTail:]

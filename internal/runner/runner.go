@@ -221,6 +221,7 @@ func (r *Runner) fireDue() {
 			continue
 		}
 		js.running = true
+		js.status.NextFireAt = nil // counted from the end of this run
 		fire := js.due
 		r.runWG.Add(1)
 		go func() {
