@@ -212,7 +212,11 @@ FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::timestamptz[],
   AS t(seq, job_id, replica_id, cluster, started_at, finished_at, outcome, error, output_tail)
 ON CONFLICT (seq) DO UPDATE SET finished_at = EXCLUDED.finished_at, outcome = EXCLUDED.outcome,
   error = EXCLUDED.error, output_tail = EXCLUDED.output_tail
-WHERE studio_job_run.outcome = 'running'`
+WHERE studio_job_run.outcome = 'running'
+   -- A replica that was paused past the gone threshold finds its run marked
+   -- interrupted by housekeeping; its own final outcome is the truth.
+   OR (studio_job_run.outcome = 'interrupted' AND EXCLUDED.outcome <> 'running'
+       AND studio_job_run.replica_id = EXCLUDED.replica_id)`
 
 const upsertStatusSQL = `
 INSERT INTO studio_job_status (replica_id, job_id, scope, schedule, next_fire_at, running, last_started_at, last_finished_at,

@@ -123,7 +123,7 @@ func (c Command) Run(ctx context.Context, env Env) Result {
 		"STUDIO_CLUSTER="+env.Cluster,
 	)
 	cmd.Stdout, cmd.Stderr = pw, pw
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = procAttr()
 	err = cmd.Start()
 	pw.Close()
 	if err != nil {
