@@ -124,6 +124,9 @@ func scalar(file, job, field string, n *yaml.Node) (string, error) {
 
 func parseJob(file string, n *yaml.Node) (Job, error) {
 	j := Job{File: file, Line: n.Line}
+	if n.Kind != yaml.MappingNode {
+		return j, &ConfigError{File: file, Line: n.Line, Field: "jobs", Msg: "each job must be a mapping (id, scope, every or cron, run)"}
+	}
 	// Name the job in every error, even one found before the id is read.
 	named := ""
 	if n.Kind == yaml.MappingNode {
@@ -152,9 +155,8 @@ func parseJob(file string, n *yaml.Node) (Job, error) {
 		return j, err
 	}
 	if err := ValidateID(j.ID); err != nil {
-		id := j.ID
 		j.ID = ""
-		return j, bad(idNode, "id", "%s", strings.Replace(err.Error(), fmt.Sprintf("%q ", id), "", 1))
+		return j, bad(idNode, "id", "%s", err.Error())
 	}
 	scopeNode, ok := f["scope"]
 	if !ok {

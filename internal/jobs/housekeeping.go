@@ -67,5 +67,11 @@ SELECT count(*) FROM gone`, ForgetStoppedAfter.Seconds()).Scan(&dropped)
 	if err != nil {
 		return pruned, interrupted, 0, fmt.Errorf("drop long-stopped replicas: %w", err)
 	}
+	// Status rows of replicas an operator forgot stay behind otherwise.
+	_, err = q.Exec(ctx, `DELETE FROM studio_job_status s WHERE s.updated_at < now() - make_interval(secs => $1)
+  AND NOT EXISTS (SELECT 1 FROM studio_replica r WHERE r.id = s.replica_id)`, ForgetStoppedAfter.Seconds())
+	if err != nil {
+		return pruned, interrupted, dropped, fmt.Errorf("drop status of forgotten replicas: %w", err)
+	}
 	return pruned, interrupted, dropped, nil
 }

@@ -192,7 +192,7 @@ func Merge(rows []ReplicaStatus, now time.Time) []View {
 // History returns the last limit runs of job, newest first.
 func History(ctx context.Context, q Querier, job string, limit int) ([]Run, error) {
 	rows, err := q.Query(ctx, `SELECT seq, job_id, replica_id, coalesce(cluster, ''), started_at, finished_at, outcome,
-  coalesce(error, ''), coalesce(output_tail, '') FROM studio_job_run WHERE job_id = $1 ORDER BY seq DESC LIMIT $2`, job, limit)
+  coalesce(error, ''), coalesce(output_tail, '') FROM studio_job_run WHERE job_id = $1 ORDER BY started_at DESC, seq DESC LIMIT $2`, job, limit)
 	if err != nil {
 		return nil, fmt.Errorf("read history of job %q: %w", job, err)
 	}

@@ -49,7 +49,8 @@ func ParseCron(expr string) (s Schedule, err error) {
 			err = fmt.Errorf("%w: cron %q: %v", ErrSchedule, expr, r)
 		}
 	}()
-	c, err := cronParser.Parse(expr)
+	// The parser would otherwise keep time.Local of the moment of parsing.
+	c, err := cronParser.Parse("CRON_TZ=UTC " + expr)
 	if err != nil {
 		return Schedule{}, fmt.Errorf("%w: cron %q: %v", ErrSchedule, expr, err)
 	}
@@ -104,7 +105,11 @@ func ParseSchedule(text string) (Schedule, error) {
 		if err != nil {
 			return Schedule{}, fmt.Errorf("%w: %q: %v", ErrSchedule, text, err)
 		}
-		return Every(d)
+		s, err := Every(d)
+		if err == nil && d < MinEvery {
+			err = fmt.Errorf("%w: %q: every is shorter than the minimum %s", ErrSchedule, text, MinEvery)
+		}
+		return s, err
 	case "cron":
 		return ParseCron(rest)
 	default:

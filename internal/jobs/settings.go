@@ -102,6 +102,7 @@ func loadSettings(ctx context.Context, q Querier, where string, args []any) (map
 		if err := rows.Scan(&s.JobID, &s.Schedule, &s.Paused, &s.UpdatedAt, &s.UpdatedBy); err != nil {
 			return nil, fmt.Errorf("read job settings: %w", err)
 		}
+		s.UpdatedAt = s.UpdatedAt.UTC()
 		out[s.JobID] = s
 	}
 	return out, rows.Err()
@@ -133,6 +134,9 @@ type Change struct {
 // ApplyChange writes an operator override, its audit row and a job.settings
 // bus signal in one transaction, and returns the setting after it.
 func ApplyChange(ctx context.Context, q Querier, job string, c Change) (Setting, error) {
+	if c.Pause == nil && c.Schedule == nil {
+		return Setting{}, fmt.Errorf("change job %q: nothing to change", job)
+	}
 	if err := Known(ctx, q, job); err != nil {
 		return Setting{}, err
 	}

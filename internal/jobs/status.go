@@ -96,7 +96,13 @@ func JudgeHealth(s Status, now time.Time) Health {
 	if last.IsZero() {
 		return HealthOK
 	}
-	if now.Sub(last) > StalledIntervals*sched.Interval(last) {
+	// Three fires after the last completion (for a fixed delay: three
+	// delays), so a weekday cron is not stalled over a weekend.
+	deadline := last
+	for range StalledIntervals {
+		deadline = sched.Next(deadline)
+	}
+	if now.After(deadline) {
 		return HealthStalled
 	}
 	return HealthOK

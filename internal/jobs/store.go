@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -142,8 +143,14 @@ func (s *Store) NextSeq(ctx context.Context) (int64, error) {
 	return n, nil
 }
 
+// Storable makes text fit a text column: valid UTF-8, no NUL bytes.
+func Storable(t string) string {
+	return strings.ToValidUTF8(strings.ReplaceAll(t, "\x00", ""), "\uFFFD")
+}
+
 // PutRun queues a run row (the latest version of a seq wins).
 func (s *Store) PutRun(r Run) {
+	r.Error, r.OutputTail = Storable(r.Error), Storable(r.OutputTail)
 	s.mu.Lock()
 	s.runs[r.Seq] = r
 	n := len(s.runs) + len(s.status)
@@ -153,6 +160,7 @@ func (s *Store) PutRun(r Run) {
 
 // PutStatus queues a status snapshot (the latest per job wins).
 func (s *Store) PutStatus(st Status) {
+	st.LastError, st.InvalidSchedule = Storable(st.LastError), Storable(st.InvalidSchedule)
 	s.mu.Lock()
 	s.status[st.JobID] = st
 	n := len(s.runs) + len(s.status)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -162,8 +161,8 @@ func (r *Runner) run(js *jobState, sched jobs.Schedule, fire time.Time) {
 		r.unlock(held, id)
 	}
 	ended := r.o.Clock.Now()
-	errText = storable(errText)
-	run.FinishedAt, run.Outcome, run.Error, run.OutputTail = &ended, outcome, errText, storable(res.Output)
+	errText = jobs.Storable(errText)
+	run.FinishedAt, run.Outcome, run.Error, run.OutputTail = &ended, outcome, errText, res.Output
 	r.o.Store.PutRun(run)
 	r.metrics.runs.WithLabelValues(id, string(outcome)).Inc()
 	r.metrics.duration.WithLabelValues(id).Observe(ended.Sub(started).Seconds())
@@ -233,11 +232,6 @@ func (r *Runner) recordNoRun(js *jobState, sched jobs.Schedule, now time.Time, e
 		r.log.Error("runner: job could not start", "job_id", js.job.ID, "error", err)
 	}
 	r.finish(js, sched.Next(now))
-}
-
-// storable makes task output fit a text column: valid UTF-8, no NUL bytes.
-func storable(s string) string {
-	return strings.ToValidUTF8(strings.ReplaceAll(s, "\x00", ""), "\uFFFD")
 }
 
 func (r *Runner) unlock(l *locks.Lock, id string) {

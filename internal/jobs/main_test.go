@@ -1,0 +1,29 @@
+package jobs_test
+
+import (
+	"fmt"
+	"os"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/studioctl/studioctl/internal/pgtest"
+)
+
+// TestMain runs the tests against the harness's PostgreSQL (a database per
+// test, cloned from a migrated template), then fails the binary if any
+// goroutine (a Store's writer, a pool's health check) outlived them.
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		// A child process of runInChild: one test, no database.
+		os.Exit(m.Run())
+	}
+	code := pgtest.Main(m)
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
