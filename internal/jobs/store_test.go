@@ -94,7 +94,7 @@ func TestNextSeqGivesIncreasingUniqueSeqsAcrossBlocks(t *testing.T) {
 	q := &countingQuerier{Querier: pool}
 	s := jobs.NewStore(q, "replica-1", nil)
 	var prev int64
-	for i := range 250 {
+	for i := range 2500 {
 		n := mustSeq(t, s)
 		if n <= prev {
 			t.Fatalf("seq %d = %d after %d: not increasing", i, n, prev)
@@ -102,7 +102,7 @@ func TestNextSeqGivesIncreasingUniqueSeqsAcrossBlocks(t *testing.T) {
 		prev = n
 	}
 	if n, texts, _ := q.calls(); n != 3 {
-		t.Errorf("250 seqs took %d statements, want 3 (blocks of 100): %q", n, texts)
+		t.Errorf("2500 seqs took %d statements, want 3 (blocks of 1000): %q", n, texts)
 	}
 	// The sequence moved past every seq handed out, so a plain insert does
 	// not collide with them.
@@ -520,7 +520,7 @@ func TestFlushingAThousandRunsAndStatusesTakesABoundedNumberOfStatements(t *test
 		{"INSERT INTO studio_job_run", 2},
 		{"INSERT INTO studio_job_status", 2},
 		{"SELECT pg_notify", 2},
-		{"SELECT nextval", 10},
+		{"SELECT nextval", 1}, // 1,000 seqs are one block
 	} {
 		if got := calls[w.prefix]; got != w.calls {
 			t.Errorf("pg_stat_statements: %q ran %d times, want %d (all: %v)", w.prefix, got, w.calls, calls)

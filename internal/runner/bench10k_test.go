@@ -18,6 +18,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -32,6 +33,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/studioctl/studioctl/internal/db"
@@ -79,7 +82,11 @@ type bench10kResult struct {
 	DBStatementsByQuery []bench10kQueryCalls `json:"db_statements_by_query,omitempty"`
 	DBServerCPUCores    float64              `json:"db_server_cpu_cores,omitempty"`
 	StoreFlushesPerS    float64              `json:"store_flushes_per_s,omitempty"`
-	HistoryRowsPerS     float64              `json:"history_rows_per_s,omitempty"`
+	// Rows in the studio_job_run upsert of each flush in the window.
+	RunsPerFlushP10 int     `json:"runs_per_flush_p10,omitempty"`
+	RunsPerFlushP50 int     `json:"runs_per_flush_p50,omitempty"`
+	RunsPerFlushP90 int     `json:"runs_per_flush_p90,omitempty"`
+	HistoryRowsPerS float64 `json:"history_rows_per_s,omitempty"`
 }
 
 type bench10kQueryCalls struct {
@@ -172,7 +179,8 @@ func TestBench10k(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store := jobs.NewStore(pool, bench10kReplica, nil)
+	flushes := &bench10kFlushes{}
+	store := jobs.NewStore(bench10kPool{pool, flushes}, bench10kReplica, nil)
 	r, err := runner.New(runner.Options{
 		ReplicaID: bench10kReplica, Jobs: list, Locks: provider, Store: store,
 		Settings: jobs.NewSettingsCache(pool), Metrics: prometheus.NewRegistry(),
@@ -209,8 +217,10 @@ func TestBench10k(t *testing.T) {
 	rss0 := bench10kRSS()
 	start := time.Now()
 	rec.on.Store(true)
+	flushes.on.Store(true)
 	rssMax := bench10kSampleRSSUntil(start.Add(window))
 	rec.on.Store(false)
+	flushes.on.Store(false)
 	wall := time.Since(start)
 	cpu1, wait1 := bench10kSelfCPU(), bench10kRunqWait()
 	pg1 := bench10kTreeCPU(postmaster)
@@ -239,6 +249,21 @@ func TestBench10k(t *testing.T) {
 		HistoryRowsPerS:  float64(runs1-runs0) / wall.Seconds(),
 	}
 	bench10kLateness(&res, lat, wall)
+	flushes.mu.Lock()
+	if sizes := slices.Sorted(slices.Values(flushes.sizes)); len(sizes) > 0 {
+		at := func(p float64) int { return sizes[min(int(p*float64(len(sizes))), len(sizes)-1)] }
+		res.RunsPerFlushP10, res.RunsPerFlushP50, res.RunsPerFlushP90 = at(0.1), at(0.5), at(0.9)
+		hist := map[int]int{}
+		for _, n := range sizes {
+			hist[n/50*50]++
+		}
+		var b strings.Builder
+		for _, k := range slices.Sorted(maps.Keys(hist)) {
+			fmt.Fprintf(&b, " %d-%d:%d", k, k+49, hist[k])
+		}
+		t.Logf("bench10k: run rows per flush (flushes):%s", b.String())
+	}
+	flushes.mu.Unlock()
 	var total int64
 	for id, c := range stmts1 {
 		c.Calls -= stmts0[id].Calls
@@ -263,6 +288,51 @@ func TestBench10k(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// bench10kPool is the store's pool with its transactions wrapped, to see
+// how many run rows each flush writes.
+type bench10kPool struct {
+	*pgxpool.Pool
+	flushes *bench10kFlushes
+}
+
+func (p bench10kPool) Begin(ctx context.Context) (pgx.Tx, error) {
+	tx, err := p.Pool.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return bench10kTx{tx, p.flushes}, nil
+}
+
+type bench10kTx struct {
+	pgx.Tx
+	flushes *bench10kFlushes
+}
+
+func (t bench10kTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if strings.Contains(sql, "INSERT INTO studio_job_run") && len(args) > 0 {
+		if seqs, ok := args[0].([]int64); ok {
+			t.flushes.add(len(seqs))
+		}
+	}
+	return t.Tx.Exec(ctx, sql, args...)
+}
+
+// bench10kFlushes keeps the number of run rows of each flush in the window.
+type bench10kFlushes struct {
+	on    atomic.Bool
+	mu    sync.Mutex
+	sizes []int
+}
+
+func (f *bench10kFlushes) add(n int) {
+	if !f.on.Load() {
+		return
+	}
+	f.mu.Lock()
+	f.sizes = append(f.sizes, n)
+	f.mu.Unlock()
 }
 
 // bench10kHeapProfile writes the live heap (as of a fresh GC) to path, to
