@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/pprof"
 	"sync"
 	"time"
 
@@ -120,7 +121,12 @@ func (r *Runner) run(js *jobState, sched jobs.Schedule, fire time.Time) {
 			}
 		}()
 	}
-	res := js.job.Task.Run(runCtx, tasks.Env{JobID: id, ReplicaID: r.o.ReplicaID, RunSeq: seq})
+	// The run's context is named for the job (a pprof label), so a goroutine
+	// dump or a profile says which job a goroutine works for.
+	var res tasks.Result
+	pprof.Do(runCtx, pprof.Labels("job_id", id), func(ctx context.Context) {
+		res = js.job.Task.Run(ctx, tasks.Env{JobID: id, ReplicaID: r.o.ReplicaID, RunSeq: seq})
+	})
 	// The cause is read as the task returns: a timeout that fires after a
 	// successful return does not relabel it.
 	cause := context.Cause(runCtx)
