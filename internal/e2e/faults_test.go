@@ -19,6 +19,7 @@ import (
 	"github.com/studioctl/studioctl/internal/faultproxy"
 	"github.com/studioctl/studioctl/internal/host"
 	"github.com/studioctl/studioctl/internal/pgtest"
+	"github.com/studioctl/studioctl/internal/replicaproc"
 	"github.com/studioctl/studioctl/internal/replicas"
 )
 
@@ -56,16 +57,16 @@ func testKilledReplicaIsGoneAndCrashed(t *testing.T) {
 	pool := testPool(t, dbURL)
 	const id = "killed"
 	r := startReplica(t, dbURL, id)
-	r.waitReady(t)
+	r.WaitReady(t)
 
-	r.signal(t, syscall.SIGKILL)
+	r.Signal(t, syscall.SIGKILL)
 	killedAt := time.Now()
-	if code := r.waitExit(t, exitTimeout); code != -1 {
+	if code := r.WaitExit(t, replicaproc.ExitTimeout); code != -1 {
 		t.Fatalf("exit code after SIGKILL = %d, want -1 (killed by a signal)", code)
 	}
 
 	var in replicas.Info
-	eventually(t, replicas.GoneAfter+15*time.Second, "the killed replica to be gone", func() error {
+	replicaproc.Eventually(t, replicas.GoneAfter+15*time.Second, "the killed replica to be gone", func() error {
 		var err error
 		in, err = replicas.Get(context.Background(), pool, id)
 		if err != nil {
@@ -105,7 +106,7 @@ func testTerminatedBackends(t *testing.T) {
 	pool := testPool(t, dbURL)
 	const id = "terminated"
 	r := startReplica(t, dbURL, id)
-	addr := r.waitReady(t)
+	addr := r.WaitReady(t)
 	waitReadyz(t, addr, recoverWithin)
 
 	before, err := readRow(context.Background(), pool, id)
@@ -131,7 +132,7 @@ WHERE ok`).Scan(&pids, &terminatedAt)
 	}
 	t.Logf("terminated backends %v at %s", pids, terminatedAt.Format(time.RFC3339Nano))
 
-	took := eventually(t, recoverWithin, "the bus to reconnect and resync", func() error {
+	took := replicaproc.Eventually(t, recoverWithin, "the bus to reconnect and resync", func() error {
 		n, err := metric(addr, "studio_bus_reconnects_total")
 		if err != nil {
 			return err
@@ -139,7 +140,7 @@ WHERE ok`).Scan(&pids, &terminatedAt)
 		if n < 1 {
 			return fmt.Errorf("studio_bus_reconnects_total %v", n)
 		}
-		if !r.logged("resync") {
+		if !r.Logged("resync") {
 			return errors.New(`no "resync" log line yet`)
 		}
 		return nil
@@ -162,11 +163,11 @@ WHERE application_name = 'studioctl' AND datname = current_database() AND pid = 
 	if len(now) != 0 {
 		t.Errorf("terminated backends still present: %v", now)
 	}
-	if r.hasExited() {
-		t.Fatalf("replica exited after its backends were terminated: %v", r.state)
+	if r.Exited() {
+		t.Fatalf("replica exited after its backends were terminated: %v", r.State())
 	}
-	if after.PID != r.pid() {
-		t.Fatalf("studio_replica.pid = %d, want the same process %d", after.PID, r.pid())
+	if after.PID != r.PID() {
+		t.Fatalf("studio_replica.pid = %d, want the same process %d", after.PID, r.PID())
 	}
 }
 
@@ -176,31 +177,31 @@ func testDuplicateID(t *testing.T) {
 	pool := testPool(t, dbURL)
 	const id = "twin"
 	a := startReplica(t, dbURL, id)
-	addr := a.waitReady(t)
+	addr := a.WaitReady(t)
 	before, err := readRow(context.Background(), pool, id)
 	if err != nil {
 		t.Fatal(err)
 	}
 
 	b := startReplica(t, dbURL, id)
-	if code := b.waitExit(t, readyTimeout); code != 2 {
-		t.Fatalf("second process with id %q: exit %d, want 2\n%s", id, code, b.stderr.String())
+	if code := b.WaitExit(t, replicaproc.ReadyTimeout); code != 2 {
+		t.Fatalf("second process with id %q: exit %d, want 2\n%s", id, code, b.Stderr())
 	}
-	stderr := b.stderr.String()
+	stderr := b.Stderr()
 	if !strings.Contains(stderr, "error: ") || !strings.Contains(stderr, "a live replica already has this id") {
 		t.Fatalf("second process: want a clear error on stderr, got:\n%s", stderr)
 	}
-	if b.logged("replica ready") {
+	if b.Logged("replica ready") {
 		t.Fatalf("second process logged ready before refusing:\n%s", stderr)
 	}
 
-	if a.hasExited() {
-		t.Fatalf("first replica exited: %v", a.state)
+	if a.Exited() {
+		t.Fatalf("first replica exited: %v", a.State())
 	}
 	waitReadyz(t, addr, recoverWithin)
 	after := waitHeartbeatAfter(t, pool, id, before.Now, 2*heartbeatGapLimit)
-	if after.Incarnation != before.Incarnation || after.PID != a.pid() || after.State != string(replicas.StateReady) {
-		t.Fatalf("row changed: before %+v, after %+v (first pid %d)", before, after, a.pid())
+	if after.Incarnation != before.Incarnation || after.PID != a.PID() || after.State != string(replicas.StateReady) {
+		t.Fatalf("row changed: before %+v, after %+v (first pid %d)", before, after, a.PID())
 	}
 }
 
@@ -210,15 +211,15 @@ func testZombie(t *testing.T) {
 	pool := testPool(t, dbURL)
 	const id = "zombie"
 	a := startReplica(t, dbURL, id)
-	a.waitReady(t)
+	a.WaitReady(t)
 	rowA, err := readRow(context.Background(), pool, id)
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	a.signal(t, syscall.SIGSTOP)
+	a.Signal(t, syscall.SIGSTOP)
 	stoppedAt := time.Now()
-	eventually(t, replicas.GoneAfter+15*time.Second, "the paused replica to be gone", func() error {
+	replicaproc.Eventually(t, replicas.GoneAfter+15*time.Second, "the paused replica to be gone", func() error {
 		in, err := replicas.Get(context.Background(), pool, id)
 		if err != nil {
 			return err
@@ -231,53 +232,53 @@ func testZombie(t *testing.T) {
 	t.Logf("paused replica gone %s after SIGSTOP", time.Since(stoppedAt).Round(time.Millisecond))
 
 	b := startReplica(t, dbURL, id)
-	addrB := b.waitReady(t)
+	addrB := b.WaitReady(t)
 	rowB, err := readRow(context.Background(), pool, id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rowB.Incarnation == rowA.Incarnation || rowB.PID != b.pid() {
-		t.Fatalf("B did not take the row over: A %+v, B %+v (B pid %d)", rowA, rowB, b.pid())
+	if rowB.Incarnation == rowA.Incarnation || rowB.PID != b.PID() {
+		t.Fatalf("B did not take the row over: A %+v, B %+v (B pid %d)", rowA, rowB, b.PID())
 	}
 
-	a.signal(t, syscall.SIGCONT)
+	a.Signal(t, syscall.SIGCONT)
 	contAt := time.Now()
 	// While A wakes up and exits, the row stays B's at every look.
 	var lastSeen row
-	eventually(t, exitTimeout, "A to exit after SIGCONT", func() error {
+	replicaproc.Eventually(t, replicaproc.ExitTimeout, "A to exit after SIGCONT", func() error {
 		r, err := readRow(context.Background(), pool, id)
 		if err != nil {
 			return err
 		}
-		if r.Incarnation != rowB.Incarnation || r.PID != b.pid() {
-			t.Fatalf("row no longer B's while A ran: %+v, want incarnation %s pid %d", r, rowB.Incarnation, b.pid())
+		if r.Incarnation != rowB.Incarnation || r.PID != b.PID() {
+			t.Fatalf("row no longer B's while A ran: %+v, want incarnation %s pid %d", r, rowB.Incarnation, b.PID())
 		}
 		lastSeen = r
-		if !a.hasExited() {
+		if !a.Exited() {
 			return errors.New("A still running")
 		}
 		return nil
 	})
 	exitAfter := time.Since(contAt)
-	code := a.state.ExitCode()
+	code := a.State().ExitCode()
 	t.Logf("A exited with code %d %s after SIGCONT", code, exitAfter.Round(time.Millisecond))
 	if code != 1 {
-		t.Fatalf("A exit code %d, want 1\n%s", code, a.stderr.String())
+		t.Fatalf("A exit code %d, want 1\n%s", code, a.Stderr())
 	}
 	if exitAfter > replicas.HeartbeatEvery+unreadyWithin {
 		t.Errorf("A took %s to exit after SIGCONT, want about one heartbeat interval", exitAfter)
 	}
-	if !a.logged("taken over") {
-		t.Fatalf(`A's log has no "taken over" line:\n%s`, a.stderr.String())
+	if !a.Logged("taken over") {
+		t.Fatalf(`A's log has no "taken over" line:\n%s`, a.Stderr())
 	}
 
 	// B keeps heartbeating with its own incarnation.
 	after := waitHeartbeatAfter(t, pool, id, lastSeen.Now, 2*heartbeatGapLimit)
-	if after.Incarnation != rowB.Incarnation || after.PID != b.pid() || after.State != string(replicas.StateReady) {
-		t.Fatalf("row after A exited: %+v, want B's (incarnation %s, pid %d, ready)", after, rowB.Incarnation, b.pid())
+	if after.Incarnation != rowB.Incarnation || after.PID != b.PID() || after.State != string(replicas.StateReady) {
+		t.Fatalf("row after A exited: %+v, want B's (incarnation %s, pid %d, ready)", after, rowB.Incarnation, b.PID())
 	}
-	if b.hasExited() {
-		t.Fatalf("B exited: %v", b.state)
+	if b.Exited() {
+		t.Fatalf("B exited: %v", b.State())
 	}
 	waitReadyz(t, addrB, recoverWithin)
 }
@@ -300,13 +301,13 @@ func testBlackhole(t *testing.T) {
 
 	const id = "blackholed"
 	r := startReplica(t, viaProxy.String(), id)
-	addr := r.waitReady(t)
+	addr := r.WaitReady(t)
 	waitReadyz(t, addr, recoverWithin)
 
 	px.Blackhole()
 	blackholedAt := time.Now()
 	var why string
-	took := eventually(t, 3*unreadyWithin, "/readyz to fail", func() error {
+	took := replicaproc.Eventually(t, 3*unreadyWithin, "/readyz to fail", func() error {
 		code, body, err := get(addr, "/readyz")
 		if err != nil {
 			return err
@@ -321,7 +322,7 @@ func testBlackhole(t *testing.T) {
 	if took > unreadyWithin {
 		t.Errorf("/readyz took %s to fail, want within %s", took, unreadyWithin)
 	}
-	eventually(t, 3*unreadyWithin, "the bus listener to notice", func() error {
+	replicaproc.Eventually(t, 3*unreadyWithin, "the bus listener to notice", func() error {
 		d, err := metric(addr, "studio_bus_down_seconds")
 		if err != nil {
 			return err
@@ -336,7 +337,7 @@ func testBlackhole(t *testing.T) {
 	if busDown > unreadyWithin {
 		t.Errorf("bus took %s to notice the black hole, want within %s (SPEC §6)", busDown, unreadyWithin)
 	}
-	eventually(t, 3*heartbeatGapLimit, "a failed heartbeat", func() error {
+	replicaproc.Eventually(t, 3*heartbeatGapLimit, "a failed heartbeat", func() error {
 		n, err := metric(addr, "studio_replica_heartbeat_failures_total")
 		if err != nil {
 			return err
@@ -354,8 +355,8 @@ func testBlackhole(t *testing.T) {
 	t.Logf("/readyz 200 again %s after the restore", took.Round(time.Millisecond))
 	after := waitHeartbeatAfter(t, pool, id, restoredAt, recoverWithin)
 	t.Logf("heartbeat %s after the restore", after.HeartbeatAt.Sub(restoredAt).Round(time.Millisecond))
-	if r.hasExited() {
-		t.Fatalf("replica exited: %v", r.state)
+	if r.Exited() {
+		t.Fatalf("replica exited: %v", r.State())
 	}
 }
 
@@ -382,7 +383,7 @@ func exhaustPool(t *testing.T, hold time.Duration) poolResult {
 	dbURL := pgtest.NewDB(t)
 	pool := testPool(t, dbURL)
 	const id = "pool-exhausted"
-	logs := &syncBuffer{}
+	logs := &replicaproc.SyncBuffer{}
 	ready := make(chan string, 1)
 	h, err := host.New(host.Options{
 		ConnString: dbURL, ID: id, Version: "test", DrainDelay: -1,
@@ -401,8 +402,8 @@ func exhaustPool(t *testing.T, hold time.Duration) poolResult {
 		select {
 		case err := <-done:
 			return err
-		case <-time.After(exitTimeout):
-			return fmt.Errorf("host still running %s after an interrupt", exitTimeout)
+		case <-time.After(replicaproc.ExitTimeout):
+			return fmt.Errorf("host still running %s after an interrupt", replicaproc.ExitTimeout)
 		}
 	})
 	t.Cleanup(func() {
@@ -416,8 +417,8 @@ func exhaustPool(t *testing.T, hold time.Duration) poolResult {
 	case addr = <-ready:
 	case err := <-done:
 		t.Fatalf("host stopped before ready: %v", err)
-	case <-time.After(readyTimeout):
-		t.Fatalf("host not ready after %s", readyTimeout)
+	case <-time.After(replicaproc.ReadyTimeout):
+		t.Fatalf("host not ready after %s", replicaproc.ReadyTimeout)
 	}
 
 	hp := h.Pool()
@@ -442,7 +443,7 @@ func exhaustPool(t *testing.T, hold time.Duration) poolResult {
 			c.Exec(holdCtx, sleepSQL) // ends with holdCtx
 		}()
 	}
-	eventually(t, 10*time.Second, "every pool connection to sleep", func() error {
+	replicaproc.Eventually(t, 10*time.Second, "every pool connection to sleep", func() error {
 		var sleeping int
 		err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
 WHERE application_name = 'studioctl' AND datname = current_database() AND state = 'active' AND query LIKE 'SELECT pg_sleep%'`).Scan(&sleeping)
@@ -509,7 +510,7 @@ func TestReplicaRecoversFromADatabaseRestart(t *testing.T) {
 	pool := testPool(t, dbURL)
 	const id = "restarted"
 	r := startReplica(t, dbURL, id)
-	addr := r.waitReady(t)
+	addr := r.WaitReady(t)
 	waitReadyz(t, addr, recoverWithin)
 	before, err := readRow(context.Background(), pool, id)
 	if err != nil {
@@ -524,7 +525,7 @@ func TestReplicaRecoversFromADatabaseRestart(t *testing.T) {
 	}
 	restartedIn := time.Since(start)
 	var restartedAt time.Time
-	eventually(t, recoverWithin, "the test's pool to reconnect", func() error {
+	replicaproc.Eventually(t, recoverWithin, "the test's pool to reconnect", func() error {
 		return pool.QueryRow(ctx, `SELECT now()`).Scan(&restartedAt)
 	})
 	t.Logf("cluster restarted in %s", restartedIn.Round(time.Millisecond))
@@ -534,11 +535,11 @@ func TestReplicaRecoversFromADatabaseRestart(t *testing.T) {
 	after := waitHeartbeatAfter(t, pool, id, restartedAt, recoverWithin)
 	t.Logf("first heartbeat %s after the server was back; heartbeat gap across the restart %s",
 		after.HeartbeatAt.Sub(restartedAt).Round(time.Millisecond), after.HeartbeatAt.Sub(before.HeartbeatAt).Round(time.Millisecond))
-	if r.hasExited() {
-		t.Fatalf("replica exited across the restart: %v", r.state)
+	if r.Exited() {
+		t.Fatalf("replica exited across the restart: %v", r.State())
 	}
-	if after.PID != r.pid() || after.Incarnation != before.Incarnation {
-		t.Fatalf("row after the restart %+v, want the same process (pid %d, incarnation %s)", after, r.pid(), before.Incarnation)
+	if after.PID != r.PID() || after.Incarnation != before.Incarnation {
+		t.Fatalf("row after the restart %+v, want the same process (pid %d, incarnation %s)", after, r.PID(), before.Incarnation)
 	}
 	if n, err := metric(addr, "studio_bus_reconnects_total"); err != nil || n < 1 {
 		t.Fatalf("studio_bus_reconnects_total = %v (%v), want at least 1", n, err)

@@ -3,19 +3,17 @@ package e2e
 import (
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
 	"testing"
 
 	"go.uber.org/goleak"
 
 	"github.com/studioctl/studioctl/internal/pgtest"
+	"github.com/studioctl/studioctl/internal/replicaproc"
 )
 
 // studioctlBin is the race-enabled binary that TestMain builds once for
 // every test of the package.
-var studioctlBin string
+var studioctlBin *replicaproc.Binary
 
 // TestMain builds studioctl, runs the tests against the harness's
 // PostgreSQL, then fails the binary if any goroutine is left behind.
@@ -30,7 +28,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	studioctlBin, err = buildStudioctl(dir)
+	studioctlBin, err = replicaproc.Build(dir)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
 		return 1
@@ -43,24 +41,4 @@ func run(m *testing.M) int {
 		}
 	}
 	return code
-}
-
-// buildStudioctl runs `go build -race` on ./cmd/studioctl from the module
-// root and returns the binary's path.
-func buildStudioctl(dir string) (string, error) {
-	out, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		return "", fmt.Errorf("go env GOMOD: %w", err)
-	}
-	gomod := strings.TrimSpace(string(out))
-	if gomod == "" || gomod == os.DevNull {
-		return "", fmt.Errorf("go env GOMOD: not inside a module")
-	}
-	bin := filepath.Join(dir, "studioctl")
-	cmd := exec.Command("go", "build", "-race", "-o", bin, "./cmd/studioctl")
-	cmd.Dir = filepath.Dir(gomod)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build studioctl: %w\n%s", err, out)
-	}
-	return bin, nil
 }

@@ -44,15 +44,15 @@ func TestMeasureStatementsOfAnIdleReplica(t *testing.T) {
 		t.Fatalf("pg_stat_statements (the harness preloads it): %v", err)
 	}
 	r := startReplica(t, dbURL, "idle")
-	r.waitReady(t)
+	r.WaitReady(t)
 	if _, err := pool.Exec(ctx, `SELECT pg_stat_statements_reset()`); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
 	time.Sleep(idleWindow) // the measurement window itself, not synchronisation
 	elapsed := time.Since(start)
-	if r.hasExited() {
-		t.Fatalf("replica exited: %v", r.state)
+	if r.Exited() {
+		t.Fatalf("replica exited: %v", r.State())
 	}
 	// The test's own statements all name pg_stat_statements and are left out.
 	rows, err := pool.Query(ctx, `

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/studioctl/studioctl/internal/replicaproc"
 )
 
 // The three-replica experiment of the seeds (ShedLock "2. The lock": seven
@@ -34,18 +36,18 @@ func TestThreeReplicasRunAnInstallationJobOncePerTick(t *testing.T) {
 		shJob("inst", "instance", expEvery.String(), "", recordInst),
 	)
 	ids := []string{"exp-1", "exp-2", "exp-3"}
-	var ps []*proc
+	var ps []*replicaproc.Proc
 	for _, id := range ids {
 		ps = append(ps, f.startReplica(id))
 	}
 	for _, p := range ps {
-		p.waitReady(t)
+		p.WaitReady(t)
 	}
 	readyAt := f.dbNow()
 
 	ctx := context.Background()
 	var w0 time.Time
-	eventually(t, 30*time.Second, "the first execution after all replicas are ready", func() error {
+	replicaproc.Eventually(t, 30*time.Second, "the first execution after all replicas are ready", func() error {
 		cctx, cancel := context.WithTimeout(ctx, queryTimeout)
 		defer cancel()
 		var first *time.Time
@@ -61,7 +63,7 @@ func TestThreeReplicasRunAnInstallationJobOncePerTick(t *testing.T) {
 	w1 := w0.Add(expWindow)
 	// The window is complete once an execution started after it and every
 	// execution that started in it has recorded its end.
-	eventually(t, expWindow+30*time.Second, "the window to close", func() error {
+	replicaproc.Eventually(t, expWindow+30*time.Second, "the window to close", func() error {
 		cctx, cancel := context.WithTimeout(ctx, queryTimeout)
 		defer cancel()
 		var after, open int
@@ -188,7 +190,7 @@ FROM r`, w0.Add(-time.Second), w1).Scan(&runAvg, &runMax, &lockGapMin); err == n
 	}
 	// The executions are the job's runs, and none of them failed (a psql
 	// that cannot connect would make the counts meaningless).
-	eventually(t, 10*time.Second, "every execution to be a succeeded run of the job", func() error {
+	replicaproc.Eventually(t, 10*time.Second, "every execution to be a succeeded run of the job", func() error {
 		cctx, cancel := context.WithTimeout(ctx, queryTimeout)
 		defer cancel()
 		var missing, failed int

@@ -1,20 +1,15 @@
 package e2ejobs
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -26,19 +21,14 @@ import (
 	"github.com/studioctl/studioctl/internal/db"
 	"github.com/studioctl/studioctl/internal/jobs"
 	"github.com/studioctl/studioctl/internal/pgtest"
+	"github.com/studioctl/studioctl/internal/replicaproc"
 )
 
-// Deadlines of the helpers. They are generous: the binary is built with
-// -race and several replicas of several tests run at once.
 const (
-	readyTimeout = 60 * time.Second // start to "replica ready"
-	exitTimeout  = 30 * time.Second // a process that should end
-	queryTimeout = 10 * time.Second // one statement of the test
-	pollEvery    = 100 * time.Millisecond
+	// queryTimeout bounds one statement of the test.
+	queryTimeout = 10 * time.Second
 	// testAppName marks the test's own sessions in pg_stat_activity.
 	testAppName = "studioctl-e2ejobs"
-	// drainDelay keeps graceful stops short.
-	drainDelay = "100ms"
 )
 
 // schema is what the job commands write to: exp holds one row per
@@ -164,190 +154,20 @@ func firstLine(s string) string {
 	return s
 }
 
-// syncBuffer is a bytes.Buffer safe for a writer and concurrent readers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// logLine is one JSON log record of a replica.
-type logLine map[string]any
-
-func (l logLine) msg() string { s, _ := l["msg"].(string); return s }
-
-// proc is one `studioctl run` process.
-type proc struct {
-	id     string
-	cmd    *exec.Cmd
-	stderr *syncBuffer
-	exited chan struct{} // closed once Wait has returned
-	state  *os.ProcessState
-}
-
-// childEnv is the environment of a studioctl child: the test's, without
-// any STUDIO_*, XDG_* or EXP_* setting that could leak in, plus a private
-// config and data home so no config file of the machine is read.
-func childEnv(dir string, extra ...string) []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, "STUDIO_") || strings.HasPrefix(kv, "XDG_") || strings.HasPrefix(kv, "EXP_") || strings.HasPrefix(kv, "NO_COLOR=") {
-			continue
-		}
-		env = append(env, kv)
-	}
-	env = append(env, "XDG_CONFIG_HOME="+filepath.Join(dir, ".config"), "XDG_DATA_HOME="+filepath.Join(dir, ".local", "share"))
-	if psqlDir != "" {
-		env = append(env, "PATH="+psqlDir+string(os.PathListSeparator)+os.Getenv("PATH"))
-	}
-	return append(env, extra...)
-}
-
 // startReplica starts `studioctl run --config <the fixture's file>` with
 // replica id. The job commands see EXP_DB and EXP_DIR. The process is
-// killed (after a SIGCONT, in case it is stopped) when the test ends, and
-// its log is shown if the test failed.
-func (f *fixture) startReplica(id string) *proc {
-	t := f.t
-	t.Helper()
-	dir := t.TempDir()
-	cmd := exec.Command(studioctlBin, "run", "--config", f.config)
-	cmd.Dir = dir
-	cmd.Env = childEnv(dir,
-		"STUDIO_DATABASE_URL="+f.dbURL,
-		"STUDIO_REPLICA_ID="+id,
-		"STUDIO_REPLICA_LISTEN=127.0.0.1:0",
-		"STUDIO_DRAIN_DELAY="+drainDelay,
-		"EXP_DB="+f.dbURL,
-		"EXP_DIR="+f.dir,
-	)
-	p := &proc{id: id, cmd: cmd, stderr: &syncBuffer{}, exited: make(chan struct{})}
-	cmd.Stdout = io.Discard
-	cmd.Stderr = p.stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start replica %s: %v", id, err)
-	}
-	go func() {
-		cmd.Wait()
-		p.state = cmd.ProcessState
-		close(p.exited)
-	}()
-	t.Cleanup(func() {
-		if !p.hasExited() {
-			cmd.Process.Signal(syscall.SIGCONT)
-			cmd.Process.Kill()
-			<-p.exited
-		}
-		// The binary is built with -race for this: a race is a failure.
-		if out := p.stderr.String(); strings.Contains(out, "WARNING: DATA RACE") {
-			t.Errorf("replica %s reported a data race:\n%s", id, raceReport(out))
-		}
-		if t.Failed() {
-			t.Logf("stderr of replica %s (pid %d):\n%s", id, cmd.Process.Pid, p.stderr.String())
-		}
+// killed (after a SIGCONT, in case it is stopped) when the test ends, a
+// data race it reports fails the test, and its log is shown if the test
+// failed.
+func (f *fixture) startReplica(id string) *replicaproc.Proc {
+	f.t.Helper()
+	return studioctlBin.Start(f.t, replicaproc.Options{
+		ID:          id,
+		DatabaseURL: f.dbURL,
+		Args:        []string{"--config", f.config},
+		Env:         []string{"EXP_DB=" + f.dbURL, "EXP_DIR=" + f.dir},
+		FailOnRace:  true, // the binary is built with -race for this
 	})
-	return p
-}
-
-// raceReport cuts the first race report out of a replica's stderr.
-func raceReport(out string) string {
-	i := strings.Index(out, "WARNING: DATA RACE")
-	if i < 0 {
-		return ""
-	}
-	out = out[i:]
-	if j := strings.Index(out, "\n=================="); j >= 0 {
-		out = out[:j]
-	}
-	return out
-}
-
-func (p *proc) hasExited() bool {
-	select {
-	case <-p.exited:
-		return true
-	default:
-		return false
-	}
-}
-
-func (p *proc) signal(t *testing.T, sig syscall.Signal) {
-	t.Helper()
-	if err := p.cmd.Process.Signal(sig); err != nil {
-		t.Fatalf("signal %v to replica %s: %v", sig, p.id, err)
-	}
-}
-
-// logs parses the JSON lines of stderr; other lines are skipped.
-func (p *proc) logs() []logLine {
-	var out []logLine
-	sc := bufio.NewScanner(strings.NewReader(p.stderr.String()))
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for sc.Scan() {
-		var l logLine
-		if json.Unmarshal(sc.Bytes(), &l) == nil {
-			out = append(out, l)
-		}
-	}
-	return out
-}
-
-// waitReady waits for the {"msg":"replica ready","listen":...} log line.
-func (p *proc) waitReady(t *testing.T) {
-	t.Helper()
-	eventually(t, readyTimeout, "replica "+p.id+" ready", func() error {
-		for _, l := range p.logs() {
-			if s, _ := l["listen"].(string); l.msg() == "replica ready" && s != "" {
-				return nil
-			}
-		}
-		if p.hasExited() {
-			t.Fatalf("replica %s exited before it was ready (%v):\n%s", p.id, p.state, p.stderr.String())
-		}
-		return errors.New(`no "replica ready" line yet`)
-	})
-}
-
-// waitExit waits for the process to end and returns its exit code (-1 when
-// a signal killed it).
-func (p *proc) waitExit(t *testing.T, d time.Duration) int {
-	t.Helper()
-	select {
-	case <-p.exited:
-		return p.state.ExitCode()
-	case <-time.After(d):
-		t.Fatalf("replica %s still running after %s", p.id, d)
-		return 0
-	}
-}
-
-// eventually polls cond until it returns nil; past d it fails the test
-// with the last error. It returns how long it took.
-func eventually(t *testing.T, d time.Duration, what string, cond func() error) time.Duration {
-	t.Helper()
-	start := time.Now()
-	deadline := start.Add(d)
-	for {
-		err := cond()
-		if err == nil {
-			return time.Since(start)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s: %v", d, what, err)
-		}
-		time.Sleep(pollEvery)
-	}
 }
 
 // testPool opens the test's own pool on dbURL, marked with testAppName.

@@ -10,18 +10,19 @@ import (
 
 	"github.com/studioctl/studioctl/internal/jobs"
 	"github.com/studioctl/studioctl/internal/liveness"
+	"github.com/studioctl/studioctl/internal/replicaproc"
 )
 
 // firstHolder waits for the first run of job, on either replica, and for
 // its lock row, and returns the run, the lock as then read, the replica
 // that holds it and the other one. Only one run may exist: the lock keeps
 // the other replica out for lockAtMostFor.
-func (f *fixture) firstHolder(job string, a, b *proc) (runRow, lockRow, *proc, *proc) {
+func (f *fixture) firstHolder(job string, a, b *replicaproc.Proc) (runRow, lockRow, *replicaproc.Proc, *replicaproc.Proc) {
 	t := f.t
 	t.Helper()
 	var first runRow
 	var lock lockRow
-	eventually(t, 60*time.Second, "a first run of "+job+" and its lock", func() error {
+	replicaproc.Eventually(t, 60*time.Second, "a first run of "+job+" and its lock", func() error {
 		list, err := f.runs(job)
 		if err != nil {
 			return err
@@ -48,7 +49,7 @@ func (f *fixture) firstHolder(job string, a, b *proc) (runRow, lockRow, *proc, *
 		}
 		return nil
 	})
-	if first.ReplicaID == a.id {
+	if first.ReplicaID == a.ID() {
 		return first, lock, a, b
 	}
 	return first, lock, b, a
@@ -60,7 +61,7 @@ func (f *fixture) waitRunOf(job, id string, d time.Duration, check func()) runRo
 	t := f.t
 	t.Helper()
 	var run runRow
-	eventually(t, d, "a run of "+job+" by "+id, func() error {
+	replicaproc.Eventually(t, d, "a run of "+job+" by "+id, func() error {
 		list, err := f.runs(job)
 		if err != nil {
 			return err
@@ -85,7 +86,7 @@ func (f *fixture) waitRunOf(job, id string, d time.Duration, check func()) runRo
 func (f *fixture) waitExpStart(seq int64) time.Time {
 	f.t.Helper()
 	var at time.Time
-	eventually(f.t, 15*time.Second, fmt.Sprintf("the command of run %d to record its start", seq), func() error {
+	replicaproc.Eventually(f.t, 15*time.Second, fmt.Sprintf("the command of run %d to record its start", seq), func() error {
 		s, ok, err := f.expStart(seq)
 		if err != nil {
 			return err
@@ -103,7 +104,7 @@ func (f *fixture) waitExpStart(seq int64) time.Time {
 // for liveness.GoneAfter, database time).
 func (f *fixture) waitGone(id string, d time.Duration) time.Duration {
 	f.t.Helper()
-	return eventually(f.t, d, "replica "+id+" to be gone", func() error {
+	return replicaproc.Eventually(f.t, d, "replica "+id+" to be gone", func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), queryTimeout)
 		defer cancel()
 		var age time.Duration
@@ -153,7 +154,7 @@ func (f *fixture) pollOutcome(job string, seq int64, outcome string, d time.Dura
 		if err == nil || time.Now().After(deadline) {
 			return run, err
 		}
-		time.Sleep(pollEvery)
+		time.Sleep(replicaproc.PollEvery)
 	}
 }
 
@@ -205,20 +206,20 @@ func testPausedHolder(t *testing.T, housekeep bool) {
 		prefix = "hk-"
 	}
 	a, b := f.startReplica(prefix+"a"), f.startReplica(prefix+"b")
-	a.waitReady(t)
-	b.waitReady(t)
+	a.WaitReady(t)
+	b.WaitReady(t)
 
 	first, lock0, holder, other := f.firstHolder(job, a, b)
-	holder.signal(t, syscall.SIGSTOP)
+	holder.Signal(t, syscall.SIGSTOP)
 	stoppedAt := time.Now()
 	l := f.mustReadLock(job)
-	if l.LockedBy != holder.id || !l.LockUntil.Equal(lock0.LockUntil) {
+	if l.LockedBy != holder.ID() || !l.LockUntil.Equal(lock0.LockUntil) {
 		t.Fatalf("the lock changed around the SIGSTOP: %+v, then %+v", lock0, l)
 	}
 	atMost := lock0.LockUntil.Sub(lock0.LockedAt)
 	want := jobs.LockAtMostFor(jobs.Schedule{Every: pauseEvery})
 	t.Logf("run %d on %s holds the lock (locked_at %s, lock_until %s: lockAtMostFor %s); SIGSTOP %s after locked_at",
-		first.Seq, holder.id, lock0.LockedAt.Format(time.RFC3339Nano), lock0.LockUntil.Format(time.RFC3339Nano), atMost, l.Now.Sub(lock0.LockedAt).Round(time.Millisecond))
+		first.Seq, holder.ID(), lock0.LockedAt.Format(time.RFC3339Nano), lock0.LockUntil.Format(time.RFC3339Nano), atMost, l.Now.Sub(lock0.LockedAt).Round(time.Millisecond))
 	if atMost != want {
 		t.Errorf("lock_until - locked_at = %s, want lockAtMostFor %s", atMost, want)
 	}
@@ -228,7 +229,7 @@ func testPausedHolder(t *testing.T, housekeep bool) {
 	}
 
 	if housekeep {
-		f.waitGone(holder.id, liveness.GoneAfter+expiryMargin)
+		f.waitGone(holder.ID(), liveness.GoneAfter+expiryMargin)
 		_, n, _, err := jobs.Housekeep(context.Background(), f.pool)
 		if err != nil {
 			t.Fatal(err)
@@ -239,15 +240,15 @@ func testPausedHolder(t *testing.T, housekeep bool) {
 
 	// The other replica takes the lock once it has expired, and runs once.
 	remaining := lock0.LockUntil.Sub(l.Now)
-	second := f.waitRunOf(job, other.id, remaining+expiryMargin, nil)
+	second := f.waitRunOf(job, other.ID(), remaining+expiryMargin, nil)
 	l2 := f.mustReadLock(job)
 	secondStart := f.waitExpStart(second.Seq)
 	secondSeen := time.Now()
 	holderCmdAlive := alive(holderCmd)
 	t.Logf("run %d on %s: lock taken %s after the old lock_until, %s after the SIGSTOP; its command started %s after the old lock_until",
-		second.Seq, other.id, l2.LockedAt.Sub(lock0.LockUntil).Round(time.Millisecond), time.Since(stoppedAt).Round(time.Millisecond), secondStart.Sub(lock0.LockUntil).Round(time.Millisecond))
-	if l2.LockedBy != other.id || l2.LockedAt.Before(lock0.LockUntil) {
-		t.Fatalf("lock after the takeover: %+v; want it held by %s and taken at or after %s", l2, other.id, lock0.LockUntil.Format(time.RFC3339Nano))
+		second.Seq, other.ID(), l2.LockedAt.Sub(lock0.LockUntil).Round(time.Millisecond), time.Since(stoppedAt).Round(time.Millisecond), secondStart.Sub(lock0.LockUntil).Round(time.Millisecond))
+	if l2.LockedBy != other.ID() || l2.LockedAt.Before(lock0.LockUntil) {
+		t.Fatalf("lock after the takeover: %+v; want it held by %s and taken at or after %s", l2, other.ID(), lock0.LockUntil.Format(time.RFC3339Nano))
 	}
 	if secondStart.Before(lock0.LockUntil) {
 		t.Errorf("the other replica's command started at %s, before the paused holder's lock_until %s", secondStart.Format(time.RFC3339Nano), lock0.LockUntil.Format(time.RFC3339Nano))
@@ -261,15 +262,15 @@ func testPausedHolder(t *testing.T, housekeep bool) {
 		}
 	}
 
-	holder.signal(t, syscall.SIGCONT)
+	holder.Signal(t, syscall.SIGCONT)
 	contAt := time.Now()
 	// The status and the history row are written by the same batching
 	// writer, the run before the status: once the status counts the lost
 	// lock, the history row has been written too.
 	var st jobs.Status
-	eventually(t, 30*time.Second, "lock_lost counted in the woken holder's status", func() error {
+	replicaproc.Eventually(t, 30*time.Second, "lock_lost counted in the woken holder's status", func() error {
 		var err error
-		if st, err = f.status(holder.id, job); err != nil {
+		if st, err = f.status(holder.ID(), job); err != nil {
 			return err
 		}
 		if st.LockLost < 1 || st.LastOutcome != jobs.OutcomeLockLost || st.LastFinishedAt == nil {
@@ -277,14 +278,14 @@ func testPausedHolder(t *testing.T, housekeep bool) {
 		}
 		return nil
 	})
-	t.Logf("%s counted lock_lost %s after SIGCONT (status: lock_lost %d, last outcome %s)", holder.id, time.Since(contAt).Round(time.Millisecond), st.LockLost, st.LastOutcome)
+	t.Logf("%s counted lock_lost %s after SIGCONT (status: lock_lost %d, last outcome %s)", holder.ID(), time.Since(contAt).Round(time.Millisecond), st.LockLost, st.LastOutcome)
 	lost, err := f.pollOutcome(job, first.Seq, "lock_lost", 2*time.Second+jobs.FlushEvery)
 	if err != nil {
 		t.Errorf("run %d: %v, although %s's status counts the lost lock (last outcome %s): the history must say lock_lost too. "+
 			"The run store updates a history row only while it is 'running' (internal/jobs/store.go, upsertRunsSQL), "+
-			"so housekeeping's 'interrupted', written while the holder was paused and gone, is never corrected", first.Seq, err, holder.id, st.LastOutcome)
+			"so housekeeping's 'interrupted', written while the holder was paused and gone, is never corrected", first.Seq, err, holder.ID(), st.LastOutcome)
 	} else {
-		t.Logf("run %d on %s recorded lock_lost: %s", lost.Seq, holder.id, lost.Error)
+		t.Logf("run %d on %s recorded lock_lost: %s", lost.Seq, holder.ID(), lost.Error)
 	}
 	if err == nil && !strings.Contains(lost.Error, "lock lost") {
 		t.Errorf("error of the lock_lost run = %q, want it to say the lock was lost", lost.Error)
@@ -292,7 +293,7 @@ func testPausedHolder(t *testing.T, housekeep bool) {
 	if err == nil && (lost.FinishedAt == nil || lost.FinishedAt.Before(l2.LockedAt)) {
 		t.Errorf("the lock_lost run finished at %v, want after the SIGCONT (after %s)", lost.FinishedAt, l2.LockedAt.Format(time.RFC3339Nano))
 	}
-	eventually(t, 15*time.Second, "the cancelled command's process group to be gone", func() error {
+	replicaproc.Eventually(t, 15*time.Second, "the cancelled command's process group to be gone", func() error {
 		if m := groupMembers(holderCmd); len(m) > 0 {
 			return fmt.Errorf("group %d: %v", holderCmd, m)
 		}
@@ -305,8 +306,8 @@ func testPausedHolder(t *testing.T, housekeep bool) {
 
 	// The holder did not unlock the other replica's lock, and on its next
 	// tick it skips.
-	eventually(t, 10*time.Second+2*pauseEvery, "the woken holder's next tick to skip", func() error {
-		cur, err := f.status(holder.id, job)
+	replicaproc.Eventually(t, 10*time.Second+2*pauseEvery, "the woken holder's next tick to skip", func() error {
+		cur, err := f.status(holder.ID(), job)
 		if err != nil {
 			return err
 		}
@@ -316,18 +317,18 @@ func testPausedHolder(t *testing.T, housekeep bool) {
 		return nil
 	})
 	l3 := f.mustReadLock(job)
-	if l3.LockedBy != other.id || !l3.LockedAt.Equal(l2.LockedAt) || !l3.LockUntil.After(l3.Now) {
-		t.Errorf("lock after the holder woke up: %+v; want still %s's, taken at %s, live", l3, other.id, l2.LockedAt.Format(time.RFC3339Nano))
+	if l3.LockedBy != other.ID() || !l3.LockedAt.Equal(l2.LockedAt) || !l3.LockUntil.After(l3.Now) {
+		t.Errorf("lock after the holder woke up: %+v; want still %s's, taken at %s, live", l3, other.ID(), l2.LockedAt.Format(time.RFC3339Nano))
 	}
 	list, err := f.runs(job)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if h, o := runsBy(list, holder.id), runsBy(list, other.id); len(h) != 1 || len(o) != 1 || o[0].Outcome != "running" {
-		t.Errorf("runs after the pause: %+v; want one (lock_lost) by %s and one still running by %s", list, holder.id, other.id)
+	if h, o := runsBy(list, holder.ID()), runsBy(list, other.ID()); len(h) != 1 || len(o) != 1 || o[0].Outcome != "running" {
+		t.Errorf("runs after the pause: %+v; want one (lock_lost) by %s and one still running by %s", list, holder.ID(), other.ID())
 	}
-	if holder.hasExited() {
-		t.Errorf("the woken holder exited (%v); its heartbeat should still succeed (same incarnation)", holder.state)
+	if holder.Exited() {
+		t.Errorf("the woken holder exited (%v); its heartbeat should still succeed (same incarnation)", holder.State())
 	}
 }
 
@@ -342,20 +343,20 @@ func TestKilledHolderBlocksUntilLockUntil(t *testing.T) {
 	const job = "crash"
 	f := newFixture(t, shJob(job, "installation", crashEvery.String(), "", notePIDs+recordStart+" && exec sleep 120"))
 	a, b := f.startReplica("kill-a"), f.startReplica("kill-b")
-	a.waitReady(t)
-	b.waitReady(t)
+	a.WaitReady(t)
+	b.WaitReady(t)
 
 	first, _, holder, other := f.firstHolder(job, a, b)
-	holder.signal(t, syscall.SIGKILL)
+	holder.Signal(t, syscall.SIGKILL)
 	killedAt := time.Now()
 	lock := f.mustReadLock(job)
-	if code := holder.waitExit(t, exitTimeout); code != -1 {
+	if code := holder.WaitExit(t, replicaproc.ExitTimeout); code != -1 {
 		t.Fatalf("exit code after SIGKILL = %d, want -1", code)
 	}
-	if lock.LockedBy != holder.id {
-		t.Fatalf("lock right after the kill: %+v, want held by %s", lock, holder.id)
+	if lock.LockedBy != holder.ID() {
+		t.Fatalf("lock right after the kill: %+v, want held by %s", lock, holder.ID())
 	}
-	t.Logf("run %d on %s killed %s after locked_at; lock_until %s is %s away", first.Seq, holder.id,
+	t.Logf("run %d on %s killed %s after locked_at; lock_until %s is %s away", first.Seq, holder.ID(),
 		lock.Now.Sub(lock.LockedAt).Round(time.Millisecond), lock.LockUntil.Format(time.RFC3339Nano), lock.LockUntil.Sub(lock.Now).Round(time.Millisecond))
 	holderCmd, err := f.leaderPID(first.Seq)
 	if err != nil {
@@ -381,41 +382,41 @@ SELECT (SELECT count(*) FROM exp WHERE job_id = $1 AND seq <> $2 AND started_at 
 			t.Fatalf("%d executions (%d runs) of %s started before the killed holder's lock_until %s", cmds, runs, job, lock.LockUntil.Format(time.RFC3339Nano))
 		}
 	}
-	second := f.waitRunOf(job, other.id, lock.LockUntil.Sub(lock.Now)+expiryMargin, early)
+	second := f.waitRunOf(job, other.ID(), lock.LockUntil.Sub(lock.Now)+expiryMargin, early)
 	secondStart := f.waitExpStart(second.Seq)
 	orphan := alive(holderCmd)
 	early()
 	l2 := f.mustReadLock(job)
-	if l2.LockedBy != other.id || l2.LockedAt.Before(lock.LockUntil) {
-		t.Fatalf("lock after the takeover: %+v; want %s's, taken at or after %s", l2, other.id, lock.LockUntil.Format(time.RFC3339Nano))
+	if l2.LockedBy != other.ID() || l2.LockedAt.Before(lock.LockUntil) {
+		t.Fatalf("lock after the takeover: %+v; want %s's, taken at or after %s", l2, other.ID(), lock.LockUntil.Format(time.RFC3339Nano))
 	}
 	t.Logf("run %d on %s: lock taken %s after lock_until (%s after the kill); its command started %s after lock_until",
-		second.Seq, other.id, l2.LockedAt.Sub(lock.LockUntil).Round(time.Millisecond), time.Since(killedAt).Round(time.Millisecond), secondStart.Sub(lock.LockUntil).Round(time.Millisecond))
-	if st, err := f.status(other.id, job); err == nil {
-		t.Logf("%s skipped %d ticks while the dead holder's lock was live", other.id, st.SkippedElsewhere)
+		second.Seq, other.ID(), l2.LockedAt.Sub(lock.LockUntil).Round(time.Millisecond), time.Since(killedAt).Round(time.Millisecond), secondStart.Sub(lock.LockUntil).Round(time.Millisecond))
+	if st, err := f.status(other.ID(), job); err == nil {
+		t.Logf("%s skipped %d ticks while the dead holder's lock was live", other.ID(), st.SkippedElsewhere)
 	}
 	if orphan {
 		firstStart := f.waitExpStart(first.Seq)
 		t.Logf("the killed replica's command (pid %d, sleep 120) was still running when %s started the job: kill -9 of a replica leaves its command behind; the two overlap until about %s after the takeover, when its sleep 120 ends",
-			holderCmd, other.id, firstStart.Add(120*time.Second).Sub(secondStart).Round(time.Second))
+			holderCmd, other.ID(), firstStart.Add(120*time.Second).Sub(secondStart).Round(time.Second))
 	}
 
 	// Housekeeping marks the killed run interrupted once its replica is gone.
-	f.waitGone(holder.id, liveness.GoneAfter+expiryMargin)
+	f.waitGone(holder.ID(), liveness.GoneAfter+expiryMargin)
 	_, n, _, err := jobs.Housekeep(ctx, f.pool)
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := f.waitOutcome(job, first.Seq, "interrupted", 5*time.Second)
 	t.Logf("housekeeping %s after the kill: this pass marked %d run(s) interrupted (0: the built-in job had); run %d: %s", time.Since(killedAt).Round(time.Millisecond), n, first.Seq, r.Error)
-	if !strings.Contains(r.Error, holder.id) {
-		t.Errorf("error of the interrupted run = %q, want it to name the gone replica %s", r.Error, holder.id)
+	if !strings.Contains(r.Error, holder.ID()) {
+		t.Errorf("error of the interrupted run = %q, want it to name the gone replica %s", r.Error, holder.ID())
 	}
 	list, err := f.runs(job)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o := runsBy(list, other.id); len(o) != 1 || o[0].Outcome != "running" {
-		t.Errorf("runs of the live replica %s: %+v; want one, still running", other.id, o)
+	if o := runsBy(list, other.ID()); len(o) != 1 || o[0].Outcome != "running" {
+		t.Errorf("runs of the live replica %s: %+v; want one, still running", other.ID(), o)
 	}
 }

@@ -4,27 +4,24 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"testing"
 
 	"go.uber.org/goleak"
 
 	"github.com/studioctl/studioctl/internal/pgcluster"
 	"github.com/studioctl/studioctl/internal/pgtest"
+	"github.com/studioctl/studioctl/internal/replicaproc"
 )
 
 // studioctlBin is the race-enabled binary that TestMain builds once for
-// every test of the package.
-var studioctlBin string
-
-// psqlDir holds the psql binary of the PostgreSQL installation the harness
-// uses; it goes first on the replicas' PATH, so job commands do not go
-// through a wrapper script (Debian's /usr/bin/psql is a Perl script that
-// costs about 0.3 s a call).
-var psqlDir string
+// every test of the package. Its children never see an EXP_* setting of
+// the test, and the folder of the psql binary of the PostgreSQL
+// installation the harness uses goes first on their PATH, so job commands
+// do not go through a wrapper script (Debian's /usr/bin/psql is a Perl
+// script that costs about 0.3 s a call).
+var studioctlBin *replicaproc.Binary
 
 // minParallel is how many tests run at once unless -parallel is given. The
 // tests spend almost all their time waiting for a lock to expire in
@@ -47,14 +44,15 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	studioctlBin, err = buildStudioctl(dir)
+	studioctlBin, err = replicaproc.Build(dir)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "e2ejobs: %v\n", err)
 		return 1
 	}
+	studioctlBin.DropEnv = []string{"EXP_"}
 	if dir, err := pgcluster.FindBinDir(); err == nil {
 		if _, err := os.Stat(filepath.Join(dir, "psql")); err == nil {
-			psqlDir = dir
+			studioctlBin.PathDir = dir
 		}
 	}
 	code := pgtest.Main(m)
@@ -79,24 +77,4 @@ func raiseParallel() {
 	if n, err := strconv.Atoi(f.Value.String()); err == nil && n < minParallel {
 		f.Value.Set(strconv.Itoa(minParallel))
 	}
-}
-
-// buildStudioctl runs `go build -race` on ./cmd/studioctl from the module
-// root and returns the binary's path.
-func buildStudioctl(dir string) (string, error) {
-	out, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		return "", fmt.Errorf("go env GOMOD: %w", err)
-	}
-	gomod := strings.TrimSpace(string(out))
-	if gomod == "" || gomod == os.DevNull {
-		return "", fmt.Errorf("go env GOMOD: not inside a module")
-	}
-	bin := filepath.Join(dir, "studioctl")
-	cmd := exec.Command("go", "build", "-race", "-o", bin, "./cmd/studioctl")
-	cmd.Dir = filepath.Dir(gomod)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build studioctl: %w\n%s", err, out)
-	}
-	return bin, nil
 }

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/studioctl/studioctl/internal/replicaproc"
 )
 
 // TestTimeoutKillsTheCommandsProcessGroup runs a command that starts two
@@ -22,11 +24,11 @@ func TestTimeoutKillsTheCommandsProcessGroup(t *testing.T) {
 		`sleep 300`
 	f := newFixture(t, shJob("stuck", "instance", "2s", timeout.String(), script))
 	p := f.startReplica("timeout-1")
-	p.waitReady(t)
+	p.WaitReady(t)
 
 	var run runRow
 	var seenAt time.Time
-	eventually(t, 60*time.Second, "a run of stuck recorded timed_out", func() error {
+	replicaproc.Eventually(t, 60*time.Second, "a run of stuck recorded timed_out", func() error {
 		list, err := f.runs("stuck")
 		if err != nil {
 			return err
@@ -60,7 +62,7 @@ func TestTimeoutKillsTheCommandsProcessGroup(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the command of run %d did not record its SIGTERM-ignoring child: %v", run.Seq, err)
 	}
-	took := eventually(t, 10*time.Second, "every process of the timed-out command to be gone", func() error {
+	took := replicaproc.Eventually(t, 10*time.Second, "every process of the timed-out command to be gone", func() error {
 		var left []string
 		for name, pid := range map[string]int{"sh (leader)": leader, "sleep child": child, "sleep child ignoring SIGTERM": stubborn} {
 			if alive(pid) {
@@ -80,7 +82,7 @@ func TestTimeoutKillsTheCommandsProcessGroup(t *testing.T) {
 	if !strings.Contains(run.Error, "SIGKILL") {
 		t.Errorf("error = %q: want SIGKILL named, since one child ignored SIGTERM", run.Error)
 	}
-	eventually(t, 10*time.Second, "the timeout counted in studio_job_status", func() error {
+	replicaproc.Eventually(t, 10*time.Second, "the timeout counted in studio_job_status", func() error {
 		st, err := f.status("timeout-1", "stuck")
 		if err != nil {
 			return err
