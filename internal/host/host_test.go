@@ -19,16 +19,7 @@ import (
 	"github.com/studioctl/studioctl/internal/replicas"
 )
 
-func TestMain(m *testing.M) {
-	code := pgtest.Main(m)
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			os.Stderr.WriteString("goleak: " + err.Error() + "\n")
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(pgtest.MainNoLeaks(m)) }
 
 func get(t *testing.T, url string) (int, string) {
 	t.Helper()

@@ -1,11 +1,8 @@
 package jobs_test
 
 import (
-	"fmt"
 	"os"
 	"testing"
-
-	"go.uber.org/goleak"
 
 	"github.com/studioctl/studioctl/internal/pgtest"
 )
@@ -18,12 +15,5 @@ func TestMain(m *testing.M) {
 		// A child process of runInChild: one test, no database.
 		os.Exit(m.Run())
 	}
-	code := pgtest.Main(m)
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	os.Exit(pgtest.MainNoLeaks(m))
 }

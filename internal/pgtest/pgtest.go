@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.uber.org/goleak"
 
 	"github.com/studioctl/studioctl/internal/db"
 	"github.com/studioctl/studioctl/internal/migrate"
@@ -297,4 +298,18 @@ func Cluster(t testing.TB) *pgcluster.Cluster {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// MainNoLeaks is Main followed by a goroutine leak check: the test binary
+// fails if any goroutine is left once the tests pass. Packages that start
+// goroutines use it from TestMain, as STYLE.md asks.
+func MainNoLeaks(m M) int {
+	code := Main(m)
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
+			code = 1
+		}
+	}
+	return code
 }
