@@ -55,6 +55,13 @@ func ParseConnConfig(connString string) (*pgx.ConnConfig, error) {
 }
 
 func setSessionDefaults(cfg *pgx.ConnConfig) {
+	// Any spelling of the parameter (TimeZone=...) would be sent beside ours
+	// in random order: drop it.
+	for k := range cfg.RuntimeParams {
+		if strings.EqualFold(k, "timezone") {
+			delete(cfg.RuntimeParams, k)
+		}
+	}
 	cfg.RuntimeParams["timezone"] = "UTC"
 	if _, ok := cfg.RuntimeParams["application_name"]; !ok {
 		cfg.RuntimeParams["application_name"] = ApplicationName
@@ -134,13 +141,71 @@ func Redact(connString string) string {
 		return u.String()
 	}
 	// keyword/value: password=secret or password='se cret'
-	fields := strings.Fields(connString)
-	for i, f := range fields {
-		if strings.HasPrefix(f, "password=") {
-			fields[i] = "password=xxxxx"
+	var b strings.Builder
+	for _, kv := range keywordPairs(connString) {
+		if b.Len() > 0 {
+			b.WriteByte(' ')
+		}
+		if kv[0] == "password" {
+			b.WriteString("password=xxxxx")
+			continue
+		}
+		b.WriteString(kv[0] + "=" + kv[2])
+	}
+	return b.String()
+}
+
+// keywordPairs splits a libpq keyword/value string into key, value and the
+// value as written, honouring single quotes and backslash escapes.
+func keywordPairs(s string) [][3]string {
+	var out [][3]string
+	i := 0
+	for i < len(s) {
+		for i < len(s) && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n') {
+			i++
+		}
+		start := i
+		for i < len(s) && s[i] != '=' && s[i] != ' ' {
+			i++
+		}
+		key := strings.TrimSpace(s[start:i])
+		for i < len(s) && s[i] == ' ' {
+			i++
+		}
+		if i < len(s) && s[i] == '=' {
+			i++
+		}
+		for i < len(s) && s[i] == ' ' {
+			i++
+		}
+		vstart := i
+		var val strings.Builder
+		if i < len(s) && s[i] == '\'' {
+			i++
+			for i < len(s) && s[i] != '\'' {
+				if s[i] == '\\' && i+1 < len(s) {
+					i++
+				}
+				val.WriteByte(s[i])
+				i++
+			}
+			if i < len(s) {
+				i++ // closing quote
+			}
+		} else {
+			for i < len(s) && s[i] != ' ' {
+				if s[i] == '\\' && i+1 < len(s) {
+					i++
+				}
+				val.WriteByte(s[i])
+				i++
+			}
+		}
+		if key != "" {
+			out = append(out, [3]string{key, val.String(), s[vstart:i]})
 		}
 	}
-	return strings.Join(fields, " ")
+	return out
 }
 
 // passwordOf extracts the password from a connection string, if any.
@@ -155,9 +220,9 @@ func passwordOf(connString string) string {
 		}
 		return u.Query().Get("password")
 	}
-	for _, f := range strings.Fields(connString) {
-		if v, ok := strings.CutPrefix(f, "password="); ok {
-			return strings.Trim(v, "'")
+	for _, kv := range keywordPairs(connString) {
+		if kv[0] == "password" {
+			return kv[1]
 		}
 	}
 	return ""

@@ -1,0 +1,323 @@
+package config_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/studioctl/studioctl/internal/config"
+)
+
+// noEnv is a getenv that sees nothing, so the XDG/HOME search finds nothing.
+func noEnv(string) string { return "" }
+
+func writeFile(t *testing.T, dir, name, body string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestEnvName(t *testing.T) {
+	tests := []struct {
+		name string
+		key  string
+		want string
+	}{
+		{"a top-level key is upper-cased and prefixed", "output", "STUDIO_OUTPUT"},
+		{"a dotted key has its dots turned into underscores", "database.url", "STUDIO_DATABASE_URL"},
+		{"a key with underscores keeps them", "no_color", "STUDIO_NO_COLOR"},
+		{"a deeply nested key is flattened", "locks.columns.lock_until", "STUDIO_LOCKS_COLUMNS_LOCK_UNTIL"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := config.EnvName(tt.key); got != tt.want {
+				t.Errorf("EnvName(%q) = %q, want %q", tt.key, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestKeysAreSortedAndIncludeTheDatabaseURL(t *testing.T) {
+	keys := config.Keys()
+	for i := 1; i < len(keys); i++ {
+		if keys[i-1] >= keys[i] {
+			t.Errorf("Keys() not sorted at %d: %q >= %q", i, keys[i-1], keys[i])
+		}
+	}
+	found := false
+	for _, k := range keys {
+		found = found || k == "database.url"
+	}
+	if !found {
+		t.Errorf("Keys() = %v, missing database.url", keys)
+	}
+}
+
+func TestLoadWithNothingSetGivesTheDefaults(t *testing.T) {
+	t.Chdir(t.TempDir())
+	c, _, err := config.Load("", noEnv, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.File != "" {
+		t.Errorf("File = %q, want none", c.File)
+	}
+	if c.Output != "table" || c.Database.Migrate != "on" || c.Database.URL != "" || c.NoColor {
+		t.Errorf("defaults wrong: output=%q migrate=%q url=%q no_color=%v", c.Output, c.Database.Migrate, c.Database.URL, c.NoColor)
+	}
+	if c.Drain.Delay != 5*time.Second {
+		t.Errorf("drain.delay = %v, want 5s", c.Drain.Delay)
+	}
+	if c.Replica.Listen != "127.0.0.1:0" {
+		t.Errorf("replica.listen = %q", c.Replica.Listen)
+	}
+	if c.Locks.Table != "shedlock" || c.Locks.Columns.Name != "name" || c.Locks.Columns.LockUntil != "lock_until" ||
+		c.Locks.Columns.LockedAt != "locked_at" || c.Locks.Columns.LockedBy != "locked_by" {
+		t.Errorf("locks defaults wrong: %+v", c.Locks)
+	}
+}
+
+func TestLoadPrecedence(t *testing.T) {
+	tests := []struct {
+		name    string
+		file    string // output in the config file, "" for none
+		env     string // STUDIO_OUTPUT, "" for unset
+		flag    string // --output, "" for not given
+		want    string
+		wantURL string
+	}{
+		{name: "with nothing set the default wins", want: "table"},
+		{name: "the config file beats the default", file: "json", want: "json"},
+		{name: "the environment beats the config file", file: "json", env: "yaml", want: "yaml"},
+		{name: "a flag beats the environment and the config file", file: "json", env: "yaml", flag: "csv", want: "csv"},
+		{name: "a flag beats the config file without an environment variable", file: "json", flag: "csv", want: "csv"},
+		{name: "an unset flag does not hide the config file", file: "json", want: "json"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			t.Chdir(dir)
+			path := ""
+			if tt.file != "" {
+				path = writeFile(t, dir, "custom.yaml", "output: "+tt.file+"\n")
+			}
+			if tt.env != "" {
+				t.Setenv("STUDIO_OUTPUT", tt.env)
+			}
+			fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+			fs.String("output", "table", "")
+			if tt.flag != "" {
+				if err := fs.Parse([]string{"--output", tt.flag}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			c, v, err := config.Load(path, noEnv, []config.FlagBinding{{Key: "output", Flag: fs.Lookup("output")}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Output != tt.want {
+				t.Errorf("Output = %q, want %q", c.Output, tt.want)
+			}
+			if got := v.GetString("output"); got != tt.want {
+				t.Errorf("viper output = %q, want %q", got, tt.want)
+			}
+			if c.File != path {
+				t.Errorf("File = %q, want %q", c.File, path)
+			}
+		})
+	}
+}
+
+func TestLoadReadsTypedValuesFromTheEnvironment(t *testing.T) {
+	t.Chdir(t.TempDir())
+	t.Setenv("STUDIO_NO_COLOR", "true")
+	t.Setenv("STUDIO_DRAIN_DELAY", "250ms")
+	t.Setenv("STUDIO_DATABASE_URL", "postgres://env@h/app")
+	t.Setenv("STUDIO_LOCKS_COLUMNS_LOCK_UNTIL", "until")
+	c, _, err := config.Load("", noEnv, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.NoColor {
+		t.Error("NoColor = false, want true from STUDIO_NO_COLOR")
+	}
+	if c.Drain.Delay != 250*time.Millisecond {
+		t.Errorf("Drain.Delay = %v, want 250ms", c.Drain.Delay)
+	}
+	if c.Database.URL != "postgres://env@h/app" {
+		t.Errorf("Database.URL = %q", c.Database.URL)
+	}
+	if c.Locks.Columns.LockUntil != "until" {
+		t.Errorf("Locks.Columns.LockUntil = %q", c.Locks.Columns.LockUntil)
+	}
+}
+
+func TestLoadReadsNestedKeysFromTheFile(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	path := writeFile(t, dir, "c.yaml", `
+database:
+  url: postgres://file@h/app
+  migrate: "off"
+drain:
+  delay: 2s
+locks:
+  table: my_locks
+  columns:
+    locked_by: owner
+jobs:
+  anything: [1, 2]
+clusters:
+  east: {url: x}
+`)
+	c, _, err := config.Load(path, noEnv, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Database.URL != "postgres://file@h/app" || c.Database.Migrate != "off" {
+		t.Errorf("database = %+v", c.Database)
+	}
+	if c.Drain.Delay != 2*time.Second {
+		t.Errorf("Drain.Delay = %v", c.Drain.Delay)
+	}
+	if c.Locks.Table != "my_locks" || c.Locks.Columns.LockedBy != "owner" || c.Locks.Columns.Name != "name" {
+		t.Errorf("locks = %+v", c.Locks)
+	}
+}
+
+func TestLoadErrors(t *testing.T) {
+	tests := []struct {
+		name      string
+		file      string // body of c.yaml; "" means pass a path that does not exist
+		env       map[string]string
+		wantInMsg []string
+	}{
+		{
+			name:      "an unknown top-level key in the file names the file and the key",
+			file:      "outptu: json\n",
+			wantInMsg: []string{"c.yaml", `"outptu"`},
+		},
+		{
+			name:      "an unknown nested key in the file names the file and the full key",
+			file:      "database:\n  urll: postgres://h/app\n",
+			wantInMsg: []string{"c.yaml", `"database.urll"`},
+		},
+		{
+			name:      "a --config that does not exist is an error",
+			file:      "",
+			wantInMsg: []string{"--config", "missing.yaml"},
+		},
+		{
+			name:      "database.migrate other than on or off in the file is an error",
+			file:      "database:\n  migrate: sometimes\n",
+			wantInMsg: []string{"database.migrate", "sometimes"},
+		},
+		{
+			name:      "database.migrate other than on or off in the environment is an error",
+			file:      "output: json\n",
+			env:       map[string]string{"STUDIO_DATABASE_MIGRATE": "maybe"},
+			wantInMsg: []string{"database.migrate", "maybe"},
+		},
+		{
+			name:      "a file that is not YAML is an error naming the file",
+			file:      "output: [unclosed\n",
+			wantInMsg: []string{"c.yaml"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			t.Chdir(dir)
+			path := filepath.Join(dir, "missing.yaml")
+			if tt.file != "" {
+				path = writeFile(t, dir, "c.yaml", tt.file)
+			}
+			for k, v := range tt.env {
+				t.Setenv(k, v)
+			}
+			_, _, err := config.Load(path, noEnv, nil)
+			if err == nil {
+				t.Fatal("Load: want an error")
+			}
+			var ce *config.Error
+			if !errors.As(err, &ce) {
+				t.Fatalf("error is %T, want *config.Error: %v", err, err)
+			}
+			for _, s := range tt.wantInMsg {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("error %q does not mention %q", err, s)
+				}
+			}
+		})
+	}
+}
+
+func TestLoadFindsTheConfigFile(t *testing.T) {
+	tests := []struct {
+		name     string
+		local    bool // write ./studio.yaml
+		xdg      bool // write $XDG_CONFIG_HOME/studioctl/config.yaml
+		home     bool // write $HOME/.config/studioctl/config.yaml (no XDG_CONFIG_HOME)
+		want     string
+		wantFile string // "local", "xdg", "home" or ""
+	}{
+		{name: "./studio.yaml is found when no file is given", local: true, want: "json", wantFile: "local"},
+		{name: "the XDG config file is found when there is no ./studio.yaml", xdg: true, want: "yaml", wantFile: "xdg"},
+		{name: "./studio.yaml is preferred over the XDG config file", local: true, xdg: true, want: "json", wantFile: "local"},
+		{name: "$HOME/.config is searched when XDG_CONFIG_HOME is unset", home: true, want: "csv", wantFile: "home"},
+		{name: "no file at all is fine", want: "table", wantFile: ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			work := filepath.Join(dir, "work")
+			if err := os.MkdirAll(work, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			t.Chdir(work)
+			xdgDir := filepath.Join(dir, "xdg")
+			homeDir := filepath.Join(dir, "home")
+			files := map[string]string{"": ""}
+			if tt.local {
+				writeFile(t, work, "studio.yaml", "output: json\n")
+				files["local"] = "studio.yaml"
+			}
+			if tt.xdg {
+				files["xdg"] = writeFile(t, xdgDir, "studioctl/config.yaml", "output: yaml\n")
+			}
+			if tt.home {
+				files["home"] = writeFile(t, homeDir, ".config/studioctl/config.yaml", "output: csv\n")
+			}
+			getenv := func(k string) string {
+				switch {
+				case k == "XDG_CONFIG_HOME" && tt.xdg:
+					return xdgDir
+				case k == "HOME":
+					return homeDir
+				}
+				return ""
+			}
+			c, _, err := config.Load("", getenv, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Output != tt.want {
+				t.Errorf("Output = %q, want %q", c.Output, tt.want)
+			}
+			if c.File != files[tt.wantFile] {
+				t.Errorf("File = %q, want %q", c.File, files[tt.wantFile])
+			}
+		})
+	}
+}
