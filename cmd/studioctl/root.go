@@ -95,6 +95,8 @@ type app struct {
 	format     output.Format
 
 	pool *pgxpool.Pool
+	// migrated: connString already applied the migrations (embedded default).
+	migrated bool
 }
 
 // Main runs studioctl with os.Args and returns the exit code.
@@ -238,6 +240,7 @@ func (a *app) connString(ctx context.Context) (string, error) {
 	if _, err := migrate.Up(ctx, pool); err != nil {
 		return "", err
 	}
+	a.migrated = true
 	return url, nil
 }
 

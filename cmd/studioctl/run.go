@@ -85,7 +85,7 @@ func (a *app) runReplica(ctx context.Context) error {
 		Listen:     a.cfg.Replica.Listen,
 		Version:    buildVersion(),
 		DrainDelay: a.cfg.Drain.Delay,
-		Migrate:    a.cfg.Database.Migrate == "on",
+		Migrate:    a.cfg.Database.Migrate == "on" && !a.migrated, // the embedded default is migrated already
 		Logger:     a.logger(),
 	})
 	if err != nil {

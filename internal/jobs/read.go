@@ -11,21 +11,24 @@ import (
 	"github.com/studioctl/studioctl/internal/liveness"
 )
 
-const statusSelect = `SELECT replica_id, job_id, scope, schedule, next_fire_at, running, last_started_at, last_finished_at,
-  coalesce(last_outcome, ''), coalesce(last_error, ''), last_success_at, last_skipped_elsewhere_at, runs, failures, timeouts,
-  lock_lost, overruns, skipped_elsewhere, coalesce(invalid_schedule, ''), paused, updated_at
-FROM studio_job_status`
+// statusColumns are the studio_job_status columns scanStatus reads, from the
+// table aliased s.
+const statusColumns = `s.replica_id, s.job_id, s.scope, s.schedule, s.next_fire_at, s.running, s.last_started_at,
+  s.last_finished_at, coalesce(s.last_outcome, ''), coalesce(s.last_error, ''), s.last_success_at,
+  s.last_skipped_elsewhere_at, s.runs, s.failures, s.timeouts, s.lock_lost, s.overruns, s.skipped_elsewhere,
+  coalesce(s.invalid_schedule, ''), s.paused, s.updated_at`
 
-func scanStatus(rows pgx.Rows) ([]Status, error) {
-	var out []Status
+// scanStatus reads rows that start with statusColumns; extra receives the
+// columns after them, and each is called once per row.
+func scanStatus(rows pgx.Rows, extra []any, each func(Status)) error {
 	for rows.Next() {
 		var st Status
 		var scope, outcome string
-		err := rows.Scan(&st.ReplicaID, &st.JobID, &scope, &st.Schedule, &st.NextFireAt, &st.Running, &st.LastStartedAt,
+		dest := []any{&st.ReplicaID, &st.JobID, &scope, &st.Schedule, &st.NextFireAt, &st.Running, &st.LastStartedAt,
 			&st.LastFinishedAt, &outcome, &st.LastError, &st.LastSuccessAt, &st.LastSkippedElsewhereAt, &st.Runs, &st.Failures,
-			&st.Timeouts, &st.LockLost, &st.Overruns, &st.SkippedElsewhere, &st.InvalidSchedule, &st.Paused, &st.UpdatedAt)
-		if err != nil {
-			return nil, fmt.Errorf("read job status: %w", err)
+			&st.Timeouts, &st.LockLost, &st.Overruns, &st.SkippedElsewhere, &st.InvalidSchedule, &st.Paused, &st.UpdatedAt}
+		if err := rows.Scan(append(dest, extra...)...); err != nil {
+			return fmt.Errorf("read job status: %w", err)
 		}
 		st.Scope, st.LastOutcome = Scope(scope), Outcome(outcome)
 		for _, p := range []**time.Time{&st.NextFireAt, &st.LastStartedAt, &st.LastFinishedAt, &st.LastSuccessAt, &st.LastSkippedElsewhereAt} {
@@ -35,9 +38,12 @@ func scanStatus(rows pgx.Rows) ([]Status, error) {
 			}
 		}
 		st.UpdatedAt = st.UpdatedAt.UTC()
-		out = append(out, st)
+		each(st)
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read job status: %w", err)
+	}
+	return nil
 }
 
 // ReplicaStatus is one replica's status row of a job, with whether that
@@ -50,47 +56,33 @@ type ReplicaStatus struct {
 // ReadStatus returns the status rows (of job, or of every job when job is
 // ""), with replica liveness and database now.
 func ReadStatus(ctx context.Context, q Querier, job string) ([]ReplicaStatus, time.Time, error) {
-	sql := `SELECT s.replica_id, ` + liveness.LiveSQL("r") + ` FROM studio_job_status s LEFT JOIN studio_replica r ON r.id = s.replica_id`
+	// One statement: the rows, each replica's liveness, and database now.
+	sql := `SELECT ` + statusColumns + `, ` + liveness.LiveSQL("r") + `, now()
+FROM studio_job_status s LEFT JOIN studio_replica r ON r.id = s.replica_id`
 	args := []any{}
 	if job != "" {
 		sql += ` WHERE s.job_id = $1`
 		args = append(args, job)
 	}
-	live := map[string]bool{}
-	rows, err := q.Query(ctx, sql, args...)
+	rows, err := q.Query(ctx, sql+` ORDER BY s.job_id, s.replica_id`, args...)
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("read job status: %w", err)
 	}
-	for rows.Next() {
-		var id string
-		var l bool
-		if err := rows.Scan(&id, &l); err != nil {
-			rows.Close()
-			return nil, time.Time{}, fmt.Errorf("read job status: %w", err)
-		}
-		live[id] = l
-	}
-	rows.Close()
-	where := ""
-	if job != "" {
-		where = ` WHERE job_id = $1`
-	}
-	rows, err = q.Query(ctx, statusSelect+where+` ORDER BY job_id, replica_id`, args...)
-	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("read job status: %w", err)
-	}
-	list, err := scanStatus(rows)
-	rows.Close()
+	defer rows.Close()
+	var out []ReplicaStatus
+	var live bool
+	var now time.Time
+	err = scanStatus(rows, []any{&live, &now}, func(st Status) {
+		out = append(out, ReplicaStatus{Status: st, Live: live})
+	})
 	if err != nil {
 		return nil, time.Time{}, err
 	}
-	var now time.Time
-	if err := q.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
-		return nil, time.Time{}, fmt.Errorf("read database time: %w", err)
-	}
-	out := make([]ReplicaStatus, 0, len(list))
-	for _, st := range list {
-		out = append(out, ReplicaStatus{Status: st, Live: live[st.ReplicaID]})
+	if now.IsZero() {
+		// No rows: still answer with database time.
+		if err := q.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+			return nil, time.Time{}, fmt.Errorf("read database time: %w", err)
+		}
 	}
 	return out, now.UTC(), nil
 }

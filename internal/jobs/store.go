@@ -319,18 +319,14 @@ func (s *Store) write(ctx context.Context, runs map[int64]Run, status map[string
 // LoadStatus reads this replica's status rows, so counters survive a
 // restart with the same replica id.
 func (s *Store) LoadStatus(ctx context.Context) (map[string]Status, error) {
-	rows, err := s.q.Query(ctx, statusSelect+` WHERE replica_id = $1`, s.replicaID)
+	rows, err := s.q.Query(ctx, `SELECT `+statusColumns+` FROM studio_job_status s WHERE s.replica_id = $1`, s.replicaID)
 	if err != nil {
 		return nil, fmt.Errorf("read job status: %w", err)
 	}
 	defer rows.Close()
-	list, err := scanStatus(rows)
-	if err != nil {
+	out := map[string]Status{}
+	if err := scanStatus(rows, nil, func(st Status) { out[st.JobID] = st }); err != nil {
 		return nil, err
-	}
-	out := make(map[string]Status, len(list))
-	for _, st := range list {
-		out[st.JobID] = st
 	}
 	return out, nil
 }
