@@ -67,7 +67,7 @@ func exitCode(err error) int {
 	switch {
 	case err == nil:
 		return exitOK
-	case errors.Is(err, locks.ErrRefused), errors.Is(err, replicas.ErrLive):
+	case errors.Is(err, locks.ErrRefused), errors.Is(err, replicas.ErrLive), errors.Is(err, embedded.ErrInUse):
 		return exitRefused
 	case errors.Is(err, locks.ErrNotFound), errors.Is(err, replicas.ErrNotFound), errors.Is(err, jobs.ErrUnknownJob):
 		return exitNotFound
@@ -231,7 +231,9 @@ func (a *app) connString(ctx context.Context) (string, error) {
 	if started {
 		fmt.Fprintf(a.stderr, "started the embedded database in %s\n", e.Dir)
 	}
-	fmt.Fprintf(a.stderr, "using the embedded database %s (set database.url or STUDIO_DATABASE_URL to use another)\n", url)
+	// url holds the password: only its redacted form is shown.
+	fmt.Fprintf(a.stderr, "using the embedded database %s, password in %s (set database.url or STUDIO_DATABASE_URL to use another)\n",
+		db.Redact(url), e.PasswordFile())
 	pool, err := db.Open(ctx, url)
 	if err != nil {
 		return "", err
