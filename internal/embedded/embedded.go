@@ -187,27 +187,9 @@ func (e *Embedded) ensure(ctx context.Context) (url string, started bool, err er
 	if err != nil {
 		return "", false, err
 	}
-	newPW := pw == ""
-	if newPW {
-		if pw, err = newPassword(); err != nil {
-			return "", false, err
-		}
-		// Written first: whatever fails later, the password is not lost.
-		if err := e.writePassword(pw); err != nil {
-			return "", false, fmt.Errorf("write the password file: %w", err)
-		}
-	}
-	if !c.Initialized() {
-		if c.Port, err = pickPort(); err != nil {
-			return "", false, err
-		}
-		if err := e.initCluster(ctx, c, pw); err != nil {
-			return "", false, err
-		}
-		if err := e.writePort(c.Port); err != nil {
-			return "", false, err
-		}
-	} else {
+	fresh := !c.Initialized()
+	trusting := false
+	if !fresh {
 		if c.Port, err = e.port(); err != nil {
 			return "", false, err
 		}
@@ -220,18 +202,54 @@ func (e *Embedded) ensure(ctx context.Context) (url string, started bool, err er
 				return "", false, err
 			}
 		}
-		trusting, err := e.trusting()
-		if err != nil {
+		if trusting, err = e.trusting(); err != nil {
 			return "", false, err
 		}
-		if trusting || newPW {
-			if err := e.secure(ctx, c, pw, trusting); err != nil {
-				return "", false, err
-			}
+	}
+	newPW := pw == ""
+	if newPW {
+		if !fresh && !trusting && c.Running(ctx) {
+			return "", false, fmt.Errorf("the server running in %s asks for a password and the password file %s is missing: "+
+				"restore the file, or stop the server (studioctl embedded stop --force) and run again: studioctl then sets a new password", e.dataDir(), e.PasswordFile())
+		}
+		if pw, err = newPassword(); err != nil {
+			return "", false, err
+		}
+		// Written first: whatever fails later, the password is not lost.
+		if err := e.writePassword(pw); err != nil {
+			return "", false, fmt.Errorf("write the password file: %w", err)
+		}
+	}
+	switch {
+	case fresh:
+		if c.Port, err = pickPort(); err != nil {
+			return "", false, err
+		}
+		if err := e.initCluster(ctx, c, pw); err != nil {
+			return "", false, err
+		}
+		if err := e.writePort(c.Port); err != nil {
+			return "", false, err
+		}
+	case trusting || newPW:
+		if err := e.secure(ctx, c, pw, trusting); err != nil {
+			return "", false, err
 		}
 	}
 	if !c.Running(ctx) {
-		if err := c.Start(ctx); err != nil {
+		err := c.Start(ctx)
+		if err != nil && fresh {
+			// Another program may have taken the port since it was found
+			// free; a new cluster can move to another one.
+			if c.Port, err = pgcluster.FreePort(); err != nil {
+				return "", false, fmt.Errorf("pick a port: %w", err)
+			}
+			if err := e.writePort(c.Port); err != nil {
+				return "", false, err
+			}
+			err = c.Start(ctx)
+		}
+		if err != nil {
 			return "", false, err
 		}
 		started = true
