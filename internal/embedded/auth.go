@@ -232,7 +232,7 @@ func (e *Embedded) initCluster(ctx context.Context, c *pgcluster.Cluster, pw str
 // studioctl, or one whose password file was removed. A stopped cluster is
 // started with upgradeHBA for the change and stopped again; a running one
 // must still trust its socket (an older studioctl's), else it is refused.
-func (e *Embedded) secure(ctx context.Context, c *pgcluster.Cluster, pw string, trusting bool) error {
+func (e *Embedded) secure(ctx context.Context, c *pgcluster.Cluster, pw string, trusting bool) (err error) {
 	running := c.Running(ctx)
 	if running && !trusting {
 		return fmt.Errorf("the server running in %s asks for a password and %s does not hold it: "+
@@ -245,6 +245,12 @@ func (e *Embedded) secure(ctx context.Context, c *pgcluster.Cluster, pw string, 
 		if err := c.Start(ctx); err != nil {
 			return err
 		}
+		defer func() {
+			// Never leave the one-line trust running: stop on failure.
+			if err != nil {
+				c.Stop(context.WithoutCancel(ctx))
+			}
+		}()
 	}
 	if err := setPassword(ctx, e.dataDir(), c.Port, pw); err != nil {
 		return fmt.Errorf("set the postgres password: %w", err)
