@@ -196,11 +196,26 @@ func col(raw string) string {
 // shown is the table's name for messages: as configured, and as resolved
 // when that differs (MixedCaseLocks, read as mixedcaselocks).
 func (t Table) shown() string {
-	r := t.Resolved().Name
-	if r == strings.TrimSpace(t.Name) {
-		return r
+	raw := strings.TrimSpace(t.Name)
+	if !folds(raw) {
+		return raw
 	}
-	return fmt.Sprintf("%s (read as %s)", strings.TrimSpace(t.Name), t.ident())
+	return fmt.Sprintf("%s (read as %s)", raw, t.ident())
+}
+
+// folds says whether raw has an upper-case ASCII letter outside double
+// quotes, which PostgreSQL folds to lower case.
+func folds(raw string) bool {
+	quoted := false
+	for i := 0; i < len(raw); i++ {
+		switch c := raw[i]; {
+		case c == '"':
+			quoted = !quoted // "" inside quotes toggles twice
+		case !quoted && c >= 'A' && c <= 'Z':
+			return true
+		}
+	}
+	return false
 }
 
 // ErrSchema is returned when the lock table is missing or has the wrong shape.
