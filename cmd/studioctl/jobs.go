@@ -34,11 +34,12 @@ invalid-schedule (an override the parser rejects); paused.
 Jobs are declared in the config file:
 
   jobs:
-    - id: nightly-report        # [a-z0-9][a-z0-9-]*, at most 64 bytes; also the lock name
+    - id: nightly-report        # [a-z0-9][a-z0-9-]*, at most 64 bytes
       scope: installation       # required: installation (one replica per tick) | instance (every replica)
       every: 30s                # fixed delay from the END of a run ... or
       # cron: "0 2 * * *"       # ... a cron expression, always UTC
       timeout: 10m              # optional; default max(5m, 3 intervals), 1h for cron
+      # lock: nightlyReport     # optional, installation only: the ShedLock lock name (<= 64 characters); default the id
       run:
         command: ["./bin/report", "--day", "yesterday"]
         # sql: "DELETE FROM sessions WHERE expires_at < now()"

@@ -295,8 +295,12 @@ func (h *Host) startRunner(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := provider.CheckSchema(ctx); err != nil {
+	warnings, err := locks.CheckTable(ctx, h.pool, table, h.o.ID)
+	if err != nil {
 		return err
+	}
+	for _, w := range warnings {
+		h.log.Warn(w)
 	}
 	list := make([]jobs.Job, 0, len(h.o.Jobs)+1)
 	if !h.o.NoHousekeeping {
