@@ -16,6 +16,9 @@ import (
 	"github.com/studioctl/studioctl/internal/replicas"
 )
 
+// drainSignals drain a replica; a second one stops it at once.
+var drainSignals = []os.Signal{os.Interrupt, syscall.SIGTERM, syscall.SIGHUP}
+
 func (a *app) newRunCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "run",
@@ -26,7 +29,7 @@ connection, listens on the bus (LISTEN studio), and serves /livez, /readyz and
 /metrics and /v1/jobs on replica.listen (STUDIO_REPLICA_LISTEN; 127.0.0.1:0 picks a free
 port and logs it).
 
-SIGTERM or SIGINT, or "studioctl replicas drain ID", drains it: state
+SIGTERM, SIGINT or SIGHUP, or "studioctl replicas drain ID", drains it: state
 draining (readiness fails), wait drain.delay (default 5s), stop, state
 stopped, exit 0. A second signal stops it at once.
 
@@ -57,9 +60,17 @@ func (a *app) logger() *slog.Logger {
 func (a *app) runReplica(ctx context.Context) error {
 	// The first signal drains and the second stops at once, so the host
 	// gets its own channel and a context that signals do not cancel.
+	// SIGHUP (a closed terminal, a supervisor's reload) drains like SIGTERM.
 	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	signal.Notify(sigs, drainSignals...)
 	defer signal.Stop(sigs)
+	// A closed stdout or stderr must not kill the replica: without a
+	// handler, Go exits on SIGPIPE from a write to fd 1 or 2. Notify (not
+	// Ignore, which job processes would inherit) turns it into EPIPE, and
+	// slog drops a log line it could not write.
+	pipes := make(chan os.Signal, 1)
+	signal.Notify(pipes, syscall.SIGPIPE)
+	defer signal.Stop(pipes)
 	ctx = context.WithoutCancel(ctx)
 
 	// A job configuration error stops run before it registers (exit 2).
@@ -77,6 +88,11 @@ func (a *app) runReplica(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// The configuration's default is 5s already; an explicit 0 means none.
+	drainDelay := a.cfg.Drain.Delay
+	if drainDelay == 0 {
+		drainDelay = host.NoDrainDelay
+	}
 	h, err := host.New(host.Options{
 		Jobs:       list,
 		LockTable:  a.lockTable(),
@@ -84,7 +100,7 @@ func (a *app) runReplica(ctx context.Context) error {
 		ID:         a.cfg.Replica.ID,
 		Listen:     a.cfg.Replica.Listen,
 		Version:    buildVersion(),
-		DrainDelay: a.cfg.Drain.Delay,
+		DrainDelay: drainDelay,
 		Migrate:    a.cfg.Database.Migrate == "on" && !a.migrated, // the embedded default is migrated already
 		Logger:     a.logger(),
 	})

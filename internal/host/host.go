@@ -34,6 +34,9 @@ const (
 	// DefaultDrainDelay is how long a draining replica waits for load
 	// balancers to notice its failing readiness (drain.delay).
 	DefaultDrainDelay = 5 * time.Second
+	// NoDrainDelay as Options.DrainDelay drains without waiting. `run`
+	// passes it for drain.delay: 0s, since an unset Options field is 0.
+	NoDrainDelay time.Duration = -1
 	// BusDownReadiness: readiness fails once the bus has been down longer.
 	BusDownReadiness = 10 * time.Second
 	// readyzDBTimeout bounds the database check of /readyz.
@@ -65,7 +68,7 @@ type Options struct {
 	ID         string // replica id; DefaultID when empty
 	Listen     string // HTTP address; 127.0.0.1:0 picks a free port
 	Version    string
-	DrainDelay time.Duration // default DefaultDrainDelay; 0 is taken as the default, use a negative value for none
+	DrainDelay time.Duration // 0 (unset): DefaultDrainDelay; NoDrainDelay (any negative value): none
 	Migrate    bool
 	Logger     *slog.Logger
 
