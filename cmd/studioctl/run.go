@@ -84,6 +84,13 @@ func (a *app) runReplica(ctx context.Context) error {
 	if err := a.lockTable().Validate(); err != nil {
 		return &usageError{err: err}
 	}
+	// The id is checked before the database is reached (an empty id gets
+	// a default that passes).
+	if id := a.cfg.Replica.ID; id != "" {
+		if err := replicas.ValidateID(id); err != nil {
+			return usageErrorf("replica.id (STUDIO_REPLICA_ID): %v", err)
+		}
+	}
 	cs, err := a.connString(ctx)
 	if err != nil {
 		return err

@@ -263,3 +263,34 @@ func scrubString(msg, connString string, extra ...string) string {
 // Scrub is scrub for callers outside the package: it removes the password
 // of connString from err's text.
 func Scrub(err error, connString string) error { return scrub(err, connString) }
+
+// sqlstateReadOnly is read_only_sql_transaction: a write on a hot standby,
+// or under default_transaction_read_only=on.
+const sqlstateReadOnly = "25006"
+
+// ErrReadOnly marks an error from a database that refuses writes.
+var ErrReadOnly = errors.New("the database is read-only (a standby or default_transaction_read_only=on)")
+
+// IsReadOnly reports whether err is a server's refusal to write in a
+// read-only transaction (SQLSTATE 25006).
+func IsReadOnly(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == sqlstateReadOnly
+}
+
+// readOnlyError says the database is read-only before the server's own
+// text; errors.Is finds both ErrReadOnly and the original chain.
+type readOnlyError struct{ err error }
+
+func (e *readOnlyError) Error() string   { return ErrReadOnly.Error() + ": " + e.err.Error() }
+func (e *readOnlyError) Unwrap() []error { return []error{ErrReadOnly, e.err} }
+
+// ExplainReadOnly wraps a read-only refusal so its text says what is wrong
+// ("the database is read-only (a standby or ...): ..."); any other error,
+// and one already explained, comes back as it is.
+func ExplainReadOnly(err error) error {
+	if err == nil || !IsReadOnly(err) || errors.Is(err, ErrReadOnly) {
+		return err
+	}
+	return &readOnlyError{err: err}
+}

@@ -122,6 +122,9 @@ func New(o Options) (*Host, error) {
 	if o.ID == "" {
 		o.ID = replicas.DefaultID()
 	}
+	if err := replicas.ValidateID(o.ID); err != nil {
+		return nil, fmt.Errorf("replica.id (STUDIO_REPLICA_ID): %w", err)
+	}
 	if o.Listen == "" {
 		o.Listen = "127.0.0.1:0"
 	}
@@ -185,7 +188,11 @@ func (h *Host) Run(ctx context.Context, sigs <-chan os.Signal) (err error) {
 	return h.drain(ctx, why, sigs)
 }
 
-func (h *Host) start(ctx context.Context) error {
+// start checks everything it can before it registers (the schema version,
+// the lock table, the HTTP address; the id was checked in New), so that a
+// bad start leaves no row. A failure after registering records stopped, so
+// the row neither looks live nor blocks a corrected restart with the same id.
+func (h *Host) start(ctx context.Context) (err error) {
 	pcfg, err := db.ParsePoolConfig(h.o.ConnString)
 	if err != nil {
 		return err
@@ -202,12 +209,29 @@ func (h *Host) start(ctx context.Context) error {
 		if _, err := migrate.Up(ctx, h.pool); err != nil {
 			return err
 		}
+	} else if err := migrate.CheckNotNewer(ctx, h.pool); err != nil {
+		return err
+	}
+	table := h.o.LockTable
+	if table == (locks.Table{}) {
+		table = locks.DefaultTable()
+	}
+	provider, err := locks.NewProvider(h.pool, table, h.o.ID)
+	if err != nil {
+		return err
+	}
+	if err := provider.CheckSchema(ctx); err != nil {
+		return err
 	}
 	h.httpLn, err = net.Listen("tcp", h.o.Listen)
 	if err != nil {
 		return fmt.Errorf("replica.listen %q: %w", h.o.Listen, err)
 	}
 	ccfg, err := db.ParseConnConfig(h.o.ConnString)
+	if err != nil {
+		return err
+	}
+	lcfg, err := db.ParseConnConfig(h.o.ConnString)
 	if err != nil {
 		return err
 	}
@@ -221,13 +245,16 @@ func (h *Host) start(ctx context.Context) error {
 		},
 	})
 	if err := h.registry.Register(ctx); err != nil {
-		return err
+		return fmt.Errorf("cannot register replica: %w", db.ExplainReadOnly(err))
 	}
+	defer func() {
+		// The row is this process's unless another took the id over.
+		if err != nil && !errors.Is(err, replicas.ErrIncarnationLost) {
+			h.log.Error("start failed after registering; recording stopped", "error", err)
+			h.writeStopped()
+		}
+	}()
 	if err := h.registry.Start(context.WithoutCancel(ctx)); err != nil {
-		return err
-	}
-	lcfg, err := db.ParseConnConfig(h.o.ConnString)
-	if err != nil {
 		return err
 	}
 	h.listener = bus.NewListener(lcfg, h.o.ConnString, bus.Options{
@@ -238,7 +265,7 @@ func (h *Host) start(ctx context.Context) error {
 		return err
 	}
 	h.metrics = h.newMetrics()
-	if err := h.startRunner(ctx); err != nil {
+	if err := h.startRunner(ctx, provider); err != nil {
 		return err
 	}
 	h.httpSrv = &http.Server{Handler: h.routes(), ReadHeaderTimeout: 5 * time.Second}
@@ -289,18 +316,8 @@ func (h *Host) onResync() {
 }
 
 // startRunner binds the jobs and starts the runner and its store.
-func (h *Host) startRunner(ctx context.Context) error {
-	table := h.o.LockTable
-	if table == (locks.Table{}) {
-		table = locks.DefaultTable()
-	}
-	provider, err := locks.NewProvider(h.pool, table, h.o.ID)
-	if err != nil {
-		return err
-	}
-	if err := provider.CheckSchema(ctx); err != nil {
-		return err
-	}
+// The lock table was checked before registering.
+func (h *Host) startRunner(ctx context.Context, provider *locks.Provider) (err error) {
 	list := make([]jobs.Job, 0, len(h.o.Jobs)+1)
 	if !h.o.NoHousekeeping {
 		list = append(list, jobs.Housekeeping(h.pool))
