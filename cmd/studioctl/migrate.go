@@ -38,8 +38,8 @@ An existing shedlock table (made by a Java installation) is used as it is.`)
 			},
 		},
 		&cobra.Command{
-			Use:     "status",
-			Short:   "List migrations and whether each is applied",
+			Use:   "status",
+			Short: "List migrations and whether each is applied",
 			Long: `List the embedded migrations and whether each is applied, then any version
 applied in the database that this binary does not know (state "unknown"): a
 newer studioctl migrated the database, and "studioctl run" refuses it (exit 2).`,
