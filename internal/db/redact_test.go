@@ -79,7 +79,7 @@ func TestRedactAndScrubAgreeOnThePassword(t *testing.T) {
 		"host=db PASSWORD=" + pw,
 		"host=db password = '" + pw + "'",
 	} {
-		got := db.Scrub(errString("failed for " + pw), cs)
+		got := db.Scrub(errString("failed for "+pw), cs)
 		if strings.Contains(got.Error(), pw) {
 			t.Errorf("Scrub with %q left the password: %q", cs, got)
 		}
