@@ -132,6 +132,9 @@ func (a *app) run(ctx context.Context, args []string) int {
 		err = fmt.Errorf("%s: %w", strings.TrimPrefix(cmd.CommandPath(), root.Name()+" "), db.ExplainReadOnly(err))
 	}
 	if err != nil {
+		// A closed stderr must not turn the documented exit code into
+		// death by SIGPIPE on this last line.
+		signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 		fmt.Fprintln(a.stderr, "error:", err)
 		return exitCode(err)
 	}

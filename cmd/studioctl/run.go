@@ -38,8 +38,18 @@ It runs the jobs declared under jobs: in the config file (see
 configuration error stops it before it registers, naming the file, the job
 and the field (exit 2).
 
+Before it registers, run checks what it can, each error naming the key
+(exit 2): durations (drain.delay needs a unit, 0s to 10m; 0s means no
+delay), replica.id ([a-z0-9][a-z0-9._-]*, at most 64 bytes), the schema
+version (a database migrated by a newer studioctl is refused), the lock
+table and replica.listen. A start that fails after registering records the
+replica stopped, so a corrected restart may reuse the id at once. On a
+read-only database or a standby it says so (exit 1). See
+docs/replica-start.md.
+
 A replica whose id belongs to a live replica refuses to start (exit 2). If
 another process takes its id over while it runs, it stops at once and exits 1.
+A closed stdout or stderr does not stop it (SIGPIPE is handled).
 Logs go to stderr: text on a terminal, JSON otherwise.`,
 		Example: `  studioctl run
   STUDIO_REPLICA_ID=web-1 STUDIO_REPLICA_LISTEN=127.0.0.1:8081 studioctl run`,
@@ -67,10 +77,10 @@ func (a *app) runReplica(ctx context.Context) error {
 	// A closed stdout or stderr must not kill the replica: without a
 	// handler, Go exits on SIGPIPE from a write to fd 1 or 2. Notify (not
 	// Ignore, which job processes would inherit) turns it into EPIPE, and
-	// slog drops a log line it could not write.
-	pipes := make(chan os.Signal, 1)
-	signal.Notify(pipes, syscall.SIGPIPE)
-	defer signal.Stop(pipes)
+	// slog drops a log line it could not write. It stays on until the
+	// process exits, so the last "error:" line cannot kill it either and
+	// the exit code stays the documented one.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	ctx = context.WithoutCancel(ctx)
 
 	// A job configuration error stops run before it registers (exit 2).
