@@ -73,7 +73,7 @@ func exitCode(err error) int {
 		return exitNotFound
 	case errors.As(err, &ue), errors.As(err, &ce), errors.Is(err, locks.ErrInvalid), errors.Is(err, output.ErrFormat),
 		errors.Is(err, jobs.ErrSchedule), jobs.IsConfigError(err),
-		errors.Is(err, locks.ErrSchema), errors.Is(err, migrate.ErrNewerSchema),
+		errors.Is(err, migrate.ErrNewerSchema),
 		strings.HasPrefix(err.Error(), "unknown command"):
 		return exitUsage
 	default:

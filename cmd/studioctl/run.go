@@ -13,6 +13,7 @@ import (
 
 	"github.com/studioctl/studioctl/internal/host"
 	"github.com/studioctl/studioctl/internal/jobs"
+	"github.com/studioctl/studioctl/internal/locks"
 	"github.com/studioctl/studioctl/internal/replicas"
 )
 
@@ -125,7 +126,10 @@ func (a *app) runReplica(ctx context.Context) error {
 		return &usageError{err: err}
 	}
 	err = h.Run(ctx, sigs)
-	if errors.Is(err, replicas.ErrLiveDuplicate) {
+	// A live duplicate and a lock table that does not fit are the
+	// configuration's fault (exit 2); the operator commands keep exit 1 for
+	// a missing lock table, as their scripts expect.
+	if errors.Is(err, replicas.ErrLiveDuplicate) || errors.Is(err, locks.ErrSchema) {
 		return &usageError{err: err}
 	}
 	return err
