@@ -245,7 +245,10 @@ func (h *Host) start(ctx context.Context) (err error) {
 		},
 	})
 	if err := h.registry.Register(ctx); err != nil {
-		return fmt.Errorf("cannot register replica: %w", db.ExplainReadOnly(err))
+		if db.IsReadOnly(err) {
+			return fmt.Errorf("cannot register replica: %w", db.ExplainReadOnly(err))
+		}
+		return err
 	}
 	defer func() {
 		// The row is this process's unless another took the id over.
