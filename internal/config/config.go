@@ -195,6 +195,9 @@ func Load(file string, getenv func(string) string, flags []FlagBinding) (*Config
 		return nil, nil, &Error{Msg: fmt.Sprintf("configuration: %v", err)}
 	}
 	c.File = path
+	// Neither libpq nor pgx takes " postgres://..." as a URL; white space
+	// around a pasted URL is never meant.
+	c.Database.URL = strings.TrimSpace(c.Database.URL)
 	if c.Drain.Delay, err = Duration("drain.delay", v.Get("drain.delay"), 0, MaxDrainDelay); err != nil {
 		return nil, nil, err
 	}

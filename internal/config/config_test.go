@@ -374,3 +374,15 @@ func TestDrainDelayNeedsAUnitAndSaneBounds(t *testing.T) {
 		})
 	}
 }
+
+func TestLoadTrimsWhiteSpaceAroundTheDatabaseURL(t *testing.T) {
+	t.Chdir(t.TempDir())
+	t.Setenv("STUDIO_DATABASE_URL", " \tpostgres://app@h/app\n")
+	c, _, err := config.Load("", noEnv, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Database.URL != "postgres://app@h/app" {
+		t.Errorf("Database.URL = %q, want it trimmed", c.Database.URL)
+	}
+}

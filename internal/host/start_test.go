@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/studioctl/studioctl/internal/db"
@@ -33,7 +34,7 @@ func replicaState(t *testing.T, pool *pgxpool.Pool, id string) string {
 	t.Helper()
 	var state string
 	err := pool.QueryRow(context.WithoutCancel(t.Context()), `SELECT state FROM studio_replica WHERE id = $1`, id).Scan(&state)
-	if err != nil && !strings.Contains(err.Error(), "no rows") {
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		t.Fatal(err)
 	}
 	return state
