@@ -34,6 +34,9 @@ const (
 	// DefaultDrainDelay is how long a draining replica waits for load
 	// balancers to notice its failing readiness (drain.delay).
 	DefaultDrainDelay = 5 * time.Second
+	// NoDrainDelay as Options.DrainDelay drains without waiting. `run`
+	// passes it for drain.delay: 0s, since an unset Options field is 0.
+	NoDrainDelay time.Duration = -1
 	// BusDownReadiness: readiness fails once the bus has been down longer.
 	BusDownReadiness = 10 * time.Second
 	// readyzDBTimeout bounds the database check of /readyz.
@@ -65,7 +68,7 @@ type Options struct {
 	ID         string // replica id; DefaultID when empty
 	Listen     string // HTTP address; 127.0.0.1:0 picks a free port
 	Version    string
-	DrainDelay time.Duration // default DefaultDrainDelay; 0 is taken as the default, use a negative value for none
+	DrainDelay time.Duration // 0 (unset): DefaultDrainDelay; NoDrainDelay (any negative value): none
 	Migrate    bool
 	Logger     *slog.Logger
 
@@ -118,6 +121,9 @@ type Host struct {
 func New(o Options) (*Host, error) {
 	if o.ID == "" {
 		o.ID = replicas.DefaultID()
+	}
+	if err := replicas.ValidateID(o.ID); err != nil {
+		return nil, fmt.Errorf("replica.id (STUDIO_REPLICA_ID): %w", err)
 	}
 	if o.Listen == "" {
 		o.Listen = "127.0.0.1:0"
@@ -182,7 +188,11 @@ func (h *Host) Run(ctx context.Context, sigs <-chan os.Signal) (err error) {
 	return h.drain(ctx, why, sigs)
 }
 
-func (h *Host) start(ctx context.Context) error {
+// start checks everything it can before it registers (the schema version,
+// the lock table, the HTTP address; the id was checked in New), so that a
+// bad start leaves no row. A failure after registering records stopped, so
+// the row neither looks live nor blocks a corrected restart with the same id.
+func (h *Host) start(ctx context.Context) (err error) {
 	pcfg, err := db.ParsePoolConfig(h.o.ConnString)
 	if err != nil {
 		return err
@@ -199,12 +209,33 @@ func (h *Host) start(ctx context.Context) error {
 		if _, err := migrate.Up(ctx, h.pool); err != nil {
 			return err
 		}
+	} else if err := migrate.CheckNotNewer(ctx, h.pool); err != nil {
+		return err
+	}
+	table := h.o.LockTable
+	if table == (locks.Table{}) {
+		table = locks.DefaultTable()
+	}
+	provider, err := locks.NewProvider(h.pool, table, h.o.ID)
+	if err != nil {
+		return err
+	}
+	warnings, err := locks.CheckTable(ctx, h.pool, table, h.o.ID)
+	if err != nil {
+		return err
+	}
+	for _, w := range warnings {
+		h.log.Warn(w)
 	}
 	h.httpLn, err = net.Listen("tcp", h.o.Listen)
 	if err != nil {
 		return fmt.Errorf("replica.listen %q: %w", h.o.Listen, err)
 	}
 	ccfg, err := db.ParseConnConfig(h.o.ConnString)
+	if err != nil {
+		return err
+	}
+	lcfg, err := db.ParseConnConfig(h.o.ConnString)
 	if err != nil {
 		return err
 	}
@@ -218,13 +249,19 @@ func (h *Host) start(ctx context.Context) error {
 		},
 	})
 	if err := h.registry.Register(ctx); err != nil {
+		if db.IsReadOnly(err) {
+			return fmt.Errorf("cannot register replica: %w", db.ExplainReadOnly(err))
+		}
 		return err
 	}
+	defer func() {
+		// The row is this process's unless another took the id over.
+		if err != nil && !errors.Is(err, replicas.ErrIncarnationLost) {
+			h.log.Error("start failed after registering; recording stopped", "error", err)
+			h.writeStopped()
+		}
+	}()
 	if err := h.registry.Start(context.WithoutCancel(ctx)); err != nil {
-		return err
-	}
-	lcfg, err := db.ParseConnConfig(h.o.ConnString)
-	if err != nil {
 		return err
 	}
 	h.listener = bus.NewListener(lcfg, h.o.ConnString, bus.Options{
@@ -235,7 +272,7 @@ func (h *Host) start(ctx context.Context) error {
 		return err
 	}
 	h.metrics = h.newMetrics()
-	if err := h.startRunner(ctx); err != nil {
+	if err := h.startRunner(ctx, provider); err != nil {
 		return err
 	}
 	h.httpSrv = &http.Server{Handler: h.routes(), ReadHeaderTimeout: 5 * time.Second}
@@ -286,22 +323,8 @@ func (h *Host) onResync() {
 }
 
 // startRunner binds the jobs and starts the runner and its store.
-func (h *Host) startRunner(ctx context.Context) error {
-	table := h.o.LockTable
-	if table == (locks.Table{}) {
-		table = locks.DefaultTable()
-	}
-	provider, err := locks.NewProvider(h.pool, table, h.o.ID)
-	if err != nil {
-		return err
-	}
-	warnings, err := locks.CheckTable(ctx, h.pool, table, h.o.ID)
-	if err != nil {
-		return err
-	}
-	for _, w := range warnings {
-		h.log.Warn(w)
-	}
+// The lock table was checked before registering.
+func (h *Host) startRunner(ctx context.Context, provider *locks.Provider) (err error) {
 	list := make([]jobs.Job, 0, len(h.o.Jobs)+1)
 	if !h.o.NoHousekeeping {
 		list = append(list, jobs.Housekeeping(h.pool))

@@ -223,6 +223,9 @@ func parseJob(file string, n *yaml.Node) (Job, error) {
 		if d < MinEvery {
 			return j, bad(everyNode, "every", "%s is shorter than the minimum %s", d, MinEvery)
 		}
+		if d > MaxEvery {
+			return j, bad(everyNode, "every", "%s is longer than the maximum %s (use cron for rarer runs)", v, MaxEvery)
+		}
 		j.Schedule = Schedule{Every: d}
 	default:
 		v, err := scalar(file, j.ID, "cron", cronNode)
@@ -246,6 +249,12 @@ func parseJob(file string, n *yaml.Node) (Job, error) {
 		}
 		if d <= 0 {
 			return j, bad(tn, "timeout", "must be positive, got %s", d)
+		}
+		if d < MinTimeout {
+			return j, bad(tn, "timeout", "%s is shorter than the minimum %s", v, MinTimeout)
+		}
+		if d > MaxTimeout {
+			return j, bad(tn, "timeout", "%s is longer than the maximum %s", v, MaxTimeout)
 		}
 		j.Timeout = d
 	}
@@ -366,6 +375,16 @@ func parseRun(file, job string, n *yaml.Node) (TaskSpec, error) {
 	}
 	return t, nil
 }
+
+// Bounds of the configured durations (MinEvery is in job.go). A fixed delay
+// over a year is a typo (cron serves rare runs); a timeout over a day lets a
+// hung run keep its job from running for that long; lock times are stored
+// in milliseconds.
+const (
+	MaxEvery   = 366 * 24 * time.Hour
+	MinTimeout = time.Millisecond
+	MaxTimeout = 24 * time.Hour
+)
 
 // IsConfigError reports whether err is a job configuration error.
 func IsConfigError(err error) bool {
