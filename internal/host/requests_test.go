@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"net/url"
 	"os"
 	"regexp"
@@ -302,3 +303,78 @@ func TestTriggerRunsAnInstallationJobOnceAndAnInstanceJobOnEveryReplica(t *testi
 		t.Errorf("Trigger(nosuch) = %v, want ErrUnknownJob", err)
 	}
 }
+
+// operatorGrants are the privileges docs/control.md lists for an operator
+// role, on top of SELECT on every table.
+var operatorGrants = []string{
+	`GRANT SELECT ON ALL TABLES IN SCHEMA public TO %s`,
+	`GRANT INSERT ON studio_request, studio_audit TO %s`,
+	`GRANT USAGE ON SEQUENCE studio_request_seq_seq, studio_audit_seq_seq TO %s`,
+	`GRANT INSERT, UPDATE ON studio_job_setting TO %s`,
+	`GRANT DELETE ON studio_replica TO %s`,
+}
+
+// A role with exactly the documented grants can drain, trigger, pause,
+// resume, set and forget, and each change writes its audit row.
+func TestOperatorRoleWithTheDocumentedGrantsCanDrainTriggerChangeAndForget(t *testing.T) {
+	dbURL := pgtest.NewDB(t)
+	admin, err := db.Open(context.Background(), dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	ctx := context.Background()
+	b := make([]byte, 4)
+	rand.Read(b)
+	role := "op_" + hex.EncodeToString(b)
+	if _, err := admin.Exec(ctx, `CREATE ROLE `+role+` LOGIN PASSWORD 'op-secret'`); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range operatorGrants {
+		if _, err := admin.Exec(ctx, fmt.Sprintf(g, role)); err != nil {
+			t.Fatalf("%s: %v", g, err)
+		}
+	}
+	u, _ := url.Parse(dbURL)
+	u.User = url.UserPassword(role, "op-secret")
+	op, err := db.Open(ctx, u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer op.Close()
+	for _, sql := range []string{
+		`INSERT INTO studio_replica (id, incarnation, host, pid, version, state) VALUES ('live', gen_random_uuid(), 'h', 1, 'v', 'ready')`,
+		`INSERT INTO studio_replica (id, incarnation, host, pid, version, state, heartbeat_at) VALUES ('gone', gen_random_uuid(), 'h', 1, 'v', 'ready', now() - interval '1 minute')`,
+		`INSERT INTO studio_job_status (replica_id, job_id, scope) VALUES ('live', 'manual', 'installation'), ('live', 'each', 'instance')`,
+	} {
+		if _, err := admin.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err := replicas.RequestDrain(ctx, op, "live", "op", ""); err != nil {
+		t.Errorf("drain: %v", err)
+	}
+	for _, job := range []string{"manual", "each"} {
+		if _, err := jobs.Trigger(ctx, op, job, "op", ""); err != nil {
+			t.Errorf("trigger %s: %v", job, err)
+		}
+	}
+	every := jobs.Schedule{Every: time.Hour}
+	for _, c := range []jobs.Change{{Pause: ptr(true)}, {Pause: ptr(false)}, {Schedule: &every}} {
+		c.Actor = "op"
+		if _, err := jobs.ApplyChange(ctx, op, "manual", c); err != nil {
+			t.Errorf("change %+v: %v", c, err)
+		}
+	}
+	if _, err := replicas.Forget(ctx, op, "gone", "op", ""); err != nil {
+		t.Errorf("forget: %v", err)
+	}
+	if n := count(t, admin, `SELECT count(*) FROM studio_audit WHERE actor = 'op'`); n != 7 {
+		t.Errorf("%d audit rows, want 7", n)
+	}
+	if n := count(t, admin, `SELECT count(*) FROM studio_request WHERE requested_by = 'op'`); n != 3 {
+		t.Errorf("%d request rows, want 3", n)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
