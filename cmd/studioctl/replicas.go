@@ -189,8 +189,14 @@ func (a *app) drainReplica(ctx context.Context, id string, o replicasDrainOption
 		}
 		return err
 	}
-	if _, _, err := replicas.RequestDrain(ctx, pool, id, a.actor(), o.reason); err != nil {
+	_, done, err := replicas.RequestDrain(ctx, pool, id, a.actor(), o.reason)
+	if err != nil {
 		return err
+	}
+	if done {
+		// It stopped between the question and the request: nothing written.
+		fmt.Fprintf(a.stderr, "replica %q is already stopped; nothing to do\n", id)
+		return nil
 	}
 	fmt.Fprintf(a.stdout, "asked replica %q to drain\n", id)
 	if !o.wait {
