@@ -111,7 +111,8 @@ type Host struct {
 	metrics  *prometheus.Registry
 
 	state    atomic.Value // replicas.State
-	drainReq chan string  // reasons to drain (bus signal)
+	drainReq chan string  // reasons to drain (a claimed drain request)
+	req      *requests    // claims control requests (requests.go)
 	lostCh   chan error   // incarnation lost
 	handlers []func(bus.Message)
 	mu       sync.Mutex
@@ -137,7 +138,7 @@ func New(o Options) (*Host, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	h := &Host{o: o, log: o.Logger.With("replica_id", o.ID), drainReq: make(chan string, 1), lostCh: make(chan error, 1)}
+	h := &Host{o: o, log: o.Logger.With("replica_id", o.ID), drainReq: make(chan string, 1), lostCh: make(chan error, 1), req: newRequests()}
 	h.state.Store(replicas.StateStarting)
 	return h, nil
 }
@@ -275,6 +276,7 @@ func (h *Host) start(ctx context.Context) (err error) {
 	if err := h.startRunner(ctx, provider); err != nil {
 		return err
 	}
+	h.req.start(h)
 	h.httpSrv = &http.Server{Handler: h.routes(), ReadHeaderTimeout: 5 * time.Second}
 	go h.httpSrv.Serve(h.httpLn)
 	if err := h.registry.SetState(ctx, replicas.StateReady); err != nil {
@@ -285,17 +287,16 @@ func (h *Host) start(ctx context.Context) (err error) {
 }
 
 // onMessage is the bus handler: it runs on the listener goroutine and must
-// not block.
+// not block. A drain or trigger signal only wakes the request claimer: the
+// replica acts on a studio_request row it claims, never on the signal
+// alone, since any role that can connect can NOTIFY.
 func (h *Host) onMessage(m bus.Message) {
 	if m.Type == bus.TypeSignal {
 		switch {
 		case m.Kind == bus.KindReplicaDrain && m.Key == h.o.ID:
-			select {
-			case h.drainReq <- "drain requested on the bus":
-			default:
-			}
-		case m.Kind == bus.KindJobTrigger && h.runner != nil:
-			h.runner.Trigger(m.Key)
+			h.req.wantDrain()
+		case m.Kind == bus.KindJobTrigger:
+			h.req.wantJob(m.Key)
 		case m.Kind == bus.KindJobSettings && h.runner != nil:
 			h.runner.SettingsChanged(m.Key)
 		}
@@ -320,6 +321,9 @@ func (h *Host) onResync() {
 	if h.runner != nil {
 		h.runner.ResyncSettings()
 	}
+	// A drain or trigger whose NOTIFY was lost while the bus was down is
+	// still a pending row.
+	h.req.wantAll()
 }
 
 // startRunner binds the jobs and starts the runner and its store.
@@ -426,6 +430,9 @@ func (h *Host) interruptServices() {
 // runner with its shutdown wait, its store's last flush, the bus; leases
 // later), keeping the registry for the final state.
 func (h *Host) stopServices() {
+	// First stop claiming requests: a stopping runner would drop a claimed
+	// trigger, which another replica can still run.
+	h.req.stop()
 	if h.runner != nil {
 		h.runner.Stop()
 	}
@@ -518,6 +525,20 @@ func (h *Host) newMetrics() *prometheus.Registry {
 			func() float64 { return float64(h.listener.Received()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "studio_bus_down_seconds", Help: "How long the bus has been down (0 when connected)."},
 			func() float64 { return h.listener.DownFor().Seconds() }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "studio_bus_undecodable_total", Help: "Bus payloads skipped because they do not decode."},
+			func() float64 { return float64(h.listener.Undecodable()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "studio_control_requests_claimed_total", Help: "Control requests (studio_request rows) this replica claimed.",
+			ConstLabels: prometheus.Labels{"kind": replicas.RequestKindDrain}},
+			func() float64 { return float64(h.req.drainsClaimed.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "studio_control_requests_claimed_total", Help: "Control requests (studio_request rows) this replica claimed.",
+			ConstLabels: prometheus.Labels{"kind": jobs.RequestKindTrigger}},
+			func() float64 { return float64(h.req.triggersClaimed.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "studio_control_signals_without_request_total", Help: "Drain or trigger signals that found no request for this replica to claim.",
+			ConstLabels: prometheus.Labels{"kind": replicas.RequestKindDrain}},
+			func() float64 { return float64(h.req.drainsEmpty.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "studio_control_signals_without_request_total", Help: "Drain or trigger signals that found no request for this replica to claim.",
+			ConstLabels: prometheus.Labels{"kind": jobs.RequestKindTrigger}},
+			func() float64 { return float64(h.req.triggersEmpty.Load()) }),
 	)
 	reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return reg

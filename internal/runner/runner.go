@@ -241,7 +241,28 @@ func (r *Runner) fireDue() {
 	}
 }
 
+// Hosts reports whether the runner hosts job id.
+func (r *Runner) Hosts(id string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.jobs[id]
+	return ok
+}
+
+// JobIDs returns the id of every hosted job.
+func (r *Runner) JobIDs() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]string, 0, len(r.jobs))
+	for id := range r.jobs {
+		out = append(out, id)
+	}
+	return out
+}
+
 // Trigger makes job fire now, unless it is running (then it is ignored).
+// The host calls it only for a trigger request it claimed in studio_request
+// (internal/host), never for a bare bus signal.
 func (r *Runner) Trigger(id string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
