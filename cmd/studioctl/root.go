@@ -126,10 +126,14 @@ func (a *app) run(ctx context.Context, args []string) int {
 	if a.pool != nil {
 		a.pool.Close()
 	}
-	if db.IsReadOnly(err) {
+	switch {
+	case db.IsReadOnly(err):
 		// Name the command: on a standby or a read-only database the
 		// server's own text says only which statement it refused.
 		err = fmt.Errorf("%s: %w", strings.TrimPrefix(cmd.CommandPath(), root.Name()+" "), db.ExplainReadOnly(err))
+	case db.IsPermissionDenied(err):
+		// The same for a role without the privilege (docs/roles.md).
+		err = fmt.Errorf("%s: %w", strings.TrimPrefix(cmd.CommandPath(), root.Name()+" "), db.ExplainPermission(err))
 	}
 	if err != nil {
 		// A closed stderr must not turn the documented exit code into

@@ -412,3 +412,33 @@ func ExplainReadOnly(err error) error {
 	}
 	return &readOnlyError{err: err}
 }
+
+// sqlstatePermission is insufficient_privilege: the role may not do what
+// the statement asks (docs/roles.md lists what each command needs).
+const sqlstatePermission = "42501"
+
+// ErrPermission marks a server's refusal for want of a privilege.
+var ErrPermission = errors.New("the database role lacks a privilege this command needs (see docs/roles.md)")
+
+// IsPermissionDenied reports whether err is a server's refusal for want of
+// a privilege (SQLSTATE 42501).
+func IsPermissionDenied(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == sqlstatePermission
+}
+
+// permissionError says a privilege is missing before the server's own text.
+type permissionError struct{ err error }
+
+func (e *permissionError) Error() string   { return ErrPermission.Error() + ": " + e.err.Error() }
+func (e *permissionError) Unwrap() []error { return []error{ErrPermission, e.err} }
+
+// ExplainPermission wraps a refusal for want of a privilege so its text says
+// so and where the roles are documented; any other error, and one already
+// explained, comes back as it is.
+func ExplainPermission(err error) error {
+	if err == nil || !IsPermissionDenied(err) || errors.Is(err, ErrPermission) {
+		return err
+	}
+	return &permissionError{err: err}
+}
