@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -49,6 +50,11 @@ func TestScripts(t *testing.T) {
 			env.Setenv("USER", "tester")
 			env.Setenv("XDG_CONFIG_HOME", env.WorkDir+"/.config")
 			env.Setenv("XDG_DATA_HOME", env.WorkDir+"/.local/share")
+			repo, err := filepath.Abs("../..")
+			if err != nil {
+				return err
+			}
+			env.Setenv("REPO", repo)
 			return nil
 		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
@@ -56,6 +62,8 @@ func TestScripts(t *testing.T) {
 			"newdb":   cmdNewDB,
 			"pgdir":   cmdPgDir,
 			"waitsql": cmdWaitSQL,
+			"sqlfile": cmdSQLFile,
+			"roleurl": cmdRoleURL,
 		},
 	})
 }
@@ -166,4 +174,32 @@ func cmdWaitSQL(ts *testscript.TestScript, neg bool, args []string) {
 		time.Sleep(100 * time.Millisecond) // a poll interval inside a deadline, not synchronisation
 	}
 	ts.Fatalf("waitsql: no match for %q after %s; last output:\n%s", args[1], waitsqlTimeout, last)
+}
+
+// sqlfile runs a file of SQL statements (simple protocol, so several at
+// once) on $STUDIO_DATABASE_URL.
+func cmdSQLFile(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) != 1 || neg {
+		ts.Fatalf("usage: sqlfile FILE")
+	}
+	b, err := os.ReadFile(ts.MkAbs(args[0]))
+	ts.Check(err)
+	_, err = querySQL(ts, string(b))
+	ts.Check(err)
+}
+
+// roleurl sets VAR to $STUDIO_DATABASE_URL with the user (and password)
+// replaced: roleurl VAR USER [PASSWORD].
+func cmdRoleURL(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) < 2 || len(args) > 3 || neg {
+		ts.Fatalf("usage: roleurl VAR USER [PASSWORD]")
+	}
+	u, err := url.Parse(ts.Getenv("STUDIO_DATABASE_URL"))
+	ts.Check(err)
+	if len(args) == 3 {
+		u.User = url.UserPassword(args[1], args[2])
+	} else {
+		u.User = url.User(args[1])
+	}
+	ts.Setenv(args[0], u.String())
 }

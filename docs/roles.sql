@@ -1,0 +1,63 @@
+-- Least-privilege roles for studioctl (docs/roles.md explains each grant).
+--
+-- Run as the owner of the studio tables (the role that ran `studioctl migrate
+-- up`), in the studio database, with psql:
+--
+--     psql "$OWNER_URL" -v ON_ERROR_STOP=1 -f docs/roles.sql
+--
+-- and again after every `studioctl migrate up` that adds a table. It is
+-- idempotent. It creates three group roles without LOGIN; give them to login
+-- roles with, for example:
+--
+--     CREATE ROLE alice LOGIN PASSWORD '...' IN ROLE studio_operator;
+--     CREATE ROLE web   LOGIN PASSWORD '...' IN ROLE studio_replica;
+--
+-- Roles belong to the whole server; the grants belong to this database.
+
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'studio_inspector') THEN
+        CREATE ROLE studio_inspector NOLOGIN;
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'studio_operator') THEN
+        CREATE ROLE studio_operator NOLOGIN;
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'studio_replica') THEN
+        CREATE ROLE studio_replica NOLOGIN;
+    END IF;
+END
+$$;
+
+-- Every role finds the tables in the schema that holds them.
+DO $$
+BEGIN
+    EXECUTE format('GRANT USAGE ON SCHEMA %I TO studio_inspector, studio_operator, studio_replica',
+                   (SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                     WHERE c.oid = 'studio_replica'::regclass));
+END
+$$;
+
+-- The inspector: every list, show and status command, with SELECT only.
+GRANT SELECT ON shedlock, studio_replica, cluster_lease, studio_job_status, studio_job_run,
+    studio_job_setting, studio_audit, studio_request, goose_db_version
+    TO studio_inspector;
+
+-- The operator: the inspector, plus the writes its commands make.
+GRANT studio_inspector TO studio_operator;
+-- locks release: a compare-and-set on lock_until (never a DELETE).
+GRANT UPDATE (lock_until) ON shedlock TO studio_operator;
+-- every change writes its audit row; drain and trigger are request rows.
+GRANT INSERT ON studio_audit, studio_request TO studio_operator;
+GRANT USAGE ON SEQUENCE studio_audit_seq_seq, studio_request_seq_seq TO studio_operator;
+-- jobs pause, resume, set.
+GRANT INSERT, UPDATE ON studio_job_setting TO studio_operator;
+-- replicas forget.
+GRANT DELETE ON studio_replica TO studio_operator;
+
+-- The replica: `studioctl run` with database.migrate: off (the owner migrates).
+GRANT SELECT, INSERT, UPDATE ON shedlock TO studio_replica;
+GRANT SELECT, INSERT, UPDATE, DELETE ON studio_replica, studio_job_status, studio_job_run, cluster_lease
+    TO studio_replica;
+GRANT SELECT, UPDATE, DELETE ON studio_request TO studio_replica;
+GRANT SELECT ON studio_job_setting, studio_audit, goose_db_version TO studio_replica;
+GRANT USAGE ON SEQUENCE studio_job_run_seq_seq TO studio_replica;
