@@ -527,6 +527,8 @@ func (h *Host) newMetrics() *prometheus.Registry {
 			func() float64 { return h.listener.DownFor().Seconds() }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "studio_bus_undecodable_total", Help: "Bus payloads skipped because they do not decode."},
 			func() float64 { return float64(h.listener.Undecodable()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "studio_control_claims_total", Help: "Passes that looked for control requests to claim (at most one per 50ms, however many signals arrive)."},
+			func() float64 { return float64(h.req.claims.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "studio_control_requests_claimed_total", Help: "Control requests (studio_request rows) this replica claimed.",
 			ConstLabels: prometheus.Labels{"kind": replicas.RequestKindDrain}},
 			func() float64 { return float64(h.req.drainsClaimed.Load()) }),

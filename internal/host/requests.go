@@ -18,6 +18,10 @@ const (
 	// requestRetry is how soon a claim that failed is tried again (every
 	// request it may have missed, not only the one that woke it).
 	requestRetry = 2 * time.Second
+	// requestMinGap is the least time between two claims. Anyone who can
+	// connect may send signals; a flood of them is coalesced into at most
+	// one claim per gap, so it cannot turn into a flood of statements.
+	requestMinGap = 50 * time.Millisecond
 )
 
 // requests claims the control requests (studio_request rows) of this
@@ -39,6 +43,7 @@ type requests struct {
 	started bool
 	stopped bool
 
+	claims          atomic.Int64 // claim passes (each one or two statements)
 	drainsClaimed   atomic.Int64
 	triggersClaimed atomic.Int64
 	drainsEmpty     atomic.Int64 // replica.drain signals without a request
@@ -136,12 +141,20 @@ func (q *requests) loop(ctx context.Context, h *Host) {
 				retry = time.After(requestRetry)
 			}
 		}
+		gap := time.NewTimer(requestMinGap)
+		select {
+		case <-ctx.Done():
+			gap.Stop()
+			return
+		case <-gap.C:
+		}
 	}
 }
 
 // claim takes what is pending: drains when drain or all, triggers of the
 // signalled jobs (of every hosted job when all).
 func (q *requests) claim(ctx context.Context, h *Host, drain, all bool, signalled map[string]bool) error {
+	q.claims.Add(1)
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
 	var firstErr error

@@ -378,3 +378,55 @@ func TestOperatorRoleWithTheDocumentedGrantsCanDrainTriggerChangeAndForget(t *te
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// Anyone who can connect may send signals. A flood of bare job.trigger
+// signals must not become a flood of claim statements: claims are
+// coalesced to at most one per requestMinGap (50ms), so the number of
+// passes stays bounded by the time the flood took, not by its size.
+func TestASignalFloodIsCoalescedIntoFewClaims(t *testing.T) {
+	dbURL := pgtest.NewDB(t)
+	admin, err := db.Open(context.Background(), dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	r := startReplica(t, dbURL, "web-1")
+	ctx := context.Background()
+	waitUntil(t, 20*time.Second, "the replica to report its jobs", func() bool {
+		return count(t, admin, `SELECT count(*) FROM studio_job_status WHERE job_id = 'manual'`) == 1 &&
+			r.metric(t, `studio_control_claims_total`) >= 1
+	})
+	peek, err := pgx.Connect(ctx, selectOnlyRole(t, admin, dbURL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peek.Close(ctx)
+
+	before := r.metric(t, `studio_control_claims_total`)
+	start := time.Now()
+	const signals = 3000
+	// Distinct payloads (PostgreSQL folds identical ones within a
+	// transaction), in one burst per batch of 500.
+	for i := 0; i < signals; i += 500 {
+		if _, err := peek.Exec(ctx, `SELECT pg_notify('studio', '{"v":1,"type":"signal","kind":"job.trigger","key":"manual","n":' || n || '}')
+FROM generate_series($1::int, $1::int + 499) AS n`, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A real trigger, notified after the flood: once it has run, the
+	// listener has handed every signal of the flood to the claim loop.
+	if _, err := jobs.Trigger(ctx, admin, "manual", "tester", "after the flood"); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 30*time.Second, "the real trigger to run", func() bool { return runs(t, admin, "manual") == 1 })
+	elapsed := time.Since(start)
+	passes := r.metric(t, `studio_control_claims_total`) - before
+	bound := float64(elapsed/(50*time.Millisecond)) + 3
+	t.Logf("%d signals in %v: %.0f claim passes (bound %.0f)", signals, elapsed.Round(time.Millisecond), passes, bound)
+	if passes > bound {
+		t.Errorf("%d signals in %v caused %.0f claim passes, want at most %.0f (one per 50ms)", signals, elapsed, passes, bound)
+	}
+	if s := r.h.State(); s != replicas.StateReady {
+		t.Errorf("state after the flood = %s, want ready", s)
+	}
+}
