@@ -78,6 +78,10 @@ type Job struct {
 
 	File string // where it was declared, for messages
 	Line int
+
+	// Env is the job's env: entries, added to the clean environment of its
+	// command (tasks.Environ).
+	Env map[string]string
 }
 
 // TimeoutFor is the run timeout under schedule s (the configured or
@@ -98,7 +102,7 @@ func (j *Job) Bind(db interface {
 	}
 	switch {
 	case len(j.Spec.Command) > 0:
-		j.Task = tasks.Command{Argv: j.Spec.Command}
+		j.Task = tasks.Command{Argv: j.Spec.Command, Env: j.Env}
 	case j.Spec.SQL != "":
 		j.Task = tasks.SQL{Statement: j.Spec.SQL, DB: db}
 	case j.Spec.HTTP != nil:
