@@ -126,10 +126,10 @@ func TestCommandProcessesDieWithTheReplica(t *testing.T) {
 				t.Fatal(err)
 			}
 			waitForFile(t, filepath.Join(dir, "ready"))
-			// The shim, sh, the background sleep, the daemon and the
-			// foreground sleep.
+			// sh, the background sleep, the daemon and the foreground
+			// sleep (and the job shim).
 			pids := jobProcesses(marker)
-			for up := time.Now().Add(10 * time.Second); len(pids) < 5; pids = jobProcesses(marker) {
+			for up := time.Now().Add(10 * time.Second); len(pids) < 4 || !slices.Contains(pids, readPid(t, dir, "daemon")); pids = jobProcesses(marker) {
 				if time.Now().After(up) {
 					t.Fatalf("only %d processes of the job found: %v", len(pids), pids)
 				}
