@@ -125,6 +125,13 @@ func TestCommandProcessesDieWithTheReplica(t *testing.T) {
 			if err := replica.Start(); err != nil {
 				t.Fatal(err)
 			}
+			t.Cleanup(func() { // after a failure: leave nothing running
+				replica.Process.Kill()
+				replica.Wait()
+				for _, pid := range jobProcesses(marker) {
+					syscall.Kill(pid, syscall.SIGKILL)
+				}
+			})
 			waitForFile(t, filepath.Join(dir, "ready"))
 			// sh, the background sleep, the daemon and the foreground
 			// sleep (and the job shim).
@@ -150,7 +157,6 @@ func TestCommandProcessesDieWithTheReplica(t *testing.T) {
 				time.Sleep(time.Millisecond)
 			}
 			gone := time.Since(killed)
-			replica.Wait()
 			t.Logf("%d job processes gone %v after %v of the replica", len(pids), gone.Round(time.Millisecond), sig)
 			if gone > time.Second {
 				t.Errorf("the job's processes took %v to go after %v of the replica, want at most 1 s", gone, sig)
