@@ -25,7 +25,7 @@ func TestReplicaDeathEndsItsJobProcesses(t *testing.T) {
 		t.Run(sig.String(), func(t *testing.T) {
 			t.Parallel()
 			script := `sleep 150 & echo $! > "$EXP_DIR/bg"; setsid sleep 150 & echo $! > "$EXP_DIR/daemon"; touch "$EXP_DIR/ready"; sleep 150`
-			f := newFixture(t, shJob("hold", "instance", "1h", "", script))
+			f := newFixture(t, shJob("hold", "instance", "2s", "", script))
 			marker := "EXP_DIR=" + f.dir
 			t.Cleanup(func() {
 				for _, pid := range processesWith(marker) {
@@ -34,11 +34,12 @@ func TestReplicaDeathEndsItsJobProcesses(t *testing.T) {
 			})
 			p := f.startReplica("contain-" + strconv.Itoa(int(sig)))
 			p.WaitReady(t)
-			// sh, the background sleep, the daemon, the foreground sleep.
+			// The replica itself (EXP_DIR is in its environment too), the job
+			// shim, sh, the background sleep, the daemon, the foreground sleep.
 			var pids []int
 			replicaproc.Eventually(t, 60*time.Second, "the job's processes up", func() error {
 				pids = processesWith(marker)
-				if _, err := os.Stat(filepath.Join(f.dir, "ready")); err != nil || len(pids) < 4 {
+				if _, err := os.Stat(filepath.Join(f.dir, "ready")); err != nil || len(pids) < 6 {
 					return errNotYet(pids)
 				}
 				return nil
@@ -56,8 +57,8 @@ func TestReplicaDeathEndsItsJobProcesses(t *testing.T) {
 				return nil
 			})
 			goneAfterExit := time.Since(exited)
-			t.Logf("%d processes of the job (daemon %d) gone %v after %v of the replica, %v after it exited (%v polling)",
-				len(pids), daemon, time.Since(signalled).Round(time.Millisecond), sig, goneAfterExit.Round(time.Millisecond), gone.Round(time.Millisecond))
+			t.Logf("%d processes of the job and its shim (daemon %d) gone %v after %v of the replica, %v after it exited (%v polling)",
+				len(pids)-1, daemon, time.Since(signalled).Round(time.Millisecond), sig, goneAfterExit.Round(time.Millisecond), gone.Round(time.Millisecond))
 			if goneAfterExit > time.Second {
 				t.Errorf("the job's processes took %v after the replica's end to go, want at most 1 s", goneAfterExit)
 			}
