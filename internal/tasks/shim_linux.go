@@ -128,7 +128,7 @@ func (c Command) run(ctx context.Context, name string, grace time.Duration, envi
 	args := append([]string{shimArg, strconv.Itoa(os.Getpid()), strconv.FormatInt(int64(grace), 10), name}, c.Argv[1:]...)
 	cmd := exec.Command(exe, args...)
 	cmd.Dir = c.Dir
-	cmd.Env = append(environ, shimEnv+"=1")
+	cmd.Env = shimEnviron(environ)
 	cmd.Stdout, cmd.Stderr = outW, outW
 	cmd.ExtraFiles = []*os.File{repW, ctlR} // fd 3, fd 4
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
@@ -213,6 +213,23 @@ func (c Command) run(ctx context.Context, name string, grace time.Duration, envi
 	return res
 }
 
+// shimEnviron is the environment of a shim that runs a command with
+// environ: environ and the shim's marker. A binary built with -race sleeps
+// 1 s at exit (GORACE atexit_sleep_ms), which would add a second to every
+// run: the shim gets GORACE=atexit_sleep_ms=0 and removes it for the
+// command, unless the job's env: sets GORACE itself.
+func shimEnviron(environ []string) []string {
+	for _, kv := range environ {
+		if strings.HasPrefix(kv, "GORACE=") {
+			return append(environ, shimEnv+"="+shimEnvKeep)
+		}
+	}
+	return append(environ, shimEnv+"=1", "GORACE=atexit_sleep_ms=0")
+}
+
+// shimEnvKeep is the marker's value when the shim's GORACE is the job's own.
+const shimEnvKeep = "keep-gorace"
+
 // ShimMain is the job shim: os.Args are [exe, shimArg, replica pid, grace
 // in nanoseconds, argv...], fd 3 the report pipe and fd 4 the control pipe.
 // It returns the exit code (or dies by the signal) of the command.
@@ -240,6 +257,9 @@ func ShimMain() int {
 	// when the shim exits.
 	syscall.CloseOnExec(3)
 	syscall.CloseOnExec(4)
+	if os.Getenv(shimEnv) != shimEnvKeep {
+		os.Unsetenv("GORACE")
+	}
 	os.Unsetenv(shimEnv)
 	s := &shim{self: os.Getpid(), replica: replica, grace: time.Duration(grace)}
 	return s.main(os.Args[4:], os.NewFile(3, "report"), os.NewFile(4, "control"))
@@ -323,10 +343,14 @@ wait:
 		}
 	}
 	reapTick.Stop()
+	s.reap()
+	left := s.descendants()
 	if mode != stopOrphans {
-		s.terminate()
+		left = s.terminate(left)
 	}
-	rep.Left = s.kill()
+	if len(left) > 0 || s.status == nil {
+		rep.Left = s.kill()
+	}
 	rep.SIGKILL = s.sigkill
 	return s.finish(report, rep)
 }
@@ -362,13 +386,17 @@ func (s *shim) replicaGone() bool {
 	return os.Getppid() != s.replica
 }
 
-// terminate sends SIGTERM (and SIGCONT, for stopped processes) to every
-// descendant, then waits until they are all gone, the grace period ends or
-// the replica goes away. Processes started after the SIGTERM (a trap's
-// cleanup) are not signalled: they get until the end of the grace period.
-func (s *shim) terminate() {
+// terminate sends SIGTERM (and SIGCONT, for stopped processes) to the
+// descendants left, then waits until they are all gone, the grace period
+// ends or the replica goes away, and returns the descendants still there.
+// Processes started after the SIGTERM (a trap's cleanup) are not signalled:
+// they get until the end of the grace period.
+func (s *shim) terminate(left []int) []int {
+	if len(left) == 0 && s.status != nil {
+		return nil
+	}
 	deadline := time.Now().Add(s.grace)
-	for _, pid := range s.descendants() {
+	for _, pid := range left {
 		syscall.Kill(pid, syscall.SIGTERM)
 		syscall.Kill(pid, syscall.SIGCONT)
 	}
@@ -376,11 +404,12 @@ func (s *shim) terminate() {
 	defer tick.Stop()
 	for {
 		s.reap()
-		if s.status != nil && len(s.descendants()) == 0 {
-			return
+		left = s.descendants()
+		if s.status != nil && len(left) == 0 {
+			return nil
 		}
 		if !time.Now().Before(deadline) || s.replicaGone() {
-			return
+			return left
 		}
 		select {
 		case <-tick.C:
