@@ -109,10 +109,7 @@ func (c Command) run(ctx context.Context, name string, grace time.Duration, envi
 	if os.Getenv(shimEnv) != "" {
 		return Result{Err: fmt.Errorf("command %q not started: this process is a job shim whose binary does not dispatch %s (call tasks.IsShim first in main or TestMain)", name, shimArg)}
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		return Result{Err: fmt.Errorf("command %q: find the job shim (this executable): %w", name, err)}
-	}
+	var err error
 	var pipes [6]*os.File // out r/w, report r/w, control r/w
 	for i := 0; i < len(pipes); i += 2 {
 		if pipes[i], pipes[i+1], err = os.Pipe(); err != nil {
@@ -126,7 +123,13 @@ func (c Command) run(ctx context.Context, name string, grace time.Duration, envi
 	defer outR.Close()
 
 	args := append([]string{shimArg, strconv.Itoa(os.Getpid()), strconv.FormatInt(int64(grace), 10), name}, c.Argv[1:]...)
-	cmd := exec.Command(exe, args...)
+	// /proc/self/exe is the replica's own binary even after it was
+	// replaced or deleted on disk (an upgrade), so shim and replica always
+	// speak the same protocol. argv[0] names the binary for ps.
+	cmd := exec.Command("/proc/self/exe", args...)
+	if exe, err := os.Executable(); err == nil {
+		cmd.Args[0] = exe
+	}
 	cmd.Dir = c.Dir
 	cmd.Env = shimEnviron(environ)
 	cmd.Stdout, cmd.Stderr = outW, outW
