@@ -15,8 +15,9 @@ var (
 	// to the last '@' before the path, the query, the fragment or white space.
 	urlPassword = regexp.MustCompile(`([A-Za-z][A-Za-z0-9+.\-]*://[^\s:/?#@]*:)[^\s/?#]*@`)
 	// keywordPassword finds the password of a libpq keyword/value string,
-	// password=secret or password='se cret', in any case.
-	keywordPassword = regexp.MustCompile(`(?i)(\bpassword\s*=\s*)(?:'(?:[^'\\]|\\.)*'?|[^\s'][^\s]*)`)
+	// password=secret or password='se cret', and a PGPASSWORD=secret
+	// setting, in any case.
+	keywordPassword = regexp.MustCompile(`(?i)(\b(?:pg)?password\s*=\s*)(?:'(?:[^'\\]|\\.)*'?|[^\s'][^\s]*)`)
 	// tailUserinfo is the end of a URL's user and password at the start of a
 	// text whose beginning was cut off: "nter2@host/db".
 	tailUserinfo = regexp.MustCompile(`^[^\s/?#@]*@`)
@@ -25,7 +26,8 @@ var (
 // ScrubText returns s with every secret hidden: each of secrets (the
 // database password of the replica's own connection) as written and as a
 // URL would escape it, the password of any URL (scheme://user:password@host)
-// and the password of a keyword/value connection string (password=...).
+// and the password of a keyword/value connection string (password=...) or
+// of a PGPASSWORD=... setting.
 // Each becomes "xxxxx". Empty secrets are ignored.
 //
 // A secret is replaced wherever it appears, inside other words too: a

@@ -33,6 +33,8 @@ func TestScrubTextHidesPasswords(t *testing.T) {
 			"host=h user=u password=xxxxx dbname=d"},
 		{"a quoted keyword password", "host=h PASSWORD = 'se cr\\'et' dbname=d", nil,
 			"host=h PASSWORD = xxxxx dbname=d"},
+		{"any PGPASSWORD setting", "PGPASSWORD=other-secret\nexport pgpassword='a b'", nil,
+			"PGPASSWORD=xxxxx\nexport pgpassword=xxxxx"},
 		{"a URL without a password is kept", "see https://example.com/a@b and mailto:x@y", nil,
 			"see https://example.com/a@b and mailto:x@y"},
 		{"a user without a password is kept", "postgres://app@db/app", nil, "postgres://app@db/app"},
