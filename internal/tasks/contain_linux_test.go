@@ -229,3 +229,39 @@ func jobProcesses(marker string) []int {
 	}
 	return pids
 }
+
+func TestCommandLeavesNoStoppedProcessBehind(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	// A stopped process does not act on SIGTERM until it is continued.
+	script := `sleep 150 & echo $! > "$1/stopped"; kill -STOP $!; echo done`
+	res := tasks.Command{Argv: sh(script, dir)}.Run(context.Background(), testEnv)
+	if res.Err != nil || res.Output != "done\n" {
+		t.Fatalf("Run = %q, %v; want done, success", res.Output, res.Err)
+	}
+	if pid := readPid(t, dir, "stopped"); processAlive(pid) {
+		syscall.Kill(pid, syscall.SIGKILL)
+		t.Errorf("the stopped process %d outlived the run", pid)
+	}
+}
+
+func TestCommandKilledByASignalReportsThatSignal(t *testing.T) {
+	t.Parallel()
+	for _, sig := range []syscall.Signal{syscall.SIGQUIT, syscall.SIGSEGV, syscall.SIGUSR1, syscall.SIGKILL} {
+		t.Run(sig.String(), func(t *testing.T) {
+			t.Parallel()
+			res := tasks.Command{Argv: sh(`kill -` + strconv.Itoa(int(sig)) + ` $$`)}.Run(context.Background(), testEnv)
+			var exitErr *exec.ExitError
+			if !errors.As(res.Err, &exitErr) {
+				t.Fatalf("error = %v, want an *exec.ExitError", res.Err)
+			}
+			ws, ok := exitErr.Sys().(syscall.WaitStatus)
+			if !ok || !ws.Signaled() || ws.Signal() != sig {
+				t.Errorf("status %v, want killed by %v", exitErr, sig)
+			}
+			if want := "signal: " + sig.String(); !strings.Contains(res.Err.Error(), want) {
+				t.Errorf("error %q does not say %q", res.Err, want)
+			}
+		})
+	}
+}
