@@ -2,6 +2,17 @@
 // tool for the tables replicas share (SPEC §9).
 package main
 
-import "os"
+import (
+	"os"
 
-func main() { os.Exit(Main()) }
+	"github.com/studioctl/studioctl/internal/tasks"
+)
+
+func main() {
+	// A replica runs each job command under its own executable started
+	// again as a job shim; that mode comes before any flag parsing.
+	if tasks.IsShim() {
+		os.Exit(tasks.ShimMain())
+	}
+	os.Exit(Main())
+}

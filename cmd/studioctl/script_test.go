@@ -17,6 +17,7 @@ import (
 	"github.com/studioctl/studioctl/internal/db"
 	"github.com/studioctl/studioctl/internal/pgcluster"
 	"github.com/studioctl/studioctl/internal/pgtest"
+	"github.com/studioctl/studioctl/internal/tasks"
 )
 
 // harness runs the tests inside pgtest.Main, so scripts get a server.
@@ -25,6 +26,11 @@ type harness struct{ m *testing.M }
 func (h harness) Run() int { return pgtest.Main(h.m) }
 
 func TestMain(m *testing.M) {
+	// Before testscript: a replica run by a script starts this binary again
+	// as a job shim, under the name studioctl.
+	if tasks.IsShim() {
+		os.Exit(tasks.ShimMain())
+	}
 	testscript.Main(harness{m}, map[string]func(){
 		"studioctl": func() { os.Exit(Main()) },
 	})

@@ -47,9 +47,9 @@ CREATE TABLE inst (
     at      timestamptz NOT NULL
 );`
 
-// Shell fragments of the job commands. A command inherits the replica's
-// environment: EXP_DB is the test database, EXP_DIR a folder for pid files,
-// and the runner adds STUDIO_JOB_ID, STUDIO_REPLICA_ID and STUDIO_RUN_SEQ.
+// Shell fragments of the job commands. A command gets EXP_DB, the test
+// database, and EXP_DIR, a folder for pid files, through its env:, and the
+// runner adds STUDIO_JOB_ID, STUDIO_REPLICA_ID and STUDIO_RUN_SEQ.
 const (
 	// notePIDs records the command's process group (its leader is sh, so
 	// the group id is $$) for the cleanup, and the leader's pid per run.
@@ -78,6 +78,9 @@ type jobConf struct {
 	Every   string  `yaml:"every"`
 	Timeout string  `yaml:"timeout,omitempty"`
 	Run     runConf `yaml:"run"`
+	// Env is the job's env: (set by newFixture: a command gets a clean
+	// environment).
+	Env map[string]string `yaml:"env,omitempty"`
 }
 
 type runConf struct {
@@ -108,6 +111,9 @@ func newFixture(t *testing.T, list ...jobConf) *fixture {
 	f := &fixture{t: t, dbURL: pgtest.NewDB(t), dir: t.TempDir()}
 	f.pool = testPool(t, f.dbURL)
 	f.exec(schema)
+	for i := range list {
+		list[i].Env = map[string]string{"EXP_DB": f.dbURL, "EXP_DIR": f.dir}
+	}
 	b, err := yaml.Marshal(struct {
 		Jobs []jobConf `yaml:"jobs"`
 	}{list})

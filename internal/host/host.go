@@ -341,6 +341,7 @@ func (h *Host) startRunner(ctx context.Context, provider *locks.Provider) (err e
 	h.runner, err = runner.New(runner.Options{
 		ReplicaID: h.o.ID, Jobs: list, Locks: provider, Store: h.store, Settings: jobs.NewSettingsCache(h.pool),
 		Clock: h.o.Clock, Logger: h.log, Metrics: h.metrics, ShutdownWait: h.o.ShutdownWait,
+		Secrets: []string{h.pool.Config().ConnConfig.Password}, // from the URL, PGPASSWORD or the passfile
 	})
 	if err != nil {
 		return err

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -168,7 +169,7 @@ func parseJob(file string, n *yaml.Node) (Job, error) {
 			}
 		}
 	}
-	f, err := mapping(file, named, "", n, "id", "scope", "every", "cron", "timeout", "clusters", "run", "lock")
+	f, err := mapping(file, named, "", n, "id", "scope", "every", "cron", "timeout", "clusters", "run", "lock", "env")
 	if err != nil {
 		return j, err
 	}
@@ -282,8 +283,47 @@ func parseJob(file string, n *yaml.Node) (Job, error) {
 	if !ok {
 		return j, bad(nil, "run", "is required: command, sql or http")
 	}
-	j.Spec, err = parseRun(file, j.ID, runNode)
-	return j, err
+	if j.Spec, err = parseRun(file, j.ID, runNode); err != nil {
+		return j, err
+	}
+	if en, ok := f["env"]; ok {
+		if j.Env, err = parseEnv(file, j.ID, en); err != nil {
+			return j, err
+		}
+		if j.Spec.Kind() != "command" {
+			return j, bad(en, "env", "applies to run.command only")
+		}
+	}
+	return j, nil
+}
+
+// parseEnv reads a job's env: a mapping of variable name to value, added to
+// the clean environment of its command.
+func parseEnv(file, job string, n *yaml.Node) (map[string]string, error) {
+	bad := func(node *yaml.Node, field, format string, args ...any) error {
+		return &ConfigError{File: file, Line: node.Line, Job: job, Field: field, Msg: fmt.Sprintf(format, args...)}
+	}
+	if n.Kind != yaml.MappingNode {
+		return nil, bad(n, "env", "must be a mapping of variable name to value, for example {REPORT_DIR: /srv/reports}")
+	}
+	env := map[string]string{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		field := "env." + k.Value
+		switch {
+		case !tasks.ValidEnvName(k.Value):
+			return nil, bad(k, field, "%q is not a variable name: want [A-Za-z_][A-Za-z0-9_]*", k.Value)
+		case slices.Contains(tasks.RunEnv, k.Value):
+			return nil, bad(k, field, "is set by the runner for every run")
+		case v.Kind != yaml.ScalarNode || v.Tag == "!!null":
+			return nil, bad(v, field, "must be a single value")
+		}
+		if _, dup := env[k.Value]; dup {
+			return nil, bad(k, field, "given twice")
+		}
+		env[k.Value] = v.Value
+	}
+	return env, nil
 }
 
 func parseRun(file, job string, n *yaml.Node) (TaskSpec, error) {

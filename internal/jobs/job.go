@@ -82,6 +82,10 @@ type Job struct {
 
 	File string // where it was declared, for messages
 	Line int
+
+	// Env is the job's env: entries, added to the clean environment of its
+	// command (tasks.Environ).
+	Env map[string]string
 }
 
 // LockName is the name of the job's lock in the lock table: its lock: key,
@@ -111,7 +115,7 @@ func (j *Job) Bind(db interface {
 	}
 	switch {
 	case len(j.Spec.Command) > 0:
-		j.Task = tasks.Command{Argv: j.Spec.Command}
+		j.Task = tasks.Command{Argv: j.Spec.Command, Env: j.Env}
 	case j.Spec.SQL != "":
 		j.Task = tasks.SQL{Statement: j.Spec.SQL, DB: db}
 	case j.Spec.HTTP != nil:

@@ -29,6 +29,7 @@ import (
 	"github.com/studioctl/studioctl/internal/db"
 	"github.com/studioctl/studioctl/internal/migrate"
 	"github.com/studioctl/studioctl/internal/pgcluster"
+	"github.com/studioctl/studioctl/internal/tasks"
 )
 
 // Environment variables.
@@ -56,7 +57,13 @@ type M interface{ Run() int }
 
 // Main starts the harness, runs the tests and stops the cluster. Use it as
 // `func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }`.
+//
+// A test binary started again as a job shim (a test ran a job command)
+// runs the shim instead, and exits.
 func Main(m M) int {
+	if tasks.IsShim() {
+		os.Exit(tasks.ShimMain())
+	}
 	stop, err := start()
 	if err != nil {
 		// Tests that need the database report the error when they ask for one.

@@ -7,7 +7,9 @@ import (
 	"runtime/pprof"
 	"sync"
 	"time"
+	"unicode/utf8"
 
+	"github.com/studioctl/studioctl/internal/db"
 	"github.com/studioctl/studioctl/internal/jobs"
 	"github.com/studioctl/studioctl/internal/locks"
 	"github.com/studioctl/studioctl/internal/tasks"
@@ -158,8 +160,15 @@ func (r *Runner) run(js *jobState, sched jobs.Schedule, fire time.Time) {
 			errText += ": " + res.Err.Error()
 		}
 	}
+	errText = db.ScrubText(errText, r.o.Secrets...)
 	if len(errText) > errorTail {
 		errText = errText[len(errText)-errorTail:]
+	}
+	output := res.Output
+	if len(output) >= tasks.OutputTailBytes-(utf8.UTFMax-1) {
+		output = db.ScrubTail(output, r.o.Secrets...) // its start may be cut inside a secret
+	} else {
+		output = db.ScrubText(output, r.o.Secrets...)
 	}
 	lockMu.Lock()
 	held := lock
@@ -169,7 +178,7 @@ func (r *Runner) run(js *jobState, sched jobs.Schedule, fire time.Time) {
 	}
 	ended := r.o.Clock.Now()
 	errText = jobs.Storable(errText)
-	run.FinishedAt, run.Outcome, run.Error, run.OutputTail = &ended, outcome, errText, res.Output
+	run.FinishedAt, run.Outcome, run.Error, run.OutputTail = &ended, outcome, errText, output
 	r.o.Store.PutRun(run)
 	r.metrics.runs.WithLabelValues(id, string(outcome)).Inc()
 	r.metrics.duration.WithLabelValues(id).Observe(ended.Sub(started).Seconds())
@@ -228,15 +237,16 @@ func (r *Runner) recordNoRun(js *jobState, sched jobs.Schedule, now time.Time, e
 		r.finish(js, sched.Next(now)) // shutting down: not a failure
 		return
 	}
+	errText := db.ScrubText(err.Error(), r.o.Secrets...)
 	r.mu.Lock()
 	js.status.Failures++
-	js.status.LastOutcome, js.status.LastError = jobs.OutcomeFailed, "could not start: "+err.Error()
+	js.status.LastOutcome, js.status.LastError = jobs.OutcomeFailed, "could not start: "+errText
 	js.lastEnd = now
 	wasFailing := js.failing
 	js.failing = true
 	r.mu.Unlock()
 	if !wasFailing {
-		r.log.Error("runner: job could not start", "job_id", js.job.ID, "error", err)
+		r.log.Error("runner: job could not start", "job_id", js.job.ID, "error", errText)
 	}
 	r.finish(js, sched.Next(now))
 }

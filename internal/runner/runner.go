@@ -52,6 +52,10 @@ type Options struct {
 	Metrics   prometheus.Registerer
 	// ShutdownWait: default DefaultShutdownWait.
 	ShutdownWait time.Duration
+	// Secrets are hidden (db.ScrubText) from every run's output and error
+	// before they are stored or logged: the password of the replica's own
+	// database connection. The password of any URL is hidden too.
+	Secrets []string
 	// InitialDelay is the first fire's delay for a job (default: a random
 	// fraction of a fixed delay, so replicas and jobs do not all fire at
 	// once; the next cron time for cron jobs).

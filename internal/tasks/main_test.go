@@ -8,5 +8,11 @@ import (
 )
 
 // TestMain runs the tests against the harness's PostgreSQL, then fails the
-// binary if any goroutine is left behind.
-func TestMain(m *testing.M) { os.Exit(pgtest.MainNoLeaks(m)) }
+// binary if any goroutine is left behind. Started with fakeReplicaEnv set,
+// the binary is a fake replica instead (see contain_linux_test.go).
+func TestMain(m *testing.M) {
+	if dir := os.Getenv(fakeReplicaEnv); dir != "" {
+		os.Exit(fakeReplica(dir))
+	}
+	os.Exit(pgtest.MainNoLeaks(m))
+}

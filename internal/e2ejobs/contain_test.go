@@ -1,0 +1,92 @@
+package e2ejobs
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/studioctl/studioctl/internal/replicaproc"
+)
+
+// TestReplicaDeathEndsItsJobProcesses runs, on a real `studioctl run`, an
+// instance job `sh -c 'sleep 150 & setsid sleep 150 & sleep 150'`, then ends
+// the replica with SIGKILL, SIGQUIT or SIGHUP. Every process of the job
+// (found by its EXP_DIR in /proc/<pid>/environ), the setsid daemon
+// included, must be gone within 1 s of the replica's end. Before the job
+// shim, kill -9 left all three sleeps running, and the next replica ran the
+// job beside them.
+func TestReplicaDeathEndsItsJobProcesses(t *testing.T) {
+	t.Parallel()
+	for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGQUIT, syscall.SIGHUP} {
+		t.Run(sig.String(), func(t *testing.T) {
+			t.Parallel()
+			script := `sleep 150 & echo $! > "$EXP_DIR/bg"; setsid sleep 150 & echo $! > "$EXP_DIR/daemon"; touch "$EXP_DIR/ready"; sleep 150`
+			f := newFixture(t, shJob("hold", "instance", "2s", "", script))
+			marker := "EXP_DIR=" + f.dir
+			t.Cleanup(func() {
+				for _, pid := range processesWith(marker) {
+					syscall.Kill(pid, syscall.SIGKILL)
+				}
+			})
+			p := f.startReplica("contain-" + strconv.Itoa(int(sig)))
+			p.WaitReady(t)
+			// The replica itself (EXP_DIR is in its environment too), the job
+			// shim, sh, the background sleep, the daemon, the foreground sleep.
+			var pids []int
+			replicaproc.Eventually(t, 60*time.Second, "the job's processes up", func() error {
+				pids = processesWith(marker)
+				if _, err := os.Stat(filepath.Join(f.dir, "ready")); err != nil || len(pids) < 6 {
+					return errNotYet(pids)
+				}
+				return nil
+			})
+			daemon, _ := readPID(filepath.Join(f.dir, "daemon"))
+
+			signalled := time.Now()
+			p.Signal(t, sig)
+			p.WaitExit(t, replicaproc.ExitTimeout)
+			exited := time.Now()
+			gone := replicaproc.Eventually(t, 30*time.Second, "the job's processes gone", func() error {
+				if left := processesWith(marker); len(left) > 0 {
+					return errNotYet(left)
+				}
+				return nil
+			})
+			goneAfterExit := time.Since(exited)
+			t.Logf("%d processes of the job and its shim (daemon %d) gone %v after %v of the replica, %v after it exited (%v polling)",
+				len(pids)-1, daemon, time.Since(signalled).Round(time.Millisecond), sig, goneAfterExit.Round(time.Millisecond), gone.Round(time.Millisecond))
+			if goneAfterExit > time.Second {
+				t.Errorf("the job's processes took %v after the replica's end to go, want at most 1 s", goneAfterExit)
+			}
+		})
+	}
+}
+
+type errNotYet []int
+
+func (e errNotYet) Error() string { return "processes: " + strconv.Itoa(len(e)) }
+
+// processesWith lists the live processes whose environment holds entry.
+func processesWith(entry string) []int {
+	want := []byte("\x00" + entry + "\x00")
+	entries, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/environ")
+		if err != nil || !bytes.Contains(append([]byte{0}, b...), want) {
+			continue
+		}
+		if alive(pid) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}

@@ -1,0 +1,70 @@
+package runner_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/studioctl/studioctl/internal/jobs"
+	"github.com/studioctl/studioctl/internal/tasks"
+)
+
+// dbPassword stands for the password of the replica's own connection.
+const dbPassword = "s3cr3t-db-pw"
+
+func TestOutputAndErrorsAreScrubbedBeforeTheyAreStoredOrLogged(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	echo := tasks.Command{Argv: []string{"sh", "-c",
+		`echo "the password is $1"; echo "url: postgres://u:hunter2@h/db"; exit 3`, "sh", dbPassword}}
+	// Only the last 4 KiB are kept: this tail starts inside the password.
+	cut := tasks.Command{Argv: []string{"sh", "-c",
+		`printf '%s' "$1"; head -c 4090 /dev/zero | tr '\0' b`, "sh", dbPassword}}
+	// The program's name is in the error.
+	missing := tasks.Command{Argv: []string{"/nonexistent/postgres://u:hunter2@h/" + dbPassword}}
+	ft := e.task()
+	o := e.options(
+		jobs.Job{ID: "echo", Scope: jobs.ScopeInstance, Schedule: every(t, time.Hour), Task: echo},
+		jobs.Job{ID: "cut", Scope: jobs.ScopeInstance, Schedule: every(t, time.Hour), Task: cut},
+		jobs.Job{ID: "missing", Scope: jobs.ScopeInstance, Schedule: every(t, time.Hour), Task: missing},
+		e.job("fails", jobs.ScopeInstance, time.Hour, ft),
+	)
+	o.Secrets = []string{dbPassword}
+	e.start(o)
+	ft.waitStarts(t, 1)
+	ft.finish(t, tasks.Result{
+		Output: "PGPASSWORD=" + dbPassword + "\n",
+		Err:    errors.New("connect postgres://app:hunter2@db/app: password " + dbPassword + " refused"),
+	})
+
+	for _, id := range []string{"echo", "cut", "missing", "fails"} {
+		var runs []jobs.Run
+		eventually(t, id+" to be recorded", func() bool {
+			runs = e.history(id)
+			return len(runs) == 1 && runs[0].Outcome != jobs.OutcomeRunning
+		})
+		st := status(t, e.r, id)
+		t.Logf("%s: error %q, output %q", id, runs[0].Error, trimMiddle(runs[0].OutputTail))
+		for what, text := range map[string]string{"output_tail": runs[0].OutputTail, "error": runs[0].Error, "last_error": st.LastError} {
+			for _, secret := range []string{dbPassword, "hunter2", "db-pw"} {
+				if strings.Contains(text, secret) {
+					t.Errorf("%s: the stored %s holds %q: %q", id, what, secret, text)
+				}
+			}
+		}
+	}
+	if runs := e.history("echo"); !strings.Contains(runs[0].OutputTail, "url: postgres://u:xxxxx@h/db") {
+		t.Errorf("the scrubbed output does not keep the URL without its password: %q", runs[0].OutputTail)
+	}
+	if logs := e.logs.String(); strings.Contains(logs, dbPassword) || strings.Contains(logs, "hunter2") {
+		t.Errorf("a password was logged:\n%s", logs)
+	}
+}
+
+func trimMiddle(s string) string {
+	if len(s) <= 80 {
+		return s
+	}
+	return s[:40] + "..." + s[len(s)-40:]
+}

@@ -1,0 +1,7 @@
+//go:build !linux
+
+package tasks_test
+
+const fakeReplicaEnv = "STUDIOCTL_TASKS_FAKE_REPLICA"
+
+func fakeReplica(string) int { return 2 }
