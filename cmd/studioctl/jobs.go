@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -34,11 +35,12 @@ invalid-schedule (an override the parser rejects); paused.
 Jobs are declared in the config file:
 
   jobs:
-    - id: nightly-report        # [a-z0-9][a-z0-9-]*, at most 64 bytes; also the lock name
+    - id: nightly-report        # [a-z0-9][a-z0-9-]*, at most 64 bytes
       scope: installation       # required: installation (one replica per tick) | instance (every replica)
       every: 30s                # fixed delay from the END of a run ... or
       # cron: "0 2 * * *"       # ... a cron expression, always UTC
       timeout: 10m              # optional; default max(5m, 3 intervals), 1h for cron
+      # lock: nightlyReport     # optional, installation only: the ShedLock lock name (<= 64 characters); default the id
       run:
         command: ["./bin/report", "--day", "yesterday"]
         # sql: "DELETE FROM sessions WHERE expires_at < now()"
@@ -322,12 +324,18 @@ func (a *app) changeJob(ctx context.Context, id, what string, o jobChangeOptions
 	}
 	c.Actor, c.Reason = a.actor(), o.reason
 	s, err := jobs.ApplyChange(ctx, pool, id, c)
-	if err != nil {
+	unchanged := errors.Is(err, jobs.ErrUnchanged)
+	if err != nil && !unchanged {
 		return err
 	}
 	sched := s.Schedule
 	if sched == "" {
 		sched = "as configured"
+	}
+	if unchanged {
+		// A repeat is not an error, and not audited: nothing changed.
+		fmt.Fprintf(a.stdout, "job %q: already paused=%t, schedule %s; nothing changed\n", id, s.Paused, sched)
+		return nil
 	}
 	fmt.Fprintf(a.stdout, "job %q: paused=%t, schedule %s (every replica applies it at its next fire)\n", id, s.Paused, sched)
 	return nil
@@ -416,9 +424,13 @@ func (a *app) newJobsTriggerCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "trigger ID [--reason R] [--yes]",
 		Short: "Run a job now (an installation job still takes its lock)",
-		Long: `Send a job.trigger signal on the bus: every replica that hosts the job fires
-it now unless it is running. An installation job still takes its lock, so
-it runs once; an instance job runs on every replica.`,
+		Long: `Write a trigger request (a studio_request row, with its audit row) and wake
+the replicas with a job.trigger signal. An installation job runs once, on the
+first live replica hosting it that claims the request, and still takes its
+lock; an instance job runs once on every live replica hosting it. A replica
+on which the job is running when it claims the request ignores it. A
+request nobody claims within 10 minutes is void. No live replica hosting
+the job exits 1. See docs/control.md.`,
 		Example: `  studioctl jobs trigger nightly-report --reason "rerun after fix"`,
 		Args:    exactArgs("id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -440,7 +452,7 @@ it runs once; an instance job runs on every replica.`,
 				}
 				return err
 			}
-			if err := jobs.Trigger(ctx, pool, args[0], a.actor(), o.reason); err != nil {
+			if _, err := jobs.Trigger(ctx, pool, args[0], a.actor(), o.reason); err != nil {
 				return err
 			}
 			fmt.Fprintf(a.stdout, "triggered job %q\n", args[0])

@@ -163,14 +163,22 @@ func (a *app) newLocksReleaseCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "release NAME [--force] [--reason R] [--yes]",
 		Short: "Release a lock safely (compare-and-set, audited)",
-		Long: `Release a lock: set its lock_until to database now, only if it still has the
-holder and locked_at just read (a lock that changed hands is not touched).
-The row is never deleted: Java ShedLock caches the names it knows.
+		Long: `Release a lock: set its lock_until to database now, only if it still has
+every value just read: holder, locked_at and lock_until (a compare-and-set in
+one transaction with its audit row). The row is never deleted: Java ShedLock
+caches the names it knows. NAME is a ShedLock lock name of up to 64
+characters.
 
 A lock that is held by a live replica, or by an unknown holder such as a Java
-process, is refused (exit 3) unless --force. A free lock is left as it is; a
-lock held by a gone replica (stale) is released without --force. Every
-release writes a studio_audit row with the actor and --reason.
+process, is refused (exit 3) unless --force. A lock held by a gone replica
+(stale) is released without --force. A release that changes the lock writes
+one studio_audit row with the actor and --reason.
+
+Exactly once: of two releases of one lock at the same time, one changes it;
+the other finds it already free, says so and exits 0 without an audit row. A
+lock that changed otherwise since it was read (another holder, a new
+locked_at, an extended lock_until) is not touched: exit 3, read it again.
+A lock that is already free is left as it is (exit 0).
 
 On a terminal it asks for confirmation unless --yes; without a terminal it
 does not ask.`,
@@ -225,6 +233,20 @@ func (a *app) releaseLock(ctx context.Context, name string, o locksReleaseOption
 	res, err := adm.Release(ctx, pool, locks.ReleaseRequest{Info: in, Force: o.force, Actor: a.actor(), Reason: o.reason})
 	if err != nil {
 		return err
+	}
+	if res.FreedSince {
+		// Another operator's release (or the holder's unlock, or expiry)
+		// came first: the lock is free, as asked, and this call changed
+		// nothing and wrote no audit row.
+		fmt.Fprintf(a.stderr, "lock %q was released or expired since it was read; it is free, nothing changed\n", name)
+		if p.Structured() {
+			after, err := adm.Get(ctx, name)
+			if err != nil {
+				return err
+			}
+			return printLocks(p, []locks.Info{after})
+		}
+		return nil
 	}
 	if !res.Audited {
 		fmt.Fprintln(a.stderr, "warning: table studio_audit does not exist (run `studioctl migrate up`): this release is not audited")

@@ -38,8 +38,11 @@ An existing shedlock table (made by a Java installation) is used as it is.`)
 			},
 		},
 		&cobra.Command{
-			Use:     "status",
-			Short:   "List migrations and whether each is applied",
+			Use:   "status",
+			Short: "List migrations and whether each is applied",
+			Long: `List the embedded migrations and whether each is applied, then any version
+applied in the database that this binary does not know (state "unknown"): a
+newer studioctl migrated the database, and "studioctl run" refuses it (exit 2).`,
 			Example: "  studioctl migrate status -o json",
 			Args:    noArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {
@@ -60,7 +63,10 @@ An existing shedlock table (made by a Java installation) is used as it is.`)
 				rows := make([][]output.Cell, 0, len(st))
 				for _, s := range st {
 					state, tone := "pending", output.Warn
-					if s.Applied {
+					switch {
+					case s.Unknown:
+						state, tone = "unknown (newer than this binary)", output.Bad
+					case s.Applied:
 						state, tone = "applied", output.Good
 					}
 					rows = append(rows, []output.Cell{{Text: fmt.Sprintf("%05d", s.Version)}, {Text: s.Name}, {Text: state, Tone: tone}, {Text: p.TimePtr(s.AppliedAt)}})

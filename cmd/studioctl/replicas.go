@@ -145,8 +145,11 @@ func (a *app) newReplicasDrainCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "drain ID [--wait] [--timeout D] [--reason R] [--yes]",
 		Short: "Ask one replica to drain and stop",
-		Long: `Send a replica.drain signal on the bus to one replica, which then drains as
-on SIGTERM and exits 0. --wait blocks until its state is stopped (or it is
+		Long: `Write a drain request for one replica (a studio_request row addressed to its
+current process, with its audit row) and wake it with a replica.drain
+signal; it then drains as on SIGTERM and exits 0. A later process with the
+same id is not drained by it, and a request not claimed within 10 minutes
+is void (see docs/control.md). --wait blocks until its state is stopped (or it is
 gone), for at most --timeout. An unknown id exits 4; a replica that is gone
 cannot hear the request (exit 1); a stopped one needs nothing.`,
 		Example: `  studioctl replicas drain web-1-3fa2c1 --wait
@@ -186,8 +189,14 @@ func (a *app) drainReplica(ctx context.Context, id string, o replicasDrainOption
 		}
 		return err
 	}
-	if _, _, err := replicas.RequestDrain(ctx, pool, id, a.actor(), o.reason); err != nil {
+	_, done, err := replicas.RequestDrain(ctx, pool, id, a.actor(), o.reason)
+	if err != nil {
 		return err
+	}
+	if done {
+		// It stopped between the question and the request: nothing written.
+		fmt.Fprintf(a.stderr, "replica %q is already stopped; nothing to do\n", id)
+		return nil
 	}
 	fmt.Fprintf(a.stdout, "asked replica %q to drain\n", id)
 	if !o.wait {
@@ -225,7 +234,9 @@ func (a *app) newReplicasForgetCmd() *cobra.Command {
 		Short: "Delete a stopped or gone replica's row",
 		Long: `Delete the studio_replica row of a replica that is stopped or gone. A live
 replica is refused (exit 3): drain it first, or wait until it is gone. An
-unknown id exits 4.`,
+unknown id exits 4, and so does an id another forget removed first: the
+delete is one conditional statement, so of concurrent forgets exactly one
+deletes and writes an audit row.`,
 		Example: `  studioctl replicas forget web-1-3fa2c1 --reason "host decommissioned"`,
 		Args:    exactArgs("id"),
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -67,12 +67,13 @@ func exitCode(err error) int {
 	switch {
 	case err == nil:
 		return exitOK
-	case errors.Is(err, locks.ErrRefused), errors.Is(err, replicas.ErrLive):
+	case errors.Is(err, locks.ErrRefused), errors.Is(err, replicas.ErrLive), errors.Is(err, embedded.ErrInUse):
 		return exitRefused
 	case errors.Is(err, locks.ErrNotFound), errors.Is(err, replicas.ErrNotFound), errors.Is(err, jobs.ErrUnknownJob):
 		return exitNotFound
 	case errors.As(err, &ue), errors.As(err, &ce), errors.Is(err, locks.ErrInvalid), errors.Is(err, output.ErrFormat),
 		errors.Is(err, jobs.ErrSchedule), jobs.IsConfigError(err),
+		errors.Is(err, migrate.ErrNewerSchema),
 		strings.HasPrefix(err.Error(), "unknown command"):
 		return exitUsage
 	default:
@@ -121,11 +122,19 @@ func (a *app) run(ctx context.Context, args []string) int {
 	root.SetIn(a.stdin)
 	root.SetOut(a.stdout)
 	root.SetErr(a.stderr)
-	err := root.ExecuteContext(ctx)
+	cmd, err := root.ExecuteContextC(ctx)
 	if a.pool != nil {
 		a.pool.Close()
 	}
+	if db.IsReadOnly(err) {
+		// Name the command: on a standby or a read-only database the
+		// server's own text says only which statement it refused.
+		err = fmt.Errorf("%s: %w", strings.TrimPrefix(cmd.CommandPath(), root.Name()+" "), db.ExplainReadOnly(err))
+	}
 	if err != nil {
+		// A closed stderr must not turn the documented exit code into
+		// death by SIGPIPE on this last line.
+		signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 		fmt.Fprintln(a.stderr, "error:", err)
 		return exitCode(err)
 	}
@@ -231,7 +240,9 @@ func (a *app) connString(ctx context.Context) (string, error) {
 	if started {
 		fmt.Fprintf(a.stderr, "started the embedded database in %s\n", e.Dir)
 	}
-	fmt.Fprintf(a.stderr, "using the embedded database %s (set database.url or STUDIO_DATABASE_URL to use another)\n", url)
+	// url holds the password: only its redacted form is shown.
+	fmt.Fprintf(a.stderr, "using the embedded database %s, password in %s (set database.url or STUDIO_DATABASE_URL to use another)\n",
+		db.Redact(url), e.PasswordFile())
 	pool, err := db.Open(ctx, url)
 	if err != nil {
 		return "", err

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -25,21 +26,48 @@ type Entry struct {
 	Detail map[string]any // the values before and after
 }
 
+// Queryer is the part of a pool, connection or transaction that Insert needs.
+type Queryer interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
 const insertSQL = `INSERT INTO studio_audit (at, actor, action, target, reason, detail) VALUES (now(), $1, $2, $3, $4, $5)`
+
+func encodeDetail(e Entry) ([]byte, error) {
+	if e.Detail == nil {
+		return []byte("{}"), nil
+	}
+	detail, err := json.Marshal(e.Detail)
+	if err != nil {
+		return nil, fmt.Errorf("encode audit detail: %w", err)
+	}
+	return detail, nil
+}
 
 // Write inserts e; pass the transaction that makes the change so both commit together.
 func Write(ctx context.Context, q Execer, e Entry) error {
-	detail, err := json.Marshal(e.Detail)
+	detail, err := encodeDetail(e)
 	if err != nil {
-		return fmt.Errorf("encode audit detail: %w", err)
-	}
-	if e.Detail == nil {
-		detail = []byte("{}")
+		return err
 	}
 	if _, err := q.Exec(ctx, insertSQL, e.Actor, e.Action, e.Target, e.Reason, detail); err != nil {
 		return fmt.Errorf("write audit row: %w", err)
 	}
 	return nil
+}
+
+// Insert is Write that returns the new row's seq, for a row that refers to
+// its audit entry (a studio_request).
+func Insert(ctx context.Context, q Queryer, e Entry) (int64, error) {
+	detail, err := encodeDetail(e)
+	if err != nil {
+		return 0, err
+	}
+	var seq int64
+	if err := q.QueryRow(ctx, insertSQL+` RETURNING seq`, e.Actor, e.Action, e.Target, e.Reason, detail).Scan(&seq); err != nil {
+		return 0, fmt.Errorf("write audit row: %w", err)
+	}
+	return seq, nil
 }
 
 // DefaultActor is $USER@host.

@@ -2,7 +2,6 @@ package bus
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -25,6 +24,9 @@ const (
 	DefaultPingTimeout = 3 * time.Second // its deadline
 	DefaultBackoffMin  = 100 * time.Millisecond
 	DefaultBackoffMax  = 2 * time.Second
+	// UndecodableLogEvery is the least time between two log lines about
+	// undecodable payloads; the ones in between are only counted.
+	UndecodableLogEvery = time.Minute
 )
 
 const (
@@ -33,8 +35,6 @@ const (
 	connectTimeout = 5 * time.Second
 	// closeTimeout bounds the goodbye sent when closing a connection.
 	closeTimeout = time.Second
-	// maxBadKinds bounds the kinds of decode errors remembered for logging.
-	maxBadKinds = 64
 	// listenSQL starts listening; Channel is lower case and needs no quoting.
 	listenSQL = "LISTEN " + Channel
 )
@@ -56,6 +56,10 @@ type Options struct {
 	PingTimeout time.Duration // deadline of that round trip
 	BackoffMin  time.Duration // first delay before reconnecting
 	BackoffMax  time.Duration // largest delay between attempts
+
+	// Now tells the time for the rate limit of the undecodable-payload
+	// log line (tests inject a fake); default time.Now.
+	Now func() time.Time
 }
 
 // Listener holds the dedicated LISTEN connection of one process and
@@ -84,7 +88,8 @@ type Listener struct {
 	conns *netConns // every network connection of the listener
 
 	// Only the loop goroutine touches these.
-	badKinds map[string]bool // decode errors already logged at warn level
+	badLoggedAt   time.Time // last warning about an undecodable payload
+	badSuppressed int64     // undecodable payloads since, not logged
 }
 
 // NewListener returns a stopped listener for cfg (from db.ParseConnConfig).
@@ -114,13 +119,15 @@ func NewListener(cfg *pgx.ConnConfig, connString string, o Options) *Listener {
 	if o.BackoffMax < o.BackoffMin {
 		o.BackoffMax = o.BackoffMin
 	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
 	return &Listener{
 		cfg:        cfg,
 		connString: connString,
 		o:          o,
 		log:        o.Logger,
 		conns:      conns,
-		badKinds:   make(map[string]bool),
 	}
 }
 
@@ -339,42 +346,30 @@ func jitter(d time.Duration) time.Duration {
 }
 
 // handle decodes one notification and hands it to the handler. Payloads
-// that do not decode are skipped; each kind of error is logged at warn level
-// once, then at debug level.
+// that do not decode are counted and skipped. A sender that floods the
+// channel must not flood the log: one warning at most every
+// UndecodableLogEvery, naming how many were skipped without a line since
+// the last one.
 func (l *Listener) handle(n *pgconn.Notification) {
 	if n.Channel != Channel {
 		return
 	}
 	m, err := Decode(n.Payload)
 	if err != nil {
-		l.undecodable.Add(1)
-		kind := decodeErrorKind(err)
-		level := slog.LevelDebug
-		if !l.badKinds[kind] && len(l.badKinds) < maxBadKinds {
-			l.badKinds[kind] = true
-			level = slog.LevelWarn
+		total := l.undecodable.Add(1)
+		now := l.o.Now()
+		if !l.badLoggedAt.IsZero() && now.Sub(l.badLoggedAt) < UndecodableLogEvery && now.Sub(l.badLoggedAt) >= 0 {
+			l.badSuppressed++
+			return
 		}
-		l.log.Log(context.Background(), level, "bus: skipping undecodable payload",
-			"error", err, "sender_pid", n.PID, "payload_bytes", len(n.Payload))
+		l.log.Warn("bus: skipping undecodable payload",
+			"error", err, "sender_pid", n.PID, "payload_bytes", len(n.Payload),
+			"suppressed_since_last_log", l.badSuppressed, "undecodable_total", total)
+		l.badLoggedAt, l.badSuppressed = now, 0
 		return
 	}
 	l.received.Add(1)
 	if l.o.Handler != nil {
 		l.o.Handler(m)
-	}
-}
-
-// decodeErrorKind groups decode errors so that a flood of one bad sender
-// is logged once.
-func decodeErrorKind(err error) string {
-	var syn *json.SyntaxError
-	var typ *json.UnmarshalTypeError
-	switch {
-	case errors.As(err, &syn):
-		return "syntax"
-	case errors.As(err, &typ):
-		return "field type"
-	default:
-		return err.Error()
 	}
 }

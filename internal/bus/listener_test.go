@@ -236,33 +236,83 @@ func TestPayloadsOverTheServerLimitWouldFail(t *testing.T) {
 	}
 }
 
-func TestUndecodablePayloadsAreSkippedAndLoggedOncePerKind(t *testing.T) {
+// fakeNow is a clock the test moves by hand; the listener goroutine reads it.
+type fakeNow struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (f *fakeNow) Now() time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.t
+}
+
+func (f *fakeNow) Add(d time.Duration) {
+	f.mu.Lock()
+	f.t = f.t.Add(d)
+	f.mu.Unlock()
+}
+
+// A flood of undecodable payloads is counted one by one but writes at most
+// one warning a minute, which says how many went by without a line (issue
+// 7, defect 8: each one used to write its own line at some level).
+func TestUndecodablePayloadsAreCountedAndLoggedAtMostOnceAMinute(t *testing.T) {
 	t.Parallel()
 	url, pool, cfg := setup(t)
 	var log lockedBuffer
-	logger := slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	l, in := startListener(t, cfg, url, bus.Options{Logger: logger})
-
-	for _, p := range []string{"garbage", "more garbage", `{"v":9,"type":"signal","kind":"x"}`, `{"type":"signal","kind":"x"}`} {
-		if _, err := pool.Exec(context.Background(), "SELECT pg_notify($1, $2)", bus.Channel, p); err != nil {
-			t.Fatal(err)
+	// Debug level: not even a debug line per payload.
+	logger := slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	clk := &fakeNow{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	l, in := startListener(t, cfg, url, bus.Options{Logger: logger, Now: clk.Now})
+	lines := func() int { return strings.Count(log.String(), "bus: skipping undecodable payload") }
+	sendBad := func(n int) {
+		t.Helper()
+		for i := range n {
+			p := []string{"garbage", "more garbage", `{"v":9,"type":"signal","kind":"x"}`, `{"type":"signal","kind":"x"}`}[i%4]
+			if _, err := pool.Exec(context.Background(), "SELECT pg_notify($1, $2)", bus.Channel, p); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
-	notify(t, pool, bus.Signal(bus.KindJobTrigger, "after"))
-	in.expectSignal(t, bus.KindJobTrigger, "after")
-
-	if n := l.Undecodable(); n != 4 {
-		t.Fatalf("Undecodable = %d, want 4", n)
+	// A good message after the bad ones proves they were all handled.
+	roundTrip := func(key string) {
+		t.Helper()
+		notify(t, pool, bus.Signal(bus.KindJobTrigger, key))
+		in.expectSignal(t, bus.KindJobTrigger, key)
 	}
-	if n := l.Received(); n != 1 {
-		t.Fatalf("Received = %d, want 1", n)
+
+	sendBad(100)
+	roundTrip("first")
+	if n := l.Undecodable(); n != 100 {
+		t.Fatalf("Undecodable = %d, want 100", n)
+	}
+	if n := lines(); n != 1 {
+		t.Fatalf("logged %d lines for 100 bad payloads in the same minute, want 1:\n%s", n, log.String())
+	}
+	clk.Add(59 * time.Second)
+	sendBad(10)
+	roundTrip("second")
+	if n := lines(); n != 1 {
+		t.Fatalf("logged %d lines within the minute, want 1:\n%s", n, log.String())
+	}
+	clk.Add(time.Second)
+	sendBad(1)
+	roundTrip("third")
+	if n := lines(); n != 2 {
+		t.Fatalf("logged %d lines after a minute, want 2:\n%s", n, log.String())
+	}
+	if !strings.Contains(log.String(), "suppressed_since_last_log=109") || !strings.Contains(log.String(), "undecodable_total=111") {
+		t.Fatalf("second line does not count the suppressed payloads:\n%s", log.String())
+	}
+	if n := l.Undecodable(); n != 111 {
+		t.Fatalf("Undecodable = %d, want 111", n)
+	}
+	if n := l.Received(); n != 3 {
+		t.Fatalf("Received = %d, want 3", n)
 	}
 	if !l.Connected() {
 		t.Fatal("bad payloads took the listener down")
-	}
-	// Two syntax errors, a version error, a missing version: three kinds.
-	if n := strings.Count(log.String(), "bus: skipping undecodable payload"); n != 3 {
-		t.Fatalf("logged %d warnings, want 3:\n%s", n, log.String())
 	}
 }
 

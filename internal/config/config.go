@@ -68,7 +68,9 @@ type Config struct {
 		Listen string `mapstructure:"listen"`
 	} `mapstructure:"replica"`
 	Drain struct {
-		Delay time.Duration `mapstructure:"delay"`
+		// Delay is read by Load with ParseDuration (mapstructure would take
+		// a bare 5 as 5ns); 0 means no delay.
+		Delay time.Duration `mapstructure:"-"`
 	} `mapstructure:"drain"`
 	Locks struct {
 		Table   string `mapstructure:"table"`
@@ -85,6 +87,65 @@ type Config struct {
 
 	// File is the config file read, if any.
 	File string `mapstructure:"-"`
+}
+
+// MaxDrainDelay bounds drain.delay: a load balancer notices a failing
+// readiness within seconds, and a supervisor kills a replica that takes
+// much longer to stop.
+const MaxDrainDelay = 10 * time.Minute
+
+// Duration reads the duration of key from its raw value (a string from the
+// environment or the file, or a YAML number). It needs a unit ("5s",
+// "500ms"; a bare 0 is allowed, it means the same in every unit) and must
+// lie within [lo, hi]. Errors name the key and its environment variable.
+func Duration(key string, raw any, lo, hi time.Duration) (time.Duration, error) {
+	bad := func(format string, args ...any) error {
+		return &Error{Msg: fmt.Sprintf("%s (%s): ", key, EnvName(key)) + fmt.Sprintf(format, args...)}
+	}
+	var s string
+	switch x := raw.(type) {
+	case nil:
+		return 0, bad("is empty; want a duration with a unit, for example 5s")
+	case string:
+		s = strings.TrimSpace(x)
+	case time.Duration:
+		s = x.String()
+	case int, int64, uint64, float64:
+		s = fmt.Sprint(x)
+	default:
+		return 0, bad("%v is not a duration; want a number with a unit, for example 5s", raw)
+	}
+	d, err := ParseDuration(s)
+	if err != nil {
+		return 0, bad("%s", err)
+	}
+	if d < lo {
+		if lo == 0 {
+			return 0, bad("%s is negative", s)
+		}
+		return 0, bad("%s is shorter than the minimum %s", s, lo)
+	}
+	if d > hi {
+		return 0, bad("%s is longer than the maximum %s", s, hi)
+	}
+	return d, nil
+}
+
+// ParseDuration is time.ParseDuration that refuses a number without a unit
+// ("5" would be 5ns to mapstructure, an error to time.ParseDuration) with a
+// message that says so. "0" alone is zero.
+func ParseDuration(s string) (time.Duration, error) {
+	if s == "" {
+		return 0, fmt.Errorf("is empty; want a duration with a unit, for example 5s")
+	}
+	if strings.Trim(s, "+-0123456789.") == "" && strings.Trim(s, "+-0.") != "" {
+		return 0, fmt.Errorf("%q has no unit; write for example %ss or %sms", s, s, s)
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a duration; want a number with a unit (ns, us, ms, s, m, h), for example 5s", s)
+	}
+	return d, nil
 }
 
 // Error is a configuration error (exit code 2).
@@ -134,6 +195,12 @@ func Load(file string, getenv func(string) string, flags []FlagBinding) (*Config
 		return nil, nil, &Error{Msg: fmt.Sprintf("configuration: %v", err)}
 	}
 	c.File = path
+	// Neither libpq nor pgx takes " postgres://..." as a URL; white space
+	// around a pasted URL is never meant.
+	c.Database.URL = strings.TrimSpace(c.Database.URL)
+	if c.Drain.Delay, err = Duration("drain.delay", v.Get("drain.delay"), 0, MaxDrainDelay); err != nil {
+		return nil, nil, err
+	}
 	if c.Database.Migrate != "on" && c.Database.Migrate != "off" {
 		return nil, nil, &Error{Msg: fmt.Sprintf("database.migrate: %q: want on or off", c.Database.Migrate)}
 	}

@@ -321,3 +321,68 @@ func TestLoadFindsTheConfigFile(t *testing.T) {
 		})
 	}
 }
+
+func TestDrainDelayNeedsAUnitAndSaneBounds(t *testing.T) {
+	tests := []struct {
+		name    string
+		file    string // drain.delay as written in the file; "" means not set there
+		env     string // STUDIO_DRAIN_DELAY; "" means not set
+		want    time.Duration
+		wantErr string // "" means no error
+	}{
+		{name: "unset gives the default 5s", want: 5 * time.Second},
+		{name: "0s in the file means no delay", file: "0s", want: 0},
+		{name: "0s in the environment means no delay", env: "0s", want: 0},
+		{name: "a bare 0 means no delay too", file: "0", want: 0},
+		{name: "a bare number in the file is refused, not read as nanoseconds", file: "5", wantErr: `drain.delay (STUDIO_DRAIN_DELAY): "5" has no unit`},
+		{name: "a bare number in the environment is refused", env: "5", wantErr: `"5" has no unit`},
+		{name: "a fraction without a unit is refused", file: "1.5", wantErr: `"1.5" has no unit`},
+		{name: "a negative delay is refused", env: "-1s", wantErr: "drain.delay (STUDIO_DRAIN_DELAY): -1s is negative"},
+		{name: "an absurd delay is refused", file: "100h", wantErr: "100h is longer than the maximum 10m0s"},
+		{name: "the maximum itself is allowed", env: "10m", want: 10 * time.Minute},
+		{name: "a word is refused naming the key", env: "soon", wantErr: `drain.delay (STUDIO_DRAIN_DELAY): "soon" is not a duration`},
+		{name: "an empty value in the file is refused", file: `""`, wantErr: "drain.delay (STUDIO_DRAIN_DELAY): is empty"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			t.Chdir(dir)
+			path := ""
+			if tt.file != "" {
+				path = writeFile(t, dir, "c.yaml", "drain:\n  delay: "+tt.file+"\n")
+			}
+			if tt.env != "" {
+				t.Setenv("STUDIO_DRAIN_DELAY", tt.env)
+			}
+			c, _, err := config.Load(path, noEnv, nil)
+			if tt.wantErr != "" {
+				var ce *config.Error
+				if !errors.As(err, &ce) {
+					t.Fatalf("Load: error %v (%T), want a *config.Error", err, err)
+				}
+				if !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("Load: error %q, want it to contain %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Drain.Delay != tt.want {
+				t.Errorf("Drain.Delay = %v, want %v", c.Drain.Delay, tt.want)
+			}
+		})
+	}
+}
+
+func TestLoadTrimsWhiteSpaceAroundTheDatabaseURL(t *testing.T) {
+	t.Chdir(t.TempDir())
+	t.Setenv("STUDIO_DATABASE_URL", " \tpostgres://app@h/app\n")
+	c, _, err := config.Load("", noEnv, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Database.URL != "postgres://app@h/app" {
+		t.Errorf("Database.URL = %q, want it trimmed", c.Database.URL)
+	}
+}

@@ -119,66 +119,158 @@ func Describe(cfg *pgx.ConnConfig) string {
 	return fmt.Sprintf("%s@%s:%d/%s", cfg.User, cfg.Host, cfg.Port, cfg.Database)
 }
 
-// Redact returns connString with its password replaced by "xxxxx". It
-// handles URLs and keyword/value strings.
+// redacted replaces every secret Redact hides.
+const redacted = "xxxxx"
+
+// Redact returns connString with every password replaced by "xxxxx", in
+// any spelling libpq or pgx would accept, and some they would not: a URL
+// with any scheme in any case (POSTGRES://), surrounding whitespace, a
+// password in the user info (raw or percent-encoded, one host or several)
+// or in the query (?password=, ?sslpassword=, any key case, a
+// percent-encoded key), a URL that does not parse; a keyword/value string
+// with any keyword case (PASSWORD=), spaces around "=", quoted values with
+// \' escapes, an unterminated quote. The rest of the text is kept as written.
 func Redact(connString string) string {
 	if connString == "" {
 		return ""
 	}
-	if strings.HasPrefix(connString, "postgres://") || strings.HasPrefix(connString, "postgresql://") {
-		u, err := url.Parse(connString)
-		if err != nil {
-			return "(unparseable url, hidden)"
-		}
-		if _, has := u.User.Password(); has {
-			u.User = url.UserPassword(u.User.Username(), "xxxxx")
-		}
-		q := u.Query()
-		if q.Has("password") {
-			q.Set("password", "xxxxx")
-			u.RawQuery = q.Encode()
-		}
-		return u.String()
+	s := strings.TrimSpace(connString)
+	if rest, ok := afterScheme(s); ok {
+		return s[:len(s)-len(rest)] + redactURLRest(rest)
 	}
-	// keyword/value: password=secret or password='se cret'
 	var b strings.Builder
-	for _, kv := range keywordPairs(connString) {
-		if b.Len() > 0 {
-			b.WriteByte(' ')
+	last := 0
+	for _, kv := range scanKeywords(s) {
+		if isSecretKey(kv.key) {
+			b.WriteString(s[last:kv.vstart])
+			b.WriteString(redacted)
+			last = kv.vend
 		}
-		if kv[0] == "password" {
-			b.WriteString("password=xxxxx")
-			continue
+	}
+	b.WriteString(s[last:])
+	return b.String()
+}
+
+// isSecretKey: password, sslpassword, in any case.
+func isSecretKey(key string) bool {
+	return strings.HasSuffix(strings.ToLower(strings.TrimSpace(key)), "password")
+}
+
+// afterScheme returns what follows "scheme://" when s starts with a URL
+// scheme (letters, digits, "+", "-", "." after a first letter; any case).
+func afterScheme(s string) (string, bool) {
+	i := strings.Index(s, "://")
+	if i <= 0 {
+		return "", false
+	}
+	for k, c := range s[:i] {
+		letter := (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
+		if !letter && (k == 0 || !((c >= '0' && c <= '9') || c == '+' || c == '-' || c == '.')) {
+			return "", false
 		}
-		b.WriteString(kv[0] + "=" + kv[2])
+	}
+	return s[i+3:], true
+}
+
+// userInfoEnd finds the "@" that ends the user info of a URL's rest (after
+// "scheme://"), or -1. The user info runs to the last "@" before the first
+// "/", "?" or "#" that follows its first "@", so a password holding a raw
+// "@", "/", "?" or "#" is still covered (libpq stops at the first "@",
+// net/url at the last: hiding up to the last hides both).
+func userInfoEnd(rest string) int {
+	first := strings.IndexByte(rest, '@')
+	if first < 0 {
+		return -1
+	}
+	end := len(rest)
+	if k := strings.IndexAny(rest[first:], "/?#"); k >= 0 {
+		end = first + k
+	}
+	at := strings.LastIndexByte(rest[:end], '@')
+	// A "/" or "?" in the user name means this "@" is in the path or the
+	// query, and there is no user info.
+	user, _, _ := strings.Cut(rest[:at], ":")
+	if strings.ContainsAny(user, "/?#") {
+		return -1
+	}
+	return at
+}
+
+func redactURLRest(rest string) string {
+	var b strings.Builder
+	if at := userInfoEnd(rest); at >= 0 {
+		if user, _, hasPw := strings.Cut(rest[:at], ":"); hasPw {
+			b.WriteString(user + ":" + redacted)
+		} else {
+			b.WriteString(rest[:at])
+		}
+		rest = rest[at:]
+	}
+	q := strings.IndexByte(rest, '?')
+	if q < 0 {
+		b.WriteString(rest)
+		return b.String()
+	}
+	b.WriteString(rest[:q+1])
+	query, frag, hasFrag := strings.Cut(rest[q+1:], "#")
+	params := strings.Split(query, "&")
+	for i, p := range params {
+		k, _, hasVal := strings.Cut(p, "=")
+		key, err := url.QueryUnescape(k)
+		if err != nil {
+			key = k
+		}
+		if hasVal && isSecretKey(key) {
+			params[i] = k + "=" + redacted
+		}
+	}
+	b.WriteString(strings.Join(params, "&"))
+	if hasFrag {
+		b.WriteString("#" + frag)
 	}
 	return b.String()
 }
 
-// keywordPairs splits a libpq keyword/value string into key, value and the
-// value as written, honouring single quotes and backslash escapes.
-func keywordPairs(s string) [][3]string {
-	var out [][3]string
+// keyword is one key=value of a libpq keyword/value string: the key, the
+// value unquoted and unescaped, and the span of the value as written.
+type keyword struct {
+	key, value   string
+	vstart, vend int
+}
+
+func isSpace(c byte) bool {
+	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'
+}
+
+// scanKeywords splits a keyword/value string as libpq does: spaces around
+// "=", single-quoted values with backslash escapes, unquoted values ending
+// at white space (backslash escapes too). An unterminated quote runs to the
+// end. A key without "=" takes the next word as its value, so a mistyped
+// "password secret" still counts as a password.
+func scanKeywords(s string) []keyword {
+	var out []keyword
 	i := 0
-	for i < len(s) {
-		for i < len(s) && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n') {
+	skip := func() {
+		for i < len(s) && isSpace(s[i]) {
 			i++
+		}
+	}
+	for {
+		skip()
+		if i >= len(s) {
+			return out
 		}
 		start := i
-		for i < len(s) && s[i] != '=' && s[i] != ' ' {
+		for i < len(s) && s[i] != '=' && !isSpace(s[i]) {
 			i++
 		}
-		key := strings.TrimSpace(s[start:i])
-		for i < len(s) && s[i] == ' ' {
-			i++
-		}
+		key := s[start:i]
+		skip()
 		if i < len(s) && s[i] == '=' {
 			i++
 		}
-		for i < len(s) && s[i] == ' ' {
-			i++
-		}
-		vstart := i
+		skip()
+		kv := keyword{key: key, vstart: i}
 		var val strings.Builder
 		if i < len(s) && s[i] == '\'' {
 			i++
@@ -193,7 +285,7 @@ func keywordPairs(s string) [][3]string {
 				i++ // closing quote
 			}
 		} else {
-			for i < len(s) && s[i] != ' ' {
+			for i < len(s) && !isSpace(s[i]) {
 				if s[i] == '\\' && i+1 < len(s) {
 					i++
 				}
@@ -201,28 +293,54 @@ func keywordPairs(s string) [][3]string {
 				i++
 			}
 		}
+		kv.value, kv.vend = val.String(), i
 		if key != "" {
-			out = append(out, [3]string{key, val.String(), s[vstart:i]})
+			out = append(out, kv)
 		}
+	}
+}
+
+// keywordPairs splits a libpq keyword/value string into key, value and the
+// value as written, honouring single quotes and backslash escapes.
+func keywordPairs(s string) [][3]string {
+	kws := scanKeywords(s)
+	out := make([][3]string, len(kws))
+	for i, kv := range kws {
+		out[i] = [3]string{kv.key, kv.value, s[kv.vstart:kv.vend]}
 	}
 	return out
 }
 
-// passwordOf extracts the password from a connection string, if any.
+// passwordOf extracts the password from a connection string, if any, in
+// the spellings Redact knows.
 func passwordOf(connString string) string {
-	if strings.HasPrefix(connString, "postgres://") || strings.HasPrefix(connString, "postgresql://") {
-		u, err := url.Parse(connString)
-		if err != nil {
-			return ""
+	s := strings.TrimSpace(connString)
+	if rest, ok := afterScheme(s); ok {
+		if at := userInfoEnd(rest); at >= 0 {
+			if _, pw, ok := strings.Cut(rest[:at], ":"); ok && pw != "" {
+				if dec, err := url.PathUnescape(pw); err == nil {
+					return dec
+				}
+				return pw
+			}
 		}
-		if p, ok := u.User.Password(); ok {
-			return p
+		if _, query, ok := strings.Cut(rest, "?"); ok {
+			query, _, _ = strings.Cut(query, "#")
+			for _, p := range strings.Split(query, "&") {
+				k, v, _ := strings.Cut(p, "=")
+				if key, err := url.QueryUnescape(k); err == nil && strings.EqualFold(key, "password") {
+					if dec, err := url.QueryUnescape(v); err == nil {
+						return dec
+					}
+					return v
+				}
+			}
 		}
-		return u.Query().Get("password")
+		return ""
 	}
-	for _, kv := range keywordPairs(connString) {
-		if kv[0] == "password" {
-			return kv[1]
+	for _, kv := range scanKeywords(s) {
+		if strings.EqualFold(kv.key, "password") {
+			return kv.value
 		}
 	}
 	return ""
@@ -263,3 +381,34 @@ func scrubString(msg, connString string, extra ...string) string {
 // Scrub is scrub for callers outside the package: it removes the password
 // of connString from err's text.
 func Scrub(err error, connString string) error { return scrub(err, connString) }
+
+// sqlstateReadOnly is read_only_sql_transaction: a write on a hot standby,
+// or under default_transaction_read_only=on.
+const sqlstateReadOnly = "25006"
+
+// ErrReadOnly marks an error from a database that refuses writes.
+var ErrReadOnly = errors.New("the database is read-only (a standby or default_transaction_read_only=on)")
+
+// IsReadOnly reports whether err is a server's refusal to write in a
+// read-only transaction (SQLSTATE 25006).
+func IsReadOnly(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == sqlstateReadOnly
+}
+
+// readOnlyError says the database is read-only before the server's own
+// text; errors.Is finds both ErrReadOnly and the original chain.
+type readOnlyError struct{ err error }
+
+func (e *readOnlyError) Error() string   { return ErrReadOnly.Error() + ": " + e.err.Error() }
+func (e *readOnlyError) Unwrap() []error { return []error{ErrReadOnly, e.err} }
+
+// ExplainReadOnly wraps a read-only refusal so its text says what is wrong
+// ("the database is read-only (a standby or ...): ..."); any other error,
+// and one already explained, comes back as it is.
+func ExplainReadOnly(err error) error {
+	if err == nil || !IsReadOnly(err) || errors.Is(err, ErrReadOnly) {
+		return err
+	}
+	return &readOnlyError{err: err}
+}

@@ -34,6 +34,9 @@ const (
 	// DefaultDrainDelay is how long a draining replica waits for load
 	// balancers to notice its failing readiness (drain.delay).
 	DefaultDrainDelay = 5 * time.Second
+	// NoDrainDelay as Options.DrainDelay drains without waiting. `run`
+	// passes it for drain.delay: 0s, since an unset Options field is 0.
+	NoDrainDelay time.Duration = -1
 	// BusDownReadiness: readiness fails once the bus has been down longer.
 	BusDownReadiness = 10 * time.Second
 	// readyzDBTimeout bounds the database check of /readyz.
@@ -65,7 +68,7 @@ type Options struct {
 	ID         string // replica id; DefaultID when empty
 	Listen     string // HTTP address; 127.0.0.1:0 picks a free port
 	Version    string
-	DrainDelay time.Duration // default DefaultDrainDelay; 0 is taken as the default, use a negative value for none
+	DrainDelay time.Duration // 0 (unset): DefaultDrainDelay; NoDrainDelay (any negative value): none
 	Migrate    bool
 	Logger     *slog.Logger
 
@@ -108,7 +111,8 @@ type Host struct {
 	metrics  *prometheus.Registry
 
 	state    atomic.Value // replicas.State
-	drainReq chan string  // reasons to drain (bus signal)
+	drainReq chan string  // reasons to drain (a claimed drain request)
+	req      *requests    // claims control requests (requests.go)
 	lostCh   chan error   // incarnation lost
 	handlers []func(bus.Message)
 	mu       sync.Mutex
@@ -118,6 +122,9 @@ type Host struct {
 func New(o Options) (*Host, error) {
 	if o.ID == "" {
 		o.ID = replicas.DefaultID()
+	}
+	if err := replicas.ValidateID(o.ID); err != nil {
+		return nil, fmt.Errorf("replica.id (STUDIO_REPLICA_ID): %w", err)
 	}
 	if o.Listen == "" {
 		o.Listen = "127.0.0.1:0"
@@ -131,7 +138,7 @@ func New(o Options) (*Host, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	h := &Host{o: o, log: o.Logger.With("replica_id", o.ID), drainReq: make(chan string, 1), lostCh: make(chan error, 1)}
+	h := &Host{o: o, log: o.Logger.With("replica_id", o.ID), drainReq: make(chan string, 1), lostCh: make(chan error, 1), req: newRequests()}
 	h.state.Store(replicas.StateStarting)
 	return h, nil
 }
@@ -182,7 +189,11 @@ func (h *Host) Run(ctx context.Context, sigs <-chan os.Signal) (err error) {
 	return h.drain(ctx, why, sigs)
 }
 
-func (h *Host) start(ctx context.Context) error {
+// start checks everything it can before it registers (the schema version,
+// the lock table, the HTTP address; the id was checked in New), so that a
+// bad start leaves no row. A failure after registering records stopped, so
+// the row neither looks live nor blocks a corrected restart with the same id.
+func (h *Host) start(ctx context.Context) (err error) {
 	pcfg, err := db.ParsePoolConfig(h.o.ConnString)
 	if err != nil {
 		return err
@@ -199,12 +210,33 @@ func (h *Host) start(ctx context.Context) error {
 		if _, err := migrate.Up(ctx, h.pool); err != nil {
 			return err
 		}
+	} else if err := migrate.CheckNotNewer(ctx, h.pool); err != nil {
+		return err
+	}
+	table := h.o.LockTable
+	if table == (locks.Table{}) {
+		table = locks.DefaultTable()
+	}
+	provider, err := locks.NewProvider(h.pool, table, h.o.ID)
+	if err != nil {
+		return err
+	}
+	warnings, err := locks.CheckTable(ctx, h.pool, table, h.o.ID)
+	if err != nil {
+		return err
+	}
+	for _, w := range warnings {
+		h.log.Warn(w)
 	}
 	h.httpLn, err = net.Listen("tcp", h.o.Listen)
 	if err != nil {
 		return fmt.Errorf("replica.listen %q: %w", h.o.Listen, err)
 	}
 	ccfg, err := db.ParseConnConfig(h.o.ConnString)
+	if err != nil {
+		return err
+	}
+	lcfg, err := db.ParseConnConfig(h.o.ConnString)
 	if err != nil {
 		return err
 	}
@@ -218,13 +250,19 @@ func (h *Host) start(ctx context.Context) error {
 		},
 	})
 	if err := h.registry.Register(ctx); err != nil {
+		if db.IsReadOnly(err) {
+			return fmt.Errorf("cannot register replica: %w", db.ExplainReadOnly(err))
+		}
 		return err
 	}
+	defer func() {
+		// The row is this process's unless another took the id over.
+		if err != nil && !errors.Is(err, replicas.ErrIncarnationLost) {
+			h.log.Error("start failed after registering; recording stopped", "error", err)
+			h.writeStopped()
+		}
+	}()
 	if err := h.registry.Start(context.WithoutCancel(ctx)); err != nil {
-		return err
-	}
-	lcfg, err := db.ParseConnConfig(h.o.ConnString)
-	if err != nil {
 		return err
 	}
 	h.listener = bus.NewListener(lcfg, h.o.ConnString, bus.Options{
@@ -235,9 +273,10 @@ func (h *Host) start(ctx context.Context) error {
 		return err
 	}
 	h.metrics = h.newMetrics()
-	if err := h.startRunner(ctx); err != nil {
+	if err := h.startRunner(ctx, provider); err != nil {
 		return err
 	}
+	h.req.start(h)
 	h.httpSrv = &http.Server{Handler: h.routes(), ReadHeaderTimeout: 5 * time.Second}
 	go h.httpSrv.Serve(h.httpLn)
 	if err := h.registry.SetState(ctx, replicas.StateReady); err != nil {
@@ -248,17 +287,16 @@ func (h *Host) start(ctx context.Context) error {
 }
 
 // onMessage is the bus handler: it runs on the listener goroutine and must
-// not block.
+// not block. A drain or trigger signal only wakes the request claimer: the
+// replica acts on a studio_request row it claims, never on the signal
+// alone, since any role that can connect can NOTIFY.
 func (h *Host) onMessage(m bus.Message) {
 	if m.Type == bus.TypeSignal {
 		switch {
 		case m.Kind == bus.KindReplicaDrain && m.Key == h.o.ID:
-			select {
-			case h.drainReq <- "drain requested on the bus":
-			default:
-			}
-		case m.Kind == bus.KindJobTrigger && h.runner != nil:
-			h.runner.Trigger(m.Key)
+			h.req.wantDrain()
+		case m.Kind == bus.KindJobTrigger:
+			h.req.wantJob(m.Key)
 		case m.Kind == bus.KindJobSettings && h.runner != nil:
 			h.runner.SettingsChanged(m.Key)
 		}
@@ -283,21 +321,14 @@ func (h *Host) onResync() {
 	if h.runner != nil {
 		h.runner.ResyncSettings()
 	}
+	// A drain or trigger whose NOTIFY was lost while the bus was down is
+	// still a pending row.
+	h.req.wantAll()
 }
 
 // startRunner binds the jobs and starts the runner and its store.
-func (h *Host) startRunner(ctx context.Context) error {
-	table := h.o.LockTable
-	if table == (locks.Table{}) {
-		table = locks.DefaultTable()
-	}
-	provider, err := locks.NewProvider(h.pool, table, h.o.ID)
-	if err != nil {
-		return err
-	}
-	if err := provider.CheckSchema(ctx); err != nil {
-		return err
-	}
+// The lock table was checked before registering.
+func (h *Host) startRunner(ctx context.Context, provider *locks.Provider) (err error) {
 	list := make([]jobs.Job, 0, len(h.o.Jobs)+1)
 	if !h.o.NoHousekeeping {
 		list = append(list, jobs.Housekeeping(h.pool))
@@ -399,6 +430,9 @@ func (h *Host) interruptServices() {
 // runner with its shutdown wait, its store's last flush, the bus; leases
 // later), keeping the registry for the final state.
 func (h *Host) stopServices() {
+	// First stop claiming requests: a stopping runner would drop a claimed
+	// trigger, which another replica can still run.
+	h.req.stop()
 	if h.runner != nil {
 		h.runner.Stop()
 	}
@@ -491,6 +525,20 @@ func (h *Host) newMetrics() *prometheus.Registry {
 			func() float64 { return float64(h.listener.Received()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "studio_bus_down_seconds", Help: "How long the bus has been down (0 when connected)."},
 			func() float64 { return h.listener.DownFor().Seconds() }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "studio_bus_undecodable_total", Help: "Bus payloads skipped because they do not decode."},
+			func() float64 { return float64(h.listener.Undecodable()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "studio_control_requests_claimed_total", Help: "Control requests (studio_request rows) this replica claimed.",
+			ConstLabels: prometheus.Labels{"kind": replicas.RequestKindDrain}},
+			func() float64 { return float64(h.req.drainsClaimed.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "studio_control_requests_claimed_total", Help: "Control requests (studio_request rows) this replica claimed.",
+			ConstLabels: prometheus.Labels{"kind": jobs.RequestKindTrigger}},
+			func() float64 { return float64(h.req.triggersClaimed.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "studio_control_signals_without_request_total", Help: "Drain or trigger signals that found no request for this replica to claim.",
+			ConstLabels: prometheus.Labels{"kind": replicas.RequestKindDrain}},
+			func() float64 { return float64(h.req.drainsEmpty.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "studio_control_signals_without_request_total", Help: "Drain or trigger signals that found no request for this replica to claim.",
+			ConstLabels: prometheus.Labels{"kind": jobs.RequestKindTrigger}},
+			func() float64 { return float64(h.req.triggersEmpty.Load()) }),
 	)
 	reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return reg

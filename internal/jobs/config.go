@@ -10,6 +10,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/studioctl/studioctl/internal/locks"
 	"github.com/studioctl/studioctl/internal/tasks"
 )
 
@@ -71,6 +72,7 @@ func Parse(file string, b []byte) ([]Job, error) {
 		return nil, &ConfigError{File: file, Line: list.Line, Field: "jobs", Msg: "must be a list of jobs"}
 	}
 	seen := map[string]int{}
+	lockOwner := map[string]Job{HousekeepingID: {ID: HousekeepingID}}
 	var out []Job
 	for _, n := range list.Content {
 		j, err := parseJob(file, n)
@@ -84,9 +86,39 @@ func Parse(file string, b []byte) ([]Job, error) {
 			return nil, &ConfigError{File: file, Line: n.Line, Job: j.ID, Field: "id", Msg: fmt.Sprintf("duplicate id (first declared on line %d)", prev)}
 		}
 		seen[j.ID] = n.Line
+		if err := claimLock(lockOwner, j); err != nil {
+			return nil, err
+		}
 		out = append(out, j)
 	}
 	return out, nil
+}
+
+// claimLock records the lock of installation job j in owners, refusing a
+// lock that another job already takes: two jobs of one replica on one lock
+// would skip each other's ticks as "held elsewhere".
+func claimLock(owners map[string]Job, j Job) error {
+	if j.Scope != ScopeInstallation {
+		return nil
+	}
+	name := j.LockName()
+	if prev, taken := owners[name]; taken {
+		field, by := "id", "its id is the lock name"
+		if j.Lock != "" {
+			field, by = "lock", "named in lock:"
+		}
+		what := fmt.Sprintf("job %q", prev.ID)
+		switch {
+		case prev.ID == HousekeepingID && prev.Line == 0:
+			what = "the built-in job " + HousekeepingID
+		case prev.Line > 0:
+			what = fmt.Sprintf("job %q (line %d)", prev.ID, prev.Line)
+		}
+		return &ConfigError{File: j.File, Line: j.Line, Job: j.ID, Field: field,
+			Msg: fmt.Sprintf("lock %q (%s) is already taken by %s; two jobs on one lock would skip each other's ticks", name, by, what)}
+	}
+	owners[name] = j
+	return nil
 }
 
 type fields map[string]*yaml.Node
@@ -143,7 +175,7 @@ func parseJob(file string, n *yaml.Node) (Job, error) {
 			}
 		}
 	}
-	f, err := mapping(file, named, "", n, "id", "scope", "every", "cron", "timeout", "clusters", "run")
+	f, err := mapping(file, named, "", n, "id", "scope", "every", "cron", "timeout", "clusters", "run", "lock")
 	if err != nil {
 		return j, err
 	}
@@ -198,6 +230,9 @@ func parseJob(file string, n *yaml.Node) (Job, error) {
 		if d < MinEvery {
 			return j, bad(everyNode, "every", "%s is shorter than the minimum %s", d, MinEvery)
 		}
+		if d > MaxEvery {
+			return j, bad(everyNode, "every", "%s is longer than the maximum %s (use cron for rarer runs)", v, MaxEvery)
+		}
 		j.Schedule = Schedule{Every: d}
 	default:
 		v, err := scalar(file, j.ID, "cron", cronNode)
@@ -222,6 +257,12 @@ func parseJob(file string, n *yaml.Node) (Job, error) {
 		if d <= 0 {
 			return j, bad(tn, "timeout", "must be positive, got %s", d)
 		}
+		if d < MinTimeout {
+			return j, bad(tn, "timeout", "%s is shorter than the minimum %s", v, MinTimeout)
+		}
+		if d > MaxTimeout {
+			return j, bad(tn, "timeout", "%s is longer than the maximum %s", v, MaxTimeout)
+		}
 		j.Timeout = d
 	}
 	if cn, ok := f["clusters"]; ok {
@@ -230,6 +271,19 @@ func parseJob(file string, n *yaml.Node) (Job, error) {
 			return j, bad(cn, "clusters", "%q: the only value is owned", v)
 		}
 		return j, bad(cn, "clusters", "per-cluster jobs need the cluster lease loop, which this version does not have yet")
+	}
+	if ln, ok := f["lock"]; ok {
+		v, err := scalar(file, j.ID, "lock", ln)
+		if err != nil {
+			return j, err
+		}
+		if j.Scope != ScopeInstallation {
+			return j, bad(ln, "lock", "only an installation job takes a lock (this one has scope %s)", j.Scope)
+		}
+		if err := locks.ValidateName(v); err != nil {
+			return j, bad(ln, "lock", "%s", strings.TrimPrefix(err.Error(), locks.ErrInvalid.Error()+": "))
+		}
+		j.Lock = v
 	}
 	runNode, ok := f["run"]
 	if !ok {
@@ -328,6 +382,16 @@ func parseRun(file, job string, n *yaml.Node) (TaskSpec, error) {
 	}
 	return t, nil
 }
+
+// Bounds of the configured durations (MinEvery is in job.go). A fixed delay
+// over a year is a typo (cron serves rare runs); a timeout over a day lets a
+// hung run keep its job from running for that long; lock times are stored
+// in milliseconds.
+const (
+	MaxEvery   = 366 * 24 * time.Hour
+	MinTimeout = time.Millisecond
+	MaxTimeout = 24 * time.Hour
+)
 
 // IsConfigError reports whether err is a job configuration error.
 func IsConfigError(err error) bool {

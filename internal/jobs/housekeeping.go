@@ -21,7 +21,7 @@ const (
 )
 
 // Housekeeping returns the built-in studio-housekeeping job (installation
-// scope): prune old run history, mark runs of gone replicas interrupted,
+// scope): prune old run history and old control requests, mark runs of gone replicas interrupted,
 // drop long-stopped replicas.
 func Housekeeping(q Querier) Job {
 	return Job{
@@ -66,6 +66,13 @@ status AS (DELETE FROM studio_job_status s USING gone WHERE s.replica_id = gone.
 SELECT count(*) FROM gone`, ForgetStoppedAfter.Seconds()).Scan(&dropped)
 	if err != nil {
 		return pruned, interrupted, 0, fmt.Errorf("drop long-stopped replicas: %w", err)
+	}
+	// Control requests (studio_request) that were claimed or expired long
+	// ago: they only explain what happened, as run history does.
+	_, err = q.Exec(ctx, `DELETE FROM studio_request WHERE coalesce(done_at, expires_at) < now() - make_interval(secs => $1)`,
+		HistoryRetention.Seconds())
+	if err != nil {
+		return pruned, interrupted, dropped, fmt.Errorf("prune control requests: %w", err)
 	}
 	// Status rows of replicas an operator forgot stay behind otherwise.
 	_, err = q.Exec(ctx, `DELETE FROM studio_job_status s WHERE s.updated_at < now() - make_interval(secs => $1)

@@ -75,9 +75,22 @@ type Job struct {
 	Spec     TaskSpec      // the configured task
 	Task     tasks.Task    // the bound task the runner executes
 	Builtin  bool          // declared in code (studio-housekeeping)
+	// Lock is the ShedLock lock name an installation job takes (key lock:);
+	// "" means the job id. Any ShedLock name up to 64 characters, so a Go
+	// replica can share a lock a Java node names scheduledTaskName.
+	Lock string
 
 	File string // where it was declared, for messages
 	Line int
+}
+
+// LockName is the name of the job's lock in the lock table: its lock: key,
+// or else its id.
+func (j Job) LockName() string {
+	if j.Lock != "" {
+		return j.Lock
+	}
+	return j.ID
 }
 
 // TimeoutFor is the run timeout under schedule s (the configured or

@@ -7,11 +7,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/studioctl/studioctl/internal/audit"
 	"github.com/studioctl/studioctl/internal/bus"
+	"github.com/studioctl/studioctl/internal/liveness"
 )
 
 // Setting is an operator override (a studio_job_setting row).
@@ -131,8 +133,20 @@ type Change struct {
 	Reason   string
 }
 
+// ErrUnchanged: the setting already had the values asked for, so nothing
+// was written, audited or signalled.
+var ErrUnchanged = errors.New("already so; nothing changed")
+
 // ApplyChange writes an operator override, its audit row and a job.settings
 // bus signal in one transaction, and returns the setting after it.
+//
+// The values before the change are read under a row lock that is held until
+// commit, so concurrent changes of one job apply one after the other, each
+// from the values the previous one left, and each audit row's before and
+// after are a change that really happened. A change that would leave the
+// setting as it is writes nothing and returns the setting with
+// ErrUnchanged: of 20 concurrent `jobs pause X`, one pauses and is audited,
+// the other 19 change nothing.
 func ApplyChange(ctx context.Context, q Querier, job string, c Change) (Setting, error) {
 	if c.Pause == nil && c.Schedule == nil {
 		return Setting{}, fmt.Errorf("change job %q: nothing to change", job)
@@ -145,12 +159,24 @@ func ApplyChange(ctx context.Context, q Querier, job string, c Change) (Setting,
 		return Setting{}, fmt.Errorf("change job %q: %w", job, err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
+	// A job without a row yet gets one with the default values (no
+	// override, not paused), so that there is a row to lock: SELECT ... FOR
+	// UPDATE locks nothing where no row exists, and two first changes would
+	// both read "no setting". A concurrent first change waits here for the
+	// other's commit; a no-op rolls its row back.
+	if _, err := tx.Exec(ctx, `INSERT INTO studio_job_setting (job_id, schedule, paused, updated_by) VALUES ($1, NULL, false, '')
+ON CONFLICT (job_id) DO NOTHING`, job); err != nil {
+		return Setting{}, fmt.Errorf("change job %q: %w", job, err)
+	}
 	before, err := loadSettings(ctx, tx, " WHERE job_id = $1 FOR UPDATE", []any{job})
 	if err != nil {
 		return Setting{}, err
 	}
-	s := before[job]
-	s.JobID = job
+	s, ok := before[job]
+	if !ok {
+		return Setting{}, fmt.Errorf("change job %q: its setting row vanished while it was changed; try again", job)
+	}
+	was := s
 	action := ""
 	detail := map[string]any{"schedule_before": s.Schedule, "paused_before": s.Paused}
 	if c.Pause != nil {
@@ -161,18 +187,26 @@ func ApplyChange(ctx context.Context, q Querier, job string, c Change) (Setting,
 		s.Schedule = c.Schedule.String()
 		action = "jobs.set"
 	}
+	if s.Schedule == was.Schedule && s.Paused == was.Paused {
+		if was.UpdatedBy == "" {
+			// The row was ours, just inserted: the default values.
+			was.UpdatedAt = time.Time{}
+		}
+		return was, fmt.Errorf("job %q: %w", job, ErrUnchanged)
+	}
 	detail["schedule_after"], detail["paused_after"] = s.Schedule, s.Paused
 	var sched any
 	if s.Schedule != "" {
 		sched = s.Schedule
 	}
 	err = tx.QueryRow(ctx, `
-INSERT INTO studio_job_setting (job_id, schedule, paused, updated_at, updated_by) VALUES ($1, $2, $3, now(), $4)
-ON CONFLICT (job_id) DO UPDATE SET schedule = EXCLUDED.schedule, paused = EXCLUDED.paused, updated_at = now(), updated_by = EXCLUDED.updated_by
+UPDATE studio_job_setting SET schedule = $2, paused = $3, updated_at = now(), updated_by = $4
+WHERE job_id = $1
 RETURNING updated_at`, job, sched, s.Paused, c.Actor).Scan(&s.UpdatedAt)
 	if err != nil {
 		return Setting{}, fmt.Errorf("change job %q: %w", job, err)
 	}
+	s.UpdatedAt = s.UpdatedAt.UTC()
 	s.UpdatedBy = c.Actor
 	if err := audit.Write(ctx, tx, audit.Entry{Actor: c.Actor, Action: action, Target: job, Reason: c.Reason, Detail: detail}); err != nil {
 		return Setting{}, err
@@ -186,22 +220,96 @@ RETURNING updated_at`, job, sched, s.Paused, c.Actor).Scan(&s.UpdatedAt)
 	return s, nil
 }
 
-// Trigger asks every replica that hosts job to run it now (a job.trigger
-// signal); an installation job still takes its lock.
-func Trigger(ctx context.Context, q Querier, job, actor, reason string) error {
+// Trigger requests (migrations/00003_requests.sql).
+const (
+	// RequestKindTrigger is the studio_request kind of a trigger.
+	RequestKindTrigger = "job.trigger"
+	// TriggerRequestTTL: a trigger request not claimed by then is void; a
+	// run the operator asked for ten minutes ago would be a surprise.
+	TriggerRequestTTL = 10 * time.Minute
+)
+
+// ErrNoLiveHost: no live replica hosts the job, so nothing could run it.
+var ErrNoLiveHost = errors.New("no live replica hosts the job")
+
+// Trigger asks every live replica that hosts job to run it now. It writes,
+// in the same transaction as the audit row, the studio_request rows the
+// replicas act on: for an installation job one row that the first hosting
+// replica to claim it runs (still taking the lock); for an instance job one
+// row per live replica hosting it, addressed to that replica's incarnation,
+// so each runs it once. A job.trigger signal, delivered on commit, wakes the
+// replicas. It returns how many rows it wrote.
+func Trigger(ctx context.Context, q Querier, job, actor, reason string) (int, error) {
 	if err := Known(ctx, q, job); err != nil {
-		return err
+		return 0, err
 	}
 	tx, err := q.Begin(ctx)
 	if err != nil {
-		return fmt.Errorf("trigger job %q: %w", job, err)
+		return 0, fmt.Errorf("trigger job %q: %w", job, err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
-	if err := audit.Write(ctx, tx, audit.Entry{Actor: actor, Action: "jobs.trigger", Target: job, Reason: reason}); err != nil {
-		return err
+	auditSeq, err := audit.Insert(ctx, tx, audit.Entry{Actor: actor, Action: "jobs.trigger", Target: job, Reason: reason})
+	if err != nil {
+		return 0, err
+	}
+	hosts := `studio_job_status s JOIN studio_replica r ON r.id = s.replica_id WHERE s.job_id = $2 AND ` + liveness.LiveSQL("r")
+	tag, err := tx.Exec(ctx, `
+INSERT INTO studio_request (kind, target, replica_id, incarnation, requested_by, reason, audit_seq, expires_at)
+SELECT $1::text, $2::text, r.id, r.incarnation, $3::text, $4::text, $5::bigint, now() + make_interval(secs => $6::float8)
+FROM `+hosts+` AND s.scope = 'instance'
+UNION ALL
+SELECT $1::text, $2::text, NULL, NULL, $3::text, $4::text, $5::bigint, now() + make_interval(secs => $6::float8)
+WHERE EXISTS (SELECT 1 FROM `+hosts+` AND s.scope = 'installation')`,
+		RequestKindTrigger, job, actor, reason, auditSeq, TriggerRequestTTL.Seconds())
+	if err != nil {
+		return 0, fmt.Errorf("trigger job %q: write request: %w", job, err)
+	}
+	n := int(tag.RowsAffected())
+	if n == 0 {
+		return 0, fmt.Errorf("trigger job %q: %w: start a replica with the job, then try again", job, ErrNoLiveHost)
 	}
 	if err := bus.Notify(ctx, tx, bus.Signal(bus.KindJobTrigger, job)); err != nil {
-		return fmt.Errorf("trigger job %q: %w", job, err)
+		return 0, fmt.Errorf("trigger job %q: %w", job, err)
 	}
-	return tx.Commit(ctx)
+	if err := tx.Commit(ctx); err != nil {
+		return 0, fmt.Errorf("trigger job %q: %w", job, err)
+	}
+	return n, nil
+}
+
+// TriggerRequest is a trigger request a replica claimed.
+type TriggerRequest struct {
+	Seq         int64
+	JobID       string
+	RequestedBy string
+	Reason      string
+}
+
+// ClaimTriggers marks done, in one conditional UPDATE, every pending trigger
+// request of the given jobs that replica (with its incarnation) may take:
+// those addressed to it and those of installation jobs addressed to no one.
+// Each row is claimed once: of two replicas claiming one installation row,
+// the second finds it done. The replica runs a job once for any number of
+// its claimed requests.
+func ClaimTriggers(ctx context.Context, q Querier, jobIDs []string, replica string, incarnation uuid.UUID) ([]TriggerRequest, error) {
+	if len(jobIDs) == 0 {
+		return nil, nil
+	}
+	rows, err := q.Query(ctx, `
+UPDATE studio_request SET done_at = now(), done_by = $3
+WHERE kind = $1 AND target = ANY($2) AND done_at IS NULL AND expires_at > now()
+  AND (replica_id IS NULL OR (replica_id = $3 AND incarnation = $4))
+RETURNING seq, target, requested_by, reason`, RequestKindTrigger, jobIDs, replica, incarnation)
+	if err != nil {
+		return nil, fmt.Errorf("claim trigger requests: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (TriggerRequest, error) {
+		var t TriggerRequest
+		err := r.Scan(&t.Seq, &t.JobID, &t.RequestedBy, &t.Reason)
+		return t, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim trigger requests: %w", err)
+	}
+	return out, nil
 }

@@ -238,12 +238,13 @@ func TestApplyChangeAndTriggerChangeNothingWhenTheirTransactionFails(t *testing.
 	pool, url := newPool(t)
 	conn := listen(t, url)
 	reportJob(t, pool, "report")
+	insertReplica(t, pool, "replica-1", "ready", 0)
 
 	_, err := jobs.ApplyChange(t.Context(), failingCommit{pool}, "report", jobs.Change{Pause: ptr(true), Actor: "ana@ops"})
 	if !errors.Is(err, errCommit) {
 		t.Errorf("ApplyChange = %v, want the commit error", err)
 	}
-	err = jobs.Trigger(t.Context(), failingCommit{pool}, "report", "ana@ops", "now")
+	_, err = jobs.Trigger(t.Context(), failingCommit{pool}, "report", "ana@ops", "now")
 	if !errors.Is(err, errCommit) {
 		t.Errorf("Trigger = %v, want the commit error", err)
 	}
@@ -252,6 +253,9 @@ func TestApplyChangeAndTriggerChangeNothingWhenTheirTransactionFails(t *testing.
 	}
 	if a := auditRows(t, pool); len(a) != 0 {
 		t.Errorf("audit rows were written outside the transaction: %+v", a)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM studio_request`); n != 0 {
+		t.Errorf("%d request rows were written outside the transaction", n)
 	}
 	expectNoMessage(t, pool, conn)
 }
@@ -268,7 +272,7 @@ func TestApplyChangeAndTriggerOnAnUnknownJobChangeNothing(t *testing.T) {
 	} else if want := `job "nope": no such job (no replica has reported it)`; err.Error() != want {
 		t.Errorf("ApplyChange(nope) = %q, want %q", err, want)
 	}
-	if err := jobs.Trigger(t.Context(), pool, "nope", "ana@ops", "now"); !errors.Is(err, jobs.ErrUnknownJob) {
+	if _, err := jobs.Trigger(t.Context(), pool, "nope", "ana@ops", "now"); !errors.Is(err, jobs.ErrUnknownJob) {
 		t.Errorf("Trigger(nope) = %v, want ErrUnknownJob", err)
 	}
 	if n := count(t, pool, `SELECT count(*) FROM studio_job_setting`); n != 0 {
@@ -289,9 +293,10 @@ func TestTriggerSendsASignalAndAnAuditRow(t *testing.T) {
 	pool, url := newPool(t)
 	conn := listen(t, url)
 	reportJob(t, pool, "report")
+	insertReplica(t, pool, "replica-1", "ready", 0)
 
-	if err := jobs.Trigger(t.Context(), pool, "report", "ana@ops", "rerun after fix"); err != nil {
-		t.Fatal(err)
+	if n, err := jobs.Trigger(t.Context(), pool, "report", "ana@ops", "rerun after fix"); err != nil || n != 1 {
+		t.Fatalf("Trigger = %d, %v; want one request row", n, err)
 	}
 	if m := nextMessage(t, conn); m.Type != bus.TypeSignal || m.Kind != bus.KindJobTrigger || m.Key != "report" {
 		t.Errorf("bus message = %+v, want a job.trigger signal for report", m)

@@ -46,8 +46,10 @@ var (
 	ErrNotFound = errors.New("no such lock")
 	// ErrRefused: releasing would need --force.
 	ErrRefused = errors.New("refused")
-	// ErrChanged: the lock changed between read and release.
-	ErrChanged = errors.New("lock changed since it was read")
+	// ErrChanged: the lock changed between read and release (another
+	// holder, a new locked_at, an extended lock_until). It is a refusal
+	// (exit 3): the release was confirmed on values that no longer hold.
+	ErrChanged = fmt.Errorf("%w: lock changed since it was read", ErrRefused)
 )
 
 // Admin is the operator's view of a lock table.
@@ -183,21 +185,39 @@ type ReleaseRequest struct {
 
 // ReleaseResult says what Release changed.
 type ReleaseResult struct {
-	Changed bool      // false when the lock was already free
+	Changed bool      // false when the lock was already free (when read, or since)
 	Audited bool      // false when the studio_audit table is absent (a plain ShedLock database)
-	Before  Info      //
-	Until   time.Time // the new lock_until (database now)
+	Before  Info      // as read
+	Until   time.Time // the new lock_until (database now), when Changed
+	// FreedSince: the lock was read held, but when the release came it had
+	// been released (by another operator, or its holder) or had expired,
+	// with the same holder and locked_at. Nothing changed.
+	FreedSince bool
 }
 
-// Release ends the lock read as req.Info: a compare-and-set on name,
-// locked_by and locked_at, so a lock that changed hands since is not
-// touched (ErrChanged). It sets lock_until to database now, never deletes
-// the row, and writes an audit row in the same transaction.
+// Release ends the lock read as req.Info, exactly once under concurrency.
+// It is a compare-and-set on every value read: name, locked_by, locked_at
+// and lock_until, and lock_until must still be ahead of database now. The
+// values are compared in SQL as the parameters pgx round-trips them (the
+// microseconds PostgreSQL stores, a timestamp column as its UTC wall clock,
+// a timestamptz one as an instant), so a timestamp(3) Java table compares
+// exactly too. Of two concurrent releases of one lock, the second waits for
+// the first's row lock and then finds lock_until changed.
+//
+// It sets lock_until to database now, never deletes the row, and writes the
+// audit row in the same transaction, only when the row changed. When the
+// row did not match, the same transaction reads it again to say why:
+// FreedSince (free now, same holder and locked_at: exit 0, nothing to do),
+// ErrChanged (another holder, a new locked_at or an extended lock_until:
+// refused, read it again), or ErrNotFound (the row was deleted).
 func (a *Admin) Release(ctx context.Context, db interface {
 	Begin(context.Context) (pgx.Tx, error)
 }, req ReleaseRequest) (ReleaseResult, error) {
 	in := req.Info
 	res := ReleaseResult{Before: in}
+	if err := ValidateName(in.Name); err != nil {
+		return res, err
+	}
 	if err := CheckRelease(in, req.Force); err != nil {
 		return res, err
 	}
@@ -210,18 +230,19 @@ func (a *Admin) Release(ctx context.Context, db interface {
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
 	t := a.table
-	stmt := "UPDATE " + t.ident() + " SET " + col(t.LockUntil) + " = " + now +
-		" WHERE " + col(t.NameCol) + " = $1 AND " + col(t.LockedBy) + " = $2 AND " + col(t.LockedAt) + " = $3" +
-		" AND " + col(t.LockUntil) + " > " + now + " RETURNING " + col(t.LockUntil)
-	var until time.Time
-	err = tx.QueryRow(ctx, stmt, in.Name, in.LockedBy, in.LockedAt).Scan(&until)
+	name, by, at, until := col(t.NameCol), col(t.LockedBy), col(t.LockedAt), col(t.LockUntil)
+	stmt := "UPDATE " + t.ident() + " SET " + until + " = " + now +
+		" WHERE " + name + " = $1 AND " + by + " = $2 AND " + at + " = $3 AND " + until + " = $4" +
+		" AND " + until + " > " + now + " RETURNING " + until
+	var after time.Time
+	err = tx.QueryRow(ctx, stmt, in.Name, in.LockedBy, in.LockedAt, in.LockUntil).Scan(&after)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return res, fmt.Errorf("release lock %q: %w (it was released, expired or taken by another holder); nothing changed, read it again", in.Name, ErrChanged)
+		return a.explainNoChange(ctx, tx, res)
 	}
 	if err != nil {
 		return res, fmt.Errorf("release lock %q: %w", in.Name, err)
 	}
-	res.Changed, res.Until = true, asUTC(until)
+	res.Changed, res.Until = true, asUTC(after)
 	var hasAudit bool
 	if err := tx.QueryRow(ctx, `SELECT to_regclass('studio_audit') IS NOT NULL`).Scan(&hasAudit); err != nil {
 		return res, fmt.Errorf("release lock %q: %w", in.Name, err)
@@ -243,4 +264,32 @@ func (a *Admin) Release(ctx context.Context, db interface {
 		return res, fmt.Errorf("release lock %q: commit: %w", in.Name, err)
 	}
 	return res, nil
+}
+
+// explainNoChange reads the row again after a compare-and-set that matched
+// nothing and says why; it changes nothing. "Free" is judged at the
+// statement's own time: the transaction's start (ShedLock's now) may come
+// before the concurrent release that freed it.
+func (a *Admin) explainNoChange(ctx context.Context, tx pgx.Tx, res ReleaseResult) (ReleaseResult, error) {
+	in, t := res.Before, a.table
+	stmt := "SELECT " + col(t.LockedBy) + ", " + col(t.LockedAt) + ", " + col(t.LockUntil) +
+		", " + col(t.LockedBy) + " = $2 AND " + col(t.LockedAt) + " = $3, " + col(t.LockUntil) + " <= timezone('utc', clock_timestamp())" +
+		" FROM " + t.ident() + " WHERE " + col(t.NameCol) + " = $1"
+	var by string
+	var at, until time.Time
+	var same, free bool
+	err := tx.QueryRow(ctx, stmt, in.Name, in.LockedBy, in.LockedAt).Scan(&by, &at, &until, &same, &free)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return res, fmt.Errorf("release lock %q: %w: the row was deleted since it was read; nothing changed", in.Name, ErrNotFound)
+	}
+	if err != nil {
+		return res, fmt.Errorf("release lock %q: %w", in.Name, err)
+	}
+	if same && free {
+		res.FreedSince = true
+		return res, nil
+	}
+	return res, fmt.Errorf("release lock %q: %w: read held by %s since %s until %s, now held by %s since %s until %s; nothing changed, read it again",
+		in.Name, ErrChanged, in.LockedBy, in.LockedAt.Format(time.RFC3339Nano), in.LockUntil.Format(time.RFC3339Nano),
+		by, asUTC(at).Format(time.RFC3339Nano), asUTC(until).Format(time.RFC3339Nano))
 }

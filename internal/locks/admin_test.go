@@ -2,6 +2,8 @@ package locks_test
 
 import (
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -153,5 +155,92 @@ func TestInfoTimesAreUTCAndRemainingIsRightWhileTheServerZoneIsLosAngeles(t *tes
 				t.Errorf("Remaining = %v, state %s; want just under 1h, held", in.Remaining, in.State)
 			}
 		})
+	}
+}
+
+// Defect 6 of issue 7: two concurrent releases of one lock both changed it
+// (the compare-and-set left out lock_until, and "lock_until > now" used each
+// transaction's own start time). 20 pairs run at once, each pair on its own
+// lock, both sides reading first like `locks release` does; each lock must
+// change once and get exactly one audit row, and the loser must be told the
+// lock is already free.
+func TestTwentyConcurrentPairsOfReleasesChangeEachLockOnce(t *testing.T) {
+	t.Parallel()
+	const locksN = 20
+	pool := openPool(t, pgtest.NewDB(t), 2*locksN+2)
+	insertReplica(t, pool, "gone-replica", "stopped", time.Minute)
+	holder := newProvider(t, pool, defaultTable, "gone-replica")
+	java := newProvider(t, pool, defaultTable, "java-node-1") // an unknown holder: needs --force
+	admin := newAdmin(t, pool, defaultTable)
+	names := make([]string, locksN)
+	for i := range names {
+		names[i] = fmt.Sprintf("job-%02d", i)
+		p := holder
+		if i%2 == 1 {
+			p = java
+		}
+		mustLock(t, p, names[i], 10*time.Minute, 0)
+	}
+
+	type outcome struct {
+		res locks.ReleaseResult
+		err error
+	}
+	results := make([][2]outcome, locksN)
+	read := make(chan struct{})
+	var readers, done sync.WaitGroup
+	for i, name := range names {
+		for side := range 2 {
+			readers.Add(1)
+			done.Add(1)
+			go func() {
+				defer done.Done()
+				in, err := admin.Get(t.Context(), name)
+				readers.Done()
+				if err != nil {
+					results[i][side].err = err
+					return
+				}
+				<-read // every side has read its lock: now all release at once
+				res, err := admin.Release(t.Context(), pool, locks.ReleaseRequest{Info: in, Force: true, Actor: fmt.Sprintf("ops-%d", side), Reason: "pair"})
+				results[i][side] = outcome{res, err}
+			}()
+		}
+	}
+	readers.Wait()
+	close(read)
+	done.Wait()
+
+	changed := 0
+	for i, pair := range results {
+		n := 0
+		for side, o := range pair {
+			switch {
+			case o.err != nil:
+				t.Errorf("%s side %d: Release: %v", names[i], side, o.err)
+			case o.res.Changed && o.res.Audited:
+				n++
+			case !o.res.Changed && o.res.FreedSince:
+			default:
+				t.Errorf("%s side %d: Release = %+v; want changed and audited, or already freed since it was read", names[i], side, o.res)
+			}
+		}
+		if n != 1 {
+			t.Errorf("%s: %d releases changed it, want exactly 1", names[i], n)
+		}
+		changed += n
+	}
+	perTarget := map[string]int{}
+	for _, a := range auditRows(t, pool) {
+		perTarget[a.Target]++
+	}
+	for _, name := range names {
+		if perTarget[name] != 1 {
+			t.Errorf("%s: %d audit rows, want exactly 1", name, perTarget[name])
+		}
+		waitFree(t, pool, defaultTable, name)
+	}
+	if changed != locksN || len(perTarget) != locksN {
+		t.Errorf("%d releases and audit rows for %d locks, want %d and %d", changed, len(perTarget), locksN, locksN)
 	}
 }

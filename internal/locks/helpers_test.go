@@ -3,7 +3,6 @@ package locks_test
 import (
 	"context"
 	"errors"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -110,8 +109,8 @@ type lockRow struct {
 // readRow reads the row of name from table.
 func readRow(t testing.TB, q locks.Querier, table locks.Table, name string) lockRow {
 	t.Helper()
-	sql := "SELECT " + ident(table.LockedBy) + ", " + ident(table.LockedAt) + ", " + ident(table.LockUntil) +
-		" FROM " + tableIdent(table) + " WHERE " + ident(table.NameCol) + " = $1"
+	sql := "SELECT " + locks.ColumnSQL(table.LockedBy) + ", " + locks.ColumnSQL(table.LockedAt) + ", " + locks.ColumnSQL(table.LockUntil) +
+		" FROM " + locks.TableSQL(table) + " WHERE " + locks.ColumnSQL(table.NameCol) + " = $1"
 	var r lockRow
 	if err := q.QueryRow(t.Context(), sql, name).Scan(&r.LockedBy, &r.LockedAt, &r.LockUntil); err != nil {
 		t.Fatalf("read lock row %q: %v", name, err)
@@ -133,8 +132,8 @@ func dbNow(t testing.TB, q locks.Querier) time.Time {
 // isFree says whether name's lock_until has passed in database time.
 func isFree(t testing.TB, q locks.Querier, table locks.Table, name string) bool {
 	t.Helper()
-	sql := "SELECT " + ident(table.LockUntil) + " <= timezone('utc', CURRENT_TIMESTAMP) FROM " + tableIdent(table) +
-		" WHERE " + ident(table.NameCol) + " = $1"
+	sql := "SELECT " + locks.ColumnSQL(table.LockUntil) + " <= timezone('utc', CURRENT_TIMESTAMP) FROM " + locks.TableSQL(table) +
+		" WHERE " + locks.ColumnSQL(table.NameCol) + " = $1"
 	var free bool
 	if err := q.QueryRow(t.Context(), sql, name).Scan(&free); err != nil {
 		t.Fatalf("read lock row %q: %v", name, err)
@@ -181,8 +180,6 @@ func lockEventually(t testing.TB, p *locks.Provider, name string, atMostFor, atL
 }
 
 func ident(name string) string { return pgx.Identifier{name}.Sanitize() }
-
-func tableIdent(t locks.Table) string { return pgx.Identifier(strings.Split(t.Name, ".")).Sanitize() }
 
 // exec runs statements on q, failing the test on the first error.
 func exec(t testing.TB, q locks.Querier, stmts ...string) {

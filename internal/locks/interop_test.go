@@ -444,24 +444,34 @@ func TestReleaseOfAJavaLockNeedsForceAndIsAudited(t *testing.T) {
 func TestReleaseChangesNothingWhenTheLockChangedSinceItWasRead(t *testing.T) {
 	t.Parallel()
 	changes := []struct {
-		name   string
+		name string
+		// freed: the lock is free now with the holder and locked_at read,
+		// so the release has nothing to do (FreedSince, no error); else
+		// it is refused with ErrChanged.
+		freed  bool
 		change func(t *testing.T, pool *pgxpool.Pool, java *javaNode, goNode *locks.Provider, read locks.Info)
 	}{
-		{"the Java node released it", func(t *testing.T, pool *pgxpool.Pool, java *javaNode, _ *locks.Provider, _ locks.Info) {
+		{"the Java node released it", true, func(t *testing.T, pool *pgxpool.Pool, java *javaNode, _ *locks.Provider, _ locks.Info) {
 			java.mustUnlock(t, "report", 0)
 			waitFree(t, pool, defaultTable, "report")
 		}},
-		{"a Go replica took it over", func(t *testing.T, pool *pgxpool.Pool, java *javaNode, goNode *locks.Provider, _ locks.Info) {
+		{"a Go replica took it over", false, func(t *testing.T, pool *pgxpool.Pool, java *javaNode, goNode *locks.Provider, _ locks.Info) {
 			java.mustUnlock(t, "report", 0)
 			waitFree(t, pool, defaultTable, "report")
 			mustLock(t, goNode, "report", 10*time.Minute, 0)
 		}},
-		{"the Java node took it again", func(t *testing.T, pool *pgxpool.Pool, java *javaNode, _ *locks.Provider, read locks.Info) {
+		{"the Java node took it again", false, func(t *testing.T, pool *pgxpool.Pool, java *javaNode, _ *locks.Provider, read locks.Info) {
 			java.mustUnlock(t, "report", 0)
 			// A new locked_at, not within the same millisecond.
 			eventually(t, "database time to move on", func() bool { return dbNow(t, pool).After(read.LockedAt.Add(5 * time.Millisecond)) })
 			waitFree(t, pool, defaultTable, "report")
 			java.mustLock(t, "report", 10*time.Minute)
+		}},
+		{"the Java node extended it", false, func(t *testing.T, pool *pgxpool.Pool, java *javaNode, _ *locks.Provider, read locks.Info) {
+			eventually(t, "database time to move on", func() bool { return dbNow(t, pool).After(read.LockedAt.Add(5 * time.Millisecond)) })
+			if ok, err := java.extend(t.Context(), "report", 20*time.Minute); err != nil || !ok {
+				t.Fatalf("extend: %v, %v", ok, err)
+			}
 		}},
 	}
 	for _, jt := range javaTables {
@@ -481,9 +491,12 @@ func TestReleaseChangesNothingWhenTheLockChangedSinceItWasRead(t *testing.T) {
 				c.change(t, pool, java, goNode, in)
 				now := readRow(t, pool, defaultTable, "report")
 
-				_, err = admin.Release(t.Context(), pool, locks.ReleaseRequest{Info: in, Force: true, Actor: "alice", Reason: "stuck"})
-				if !errors.Is(err, locks.ErrChanged) {
-					t.Fatalf("Release: got %v, want locks.ErrChanged", err)
+				res, err := admin.Release(t.Context(), pool, locks.ReleaseRequest{Info: in, Force: true, Actor: "alice", Reason: "stuck"})
+				switch {
+				case c.freed && (err != nil || !res.FreedSince || res.Changed):
+					t.Fatalf("Release = %+v, %v; want FreedSince, not changed, no error", res, err)
+				case !c.freed && (!errors.Is(err, locks.ErrChanged) || !errors.Is(err, locks.ErrRefused) || res.Changed):
+					t.Fatalf("Release = %+v, %v; want locks.ErrChanged, a refusal", res, err)
 				}
 				if r := readRow(t, pool, defaultTable, "report"); r != now {
 					t.Errorf("Release changed the row: before %+v, after %+v", now, r)

@@ -8,18 +8,22 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// MaxNameBytes is the length of ShedLock's name column, VARCHAR(64).
-const MaxNameBytes = 64
+// MaxNameChars is the length of ShedLock's name column, VARCHAR(64): 64
+// characters, not bytes (a German or Japanese name takes more bytes).
+const MaxNameChars = 64
 
-// MaxLockedByBytes is the length of ShedLock's locked_by column, VARCHAR(255).
-const MaxLockedByBytes = 255
+// MaxLockedByChars is the length of ShedLock's locked_by column,
+// VARCHAR(255), in characters.
+const MaxLockedByChars = 255
 
 // now is ShedLock's database-time expression.
 const now = "timezone('utc', CURRENT_TIMESTAMP)"
@@ -61,8 +65,8 @@ func NewProvider(q Querier, table Table, lockedBy string) (*Provider, error) {
 	if lockedBy == "" {
 		return nil, fmt.Errorf("%w: locked_by must not be empty", ErrInvalid)
 	}
-	if len(lockedBy) > MaxLockedByBytes {
-		return nil, fmt.Errorf("%w: locked_by %q is longer than %d bytes", ErrInvalid, lockedBy, MaxLockedByBytes)
+	if err := validText("locked_by", lockedBy, MaxLockedByChars); err != nil {
+		return nil, err
 	}
 	p := &Provider{q: q, table: table, lockedBy: lockedBy}
 	tbl, name, until, at, by := table.ident(), col(table.NameCol), col(table.LockUntil), col(table.LockedAt), col(table.LockedBy)
@@ -85,19 +89,38 @@ func (p *Provider) LockedBy() string { return p.lockedBy }
 // Table is the lock table this provider uses.
 func (p *Provider) Table() Table { return p.table }
 
-// CheckSchema verifies the lock table (see the package function).
-func (p *Provider) CheckSchema(ctx context.Context) error { return CheckSchema(ctx, p.q, p.table) }
+// CheckSchema verifies the lock table for this holder (CheckTable), without
+// its warnings.
+func (p *Provider) CheckSchema(ctx context.Context) error {
+	_, err := CheckTable(ctx, p.q, p.table, p.lockedBy)
+	return err
+}
 
 // seconds renders d as seconds with millisecond precision, as ShedLock does.
 func seconds(d time.Duration) float64 { return float64(d.Milliseconds()) / 1000 }
 
-// ValidateName checks a lock name: not empty, at most 64 bytes.
+// ValidateName checks a lock name as ShedLock's VARCHAR(64) takes it: not
+// empty, valid UTF-8 without NUL, at most 64 characters (runes, not bytes).
+// Any other character is allowed: ShedLock names are often camelCase
+// (scheduledTaskName) or carry dots and spaces.
 func ValidateName(name string) error {
 	if name == "" {
 		return fmt.Errorf("%w: lock name must not be empty", ErrInvalid)
 	}
-	if len(name) > MaxNameBytes {
-		return fmt.Errorf("%w: lock name %q is %d bytes, at most %d allowed", ErrInvalid, name, len(name), MaxNameBytes)
+	return validText("lock name", name, MaxNameChars)
+}
+
+// validText checks a value for a VARCHAR(max) column: valid UTF-8, no NUL
+// (PostgreSQL stores neither), at most max characters.
+func validText(what, s string, max int) error {
+	if !utf8.ValidString(s) {
+		return fmt.Errorf("%w: %s %q is not valid UTF-8", ErrInvalid, what, s)
+	}
+	if strings.ContainsRune(s, 0) {
+		return fmt.Errorf("%w: %s %q contains a NUL character", ErrInvalid, what, s)
+	}
+	if n := utf8.RuneCountInString(s); n > max {
+		return fmt.Errorf("%w: %s %q is %d characters, at most %d allowed", ErrInvalid, what, s, n, max)
 	}
 	return nil
 }

@@ -384,7 +384,9 @@ func TestProviderRejectsInvalidArgumentsWithoutTouchingTheDatabase(t *testing.T)
 	}{
 		{"an empty name is invalid", "", time.Minute, 0},
 		{"a name of 65 bytes is invalid", strings.Repeat("n", 65), time.Minute, 0},
-		{"a name of 33 two-byte characters is invalid", strings.Repeat("é", 33), time.Minute, 0},
+		{"a name of 65 two-byte characters is invalid", strings.Repeat("é", 65), time.Minute, 0},
+		{"a name that is not valid UTF-8 is invalid", "job\xff", time.Minute, 0},
+		{"a name with a NUL character is invalid", "job\x00x", time.Minute, 0},
 		{"atLeastFor longer than atMostFor is invalid", "job", time.Second, time.Second + time.Millisecond},
 		{"a zero atMostFor is invalid", "job", 0, 0},
 		{"a negative atMostFor is invalid", "job", -time.Minute, 0},
@@ -406,6 +408,8 @@ func TestProviderRejectsInvalidArgumentsWithoutTouchingTheDatabase(t *testing.T)
 
 	t.Run("the limits themselves are valid", func(t *testing.T) {
 		mustUnlock(t, mustLock(t, p, strings.Repeat("n", 64), time.Millisecond, time.Millisecond))
+		// 64 characters of two bytes each: VARCHAR(64) counts characters.
+		mustUnlock(t, mustLock(t, p, strings.Repeat("é", 64), time.Millisecond, time.Millisecond))
 		mustUnlock(t, mustLock(t, p, "job", time.Minute, time.Minute))
 	})
 
@@ -419,13 +423,14 @@ func TestProviderRejectsInvalidArgumentsWithoutTouchingTheDatabase(t *testing.T)
 		mustUnlock(t, l)
 	})
 
-	t.Run("a provider needs a holder of at most 255 bytes", func(t *testing.T) {
-		for _, by := range []string{"", strings.Repeat("h", 256)} {
+	t.Run("a provider needs a holder of at most 255 characters", func(t *testing.T) {
+		for _, by := range []string{"", strings.Repeat("h", 256), strings.Repeat("ü", 256)} {
 			if _, err := locks.NewProvider(pool, defaultTable, by); !errors.Is(err, locks.ErrInvalid) {
 				t.Errorf("NewProvider(locked_by of %d bytes): got %v, want locks.ErrInvalid", len(by), err)
 			}
 		}
 		newProvider(t, pool, defaultTable, strings.Repeat("h", 255))
+		newProvider(t, pool, defaultTable, strings.Repeat("ü", 255))
 	})
 }
 

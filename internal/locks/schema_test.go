@@ -134,7 +134,8 @@ func TestCustomTableAndColumnNamesWorkEndToEnd(t *testing.T) {
 		held_until TIMESTAMPTZ  NOT NULL,
 		taken_at   TIMESTAMPTZ  NOT NULL,
 		taken_by   TEXT         NOT NULL)`)
-	custom := locks.Table{Name: "ops.JobLocks", NameCol: "lockName", LockUntil: "held_until", LockedAt: "taken_at", LockedBy: "taken_by"}
+	// Mixed case needs double quotes, as it would in SQL.
+	custom := locks.Table{Name: `ops."JobLocks"`, NameCol: `"lockName"`, LockUntil: "held_until", LockedAt: "taken_at", LockedBy: "taken_by"}
 	a := newProvider(t, pool, custom, "replica-a")
 	b := newProvider(t, pool, custom, "replica-b")
 	if err := a.CheckSchema(t.Context()); err != nil {

@@ -29,10 +29,14 @@ type Status struct {
 	Name      string     `json:"name" yaml:"name"`
 	Applied   bool       `json:"applied" yaml:"applied"`
 	AppliedAt *time.Time `json:"applied_at" yaml:"applied_at"`
+	// Unknown: applied in the database, but not a migration of this binary
+	// (a newer studioctl applied it).
+	Unknown bool `json:"unknown" yaml:"unknown"`
 }
 
 // Migrator applies the embedded migrations to one database.
 type Migrator struct {
+	pool     *pgxpool.Pool
 	db       *sql.DB
 	provider *goose.Provider
 }
@@ -49,14 +53,18 @@ func New(pool *pgxpool.Pool) (*Migrator, error) {
 		db.Close()
 		return nil, fmt.Errorf("load migrations: %w", err)
 	}
-	return &Migrator{db: db, provider: p}, nil
+	return &Migrator{pool: pool, db: db, provider: p}, nil
 }
 
 // Close releases the database/sql handle (not the pool).
 func (m *Migrator) Close() error { return m.db.Close() }
 
-// Up applies every pending migration and returns the versions applied.
+// Up applies every pending migration and returns the versions applied. It
+// refuses (ErrNewerSchema) a database that a newer studioctl migrated.
 func (m *Migrator) Up(ctx context.Context) ([]Status, error) {
+	if err := CheckNotNewer(ctx, m.pool); err != nil {
+		return nil, err
+	}
 	res, err := m.provider.Up(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("apply migrations: %w", err)
@@ -68,7 +76,8 @@ func (m *Migrator) Up(ctx context.Context) ([]Status, error) {
 	return out, nil
 }
 
-// Status lists every migration and whether it is applied.
+// Status lists every migration and whether it is applied, then the
+// versions applied in the database that this binary does not know.
 func (m *Migrator) Status(ctx context.Context) ([]Status, error) {
 	st, err := m.provider.Status(ctx)
 	if err != nil {
@@ -83,7 +92,11 @@ func (m *Migrator) Status(ctx context.Context) ([]Status, error) {
 		}
 		out = append(out, row)
 	}
-	return out, nil
+	u, err := Unknown(ctx, m.pool)
+	if err != nil {
+		return nil, err
+	}
+	return append(out, u...), nil
 }
 
 // Pending reports whether migrations are waiting to be applied.

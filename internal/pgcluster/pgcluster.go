@@ -85,6 +85,8 @@ type Cluster struct {
 	Port     int      // TCP port on 127.0.0.1
 	TimeZone string   // the server's default time zone
 	Settings []string // extra "name=value" server settings
+	Auth     string   // initdb --auth: the method for every connection (trust when empty)
+	PwFile   string   // initdb --pwfile: a file holding the superuser's password (none when empty)
 
 	owner *user.User // non-nil when running as root: the postgres user
 }
@@ -116,7 +118,8 @@ func (c *Cluster) Initialized() bool {
 	return err == nil
 }
 
-// Init runs initdb: superuser postgres, trust authentication, UTF8, C locale.
+// Init runs initdb: superuser postgres, Auth (default trust) authentication,
+// the password in PwFile if set, UTF8, C locale.
 func (c *Cluster) Init(ctx context.Context) error {
 	if err := os.MkdirAll(c.DataDir, 0o700); err != nil {
 		return fmt.Errorf("create data directory: %w", err)
@@ -124,7 +127,15 @@ func (c *Cluster) Init(ctx context.Context) error {
 	if err := c.chown(c.DataDir); err != nil {
 		return err
 	}
-	_, err := c.run(ctx, "initdb", "-D", c.DataDir, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C", "--no-sync")
+	auth := c.Auth
+	if auth == "" {
+		auth = "trust"
+	}
+	args := []string{"-D", c.DataDir, "-U", "postgres", "--auth=" + auth, "-E", "UTF8", "--locale=C", "--no-sync"}
+	if c.PwFile != "" {
+		args = append(args, "--pwfile="+c.PwFile)
+	}
+	_, err := c.run(ctx, "initdb", args...)
 	if err != nil {
 		return fmt.Errorf("initdb: %w", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -113,32 +114,50 @@ func Get(ctx context.Context, q Querier, id string) (Info, error) {
 // Forget deletes the row of a stopped or gone replica, with an audit row.
 // A live replica is refused (ErrLive): deleting its row would make it think
 // its id was taken over.
+//
+// The delete is one conditional statement (the row exists and is not live
+// at that moment), and the audit row records the values it deleted, so of
+// any number of concurrent forgets of one id exactly one deletes and
+// writes an audit row; the others find nothing (ErrNotFound).
 func Forget(ctx context.Context, q Querier, id, actor, reason string) (Info, error) {
 	tx, err := q.Begin(ctx)
 	if err != nil {
 		return Info{}, fmt.Errorf("forget replica %q: %w", id, err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
-	rows, err := tx.Query(ctx, selectSQL+` WHERE r.id = $1 FOR UPDATE`, id)
+	var in Info
+	var state string
+	var age float64
+	err = tx.QueryRow(ctx, `DELETE FROM studio_replica r WHERE r.id = $1 AND NOT `+liveness.LiveSQL("r")+`
+RETURNING r.id, r.host, r.pid, r.version, r.http_addr, r.state, r.started_at, r.heartbeat_at, r.stopped_at,
+  EXTRACT(EPOCH FROM (now() - r.heartbeat_at))::float8`, id).
+		Scan(&in.ID, &in.Host, &in.PID, &in.Version, &in.HTTPAddr, &state, &in.StartedAt, &in.HeartbeatAt, &in.StoppedAt, &age)
+	if errors.Is(err, pgx.ErrNoRows) {
+		// Nothing deleted: say why, from the row as it is now.
+		tx.Rollback(ctx)
+		cur, gerr := Get(ctx, q, id)
+		if gerr != nil {
+			return Info{}, gerr
+		}
+		if cur.Live {
+			return cur, fmt.Errorf("forget replica %q: %w (state %s, heartbeat %s ago): drain it, or wait until it is gone (%s without a heartbeat)",
+				id, ErrLive, cur.State, cur.HeartbeatAge.Round(time.Millisecond), GoneAfter)
+		}
+		// Gone now but live when the delete looked: a race with its last
+		// heartbeat; the operator may simply try again.
+		return cur, fmt.Errorf("forget replica %q: it was live a moment ago; try again", id)
+	}
 	if err != nil {
 		return Info{}, fmt.Errorf("forget replica %q: %w", id, err)
 	}
-	found, err := scan(rows)
-	rows.Close()
-	if err != nil {
-		return Info{}, fmt.Errorf("forget replica %q: %w", id, err)
+	in.State = State(state)
+	in.StartedAt, in.HeartbeatAt = in.StartedAt.UTC(), in.HeartbeatAt.UTC()
+	if in.StoppedAt != nil {
+		t := in.StoppedAt.UTC()
+		in.StoppedAt = &t
 	}
-	if len(found) == 0 {
-		return Info{}, fmt.Errorf("replica %q: %w", id, ErrNotFound)
-	}
-	in := found[0]
-	if in.Live {
-		return in, fmt.Errorf("forget replica %q: %w (state %s, heartbeat %s ago): drain it, or wait until it is gone (%s without a heartbeat)",
-			id, ErrLive, in.State, in.HeartbeatAge.Round(time.Millisecond), GoneAfter)
-	}
-	if _, err := tx.Exec(ctx, `DELETE FROM studio_replica WHERE id = $1`, id); err != nil {
-		return in, fmt.Errorf("forget replica %q: %w", id, err)
-	}
+	in.HeartbeatAge = time.Duration(age * float64(time.Second)).Round(time.Millisecond)
+	in.Gone, in.Crashed = true, in.State != StateStopped
 	err = audit.Write(ctx, tx, audit.Entry{Actor: actor, Action: "replicas.forget", Target: id, Reason: reason,
 		Detail: map[string]any{"state": in.State, "host": in.Host, "pid": in.PID, "heartbeat_at": in.HeartbeatAt, "crashed": in.Crashed}})
 	if err != nil {
@@ -150,9 +169,21 @@ func Forget(ctx context.Context, q Querier, id, actor, reason string) (Info, err
 	return in, nil
 }
 
-// RequestDrain asks replica id to drain: a replica.drain signal on the bus,
-// sent in the same transaction as the audit row. A stopped replica needs
-// nothing (done=true); a gone one cannot hear it (ErrNotLive).
+// Control requests (migrations/00003_requests.sql).
+const (
+	// RequestKindDrain is the studio_request kind of a drain.
+	RequestKindDrain = "replica.drain"
+	// DrainRequestTTL: a drain request that its replica has not claimed by
+	// then is void.
+	DrainRequestTTL = 10 * time.Minute
+)
+
+// RequestDrain asks replica id to drain: a studio_request row addressed to
+// the replica's current incarnation, written in the same transaction as the
+// audit row, and a replica.drain signal that wakes the replica when the
+// transaction commits. The replica acts on the row, never on the signal
+// alone. A stopped replica needs nothing (done=true); a gone one cannot
+// hear it (ErrNotLive).
 func RequestDrain(ctx context.Context, q Querier, id, actor, reason string) (in Info, done bool, err error) {
 	in, err = Get(ctx, q, id)
 	if err != nil {
@@ -169,16 +200,70 @@ func RequestDrain(ctx context.Context, q Querier, id, actor, reason string) (in 
 		return in, false, fmt.Errorf("drain replica %q: %w", id, err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
-	if err := bus.Notify(ctx, tx, bus.Signal(bus.KindReplicaDrain, id)); err != nil {
-		return in, false, fmt.Errorf("drain replica %q: %w", id, err)
-	}
-	err = audit.Write(ctx, tx, audit.Entry{Actor: actor, Action: "replicas.drain", Target: id, Reason: reason,
+	auditSeq, err := audit.Insert(ctx, tx, audit.Entry{Actor: actor, Action: "replicas.drain", Target: id, Reason: reason,
 		Detail: map[string]any{"state": in.State, "host": in.Host, "pid": in.PID}})
 	if err != nil {
 		return in, false, err
+	}
+	// The row is written only while the replica is live, for the
+	// incarnation that is live: a later process with the same id is not
+	// drained by it.
+	var seq int64
+	err = tx.QueryRow(ctx, `
+INSERT INTO studio_request (kind, target, replica_id, incarnation, requested_by, reason, audit_seq, expires_at)
+SELECT $1, r.id, r.id, r.incarnation, $3, $4, $5, now() + make_interval(secs => $6)
+FROM studio_replica r WHERE r.id = $2 AND `+liveness.LiveSQL("r")+`
+RETURNING seq`, RequestKindDrain, id, actor, reason, auditSeq, DrainRequestTTL.Seconds()).Scan(&seq)
+	if errors.Is(err, pgx.ErrNoRows) {
+		tx.Rollback(ctx)
+		cur, gerr := Get(ctx, q, id)
+		if gerr != nil {
+			return in, false, gerr
+		}
+		if cur.State == StateStopped {
+			return cur, true, nil
+		}
+		return cur, false, fmt.Errorf("drain replica %q: %w: it went away while the request was written", id, ErrNotLive)
+	}
+	if err != nil {
+		return in, false, fmt.Errorf("drain replica %q: write request: %w", id, err)
+	}
+	if err := bus.Notify(ctx, tx, bus.Signal(bus.KindReplicaDrain, id)); err != nil {
+		return in, false, fmt.Errorf("drain replica %q: %w", id, err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return in, false, fmt.Errorf("drain replica %q: %w", id, err)
 	}
 	return in, false, nil
+}
+
+// DrainRequest is a drain request a replica claimed.
+type DrainRequest struct {
+	Seq         int64
+	RequestedBy string
+	Reason      string
+}
+
+// ClaimDrain marks every pending drain request of replica id's incarnation
+// done, in one conditional UPDATE, and returns them: a request is claimed
+// once, by the incarnation it names, before it expires. The replica calls
+// it when a replica.drain signal arrives and after every bus reconnect; an
+// empty result means the signal had no request behind it.
+func ClaimDrain(ctx context.Context, q Querier, id string, incarnation uuid.UUID) ([]DrainRequest, error) {
+	rows, err := q.Query(ctx, `
+UPDATE studio_request SET done_at = now(), done_by = $2
+WHERE kind = $1 AND replica_id = $2 AND incarnation = $3 AND done_at IS NULL AND expires_at > now()
+RETURNING seq, requested_by, reason`, RequestKindDrain, id, incarnation)
+	if err != nil {
+		return nil, fmt.Errorf("claim drain requests: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (DrainRequest, error) {
+		var d DrainRequest
+		err := r.Scan(&d.Seq, &d.RequestedBy, &d.Reason)
+		return d, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim drain requests: %w", err)
+	}
+	return out, nil
 }

@@ -12,6 +12,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"regexp"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -51,10 +53,47 @@ var (
 	ErrIncarnationLost = errors.New("replica id was taken over by another process")
 )
 
-// DefaultID is <host>-<6 random hex>.
+// MaxIDBytes bounds a replica id (replica.id).
+const MaxIDBytes = 64
+
+// idPattern is the job id rule, with "." and "_" allowed as well (host
+// names have dots).
+var idPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]*$`)
+
+// ValidateID checks a replica id: [a-z0-9][a-z0-9._-]*, at most MaxIDBytes
+// bytes. The message names neither key nor variable; callers add them.
+func ValidateID(id string) error {
+	switch {
+	case id == "":
+		return fmt.Errorf("must not be empty")
+	case len(id) > MaxIDBytes:
+		return fmt.Errorf("%q is %d bytes, at most %d allowed", id, len(id), MaxIDBytes)
+	case !idPattern.MatchString(id):
+		return fmt.Errorf("%q must match [a-z0-9][a-z0-9._-]* (lower case letters, digits, '.', '_' and '-')", id)
+	}
+	return nil
+}
+
+// DefaultID is <host>-<6 random hex>, the host name lower-cased, with any
+// other character turned into "-" and cut so the id passes ValidateID.
 func DefaultID() string {
 	h, err := os.Hostname()
-	if err != nil || h == "" {
+	if err != nil {
+		h = ""
+	}
+	h = strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'A' && r <= 'Z':
+			return r + ('a' - 'A')
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '.', r == '_', r == '-':
+			return r
+		}
+		return '-'
+	}, h)
+	if len(h) > MaxIDBytes-7 {
+		h = h[:MaxIDBytes-7]
+	}
+	if h == "" || !idPattern.MatchString(h) {
 		h = "replica"
 	}
 	b := make([]byte, 3)
@@ -159,6 +198,9 @@ WHERE NOT ` + liveness.LiveSQL("r")
 // Register inserts this replica in state starting. ErrLiveDuplicate when a
 // live replica has the id.
 func (r *Registry) Register(ctx context.Context) error {
+	if err := ValidateID(r.o.ID); err != nil {
+		return fmt.Errorf("register replica: id %w", err)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, db.ConnectTimeout)

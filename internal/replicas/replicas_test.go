@@ -3,7 +3,9 @@ package replicas
 import (
 	"context"
 	"errors"
+	"fmt"
 	"regexp"
+	"sync"
 	"testing"
 	"time"
 
@@ -407,6 +409,14 @@ func TestRequestDrain(t *testing.T) {
 			if n := e.auditRows(t, "replicas.drain", tt.id); n != wantAudit {
 				t.Errorf("%d replicas.drain audit rows, want %d", n, wantAudit)
 			}
+			var reqs int
+			if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM studio_request q JOIN studio_audit a ON a.seq = q.audit_seq
+WHERE q.kind = 'replica.drain' AND q.target = $1 AND a.action = 'replicas.drain' AND q.done_at IS NULL`, tt.id).Scan(&reqs); err != nil {
+				t.Fatal(err)
+			}
+			if reqs != wantAudit {
+				t.Errorf("%d pending drain requests tied to their audit row, want %d", reqs, wantAudit)
+			}
 		})
 	}
 	// Only the live replica's request notified: nothing else is pending.
@@ -440,5 +450,139 @@ func TestDefaultIDIsHostAndSixHexDigits(t *testing.T) {
 	}
 	if len(seen) != len(tests) {
 		t.Errorf("DefaultID repeated itself: %v", seen)
+	}
+}
+
+// bigPool lets every concurrent command of a test hold its own connection.
+func (e env) bigPool(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(e.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 45
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pool
+}
+
+// concurrently runs f(i) for i in [0, n) at once and waits for them all.
+func concurrently(n int, f func(i int)) {
+	var start, done sync.WaitGroup
+	start.Add(1)
+	for i := range n {
+		done.Add(1)
+		go func() {
+			defer done.Done()
+			start.Wait()
+			f(i)
+		}()
+	}
+	start.Done()
+	done.Wait()
+}
+
+// 20 gone replicas, each forgotten by two concurrent `replicas forget`:
+// each is deleted once with one audit row, and the loser of each pair is
+// told it is not found (exit 4).
+func TestConcurrentForgetPairsDeleteOnceWithOneAuditRow(t *testing.T) {
+	e := setup(t)
+	defer e.pool.Close()
+	pool := e.bigPool(t)
+	defer pool.Close()
+	const pairs = 20
+	for i := range pairs {
+		id := fmt.Sprintf("gone-%d", i)
+		if _, err := e.pool.Exec(context.Background(), `INSERT INTO studio_replica (id, incarnation, host, pid, version, state, heartbeat_at)
+VALUES ($1, gen_random_uuid(), 'h', 1, 'test', 'ready', now() - interval '1 minute')`, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	errs := make([]error, 2*pairs)
+	concurrently(2*pairs, func(i int) {
+		_, errs[i] = Forget(context.Background(), pool, fmt.Sprintf("gone-%d", i/2), fmt.Sprintf("op-%d", i), "")
+	})
+	for p := range pairs {
+		a, b := errs[2*p], errs[2*p+1]
+		if !((a == nil && errors.Is(b, ErrNotFound)) || (b == nil && errors.Is(a, ErrNotFound))) {
+			t.Errorf("gone-%d: the pair returned %v and %v, want one nil and one ErrNotFound", p, a, b)
+		}
+		if n := e.auditRows(t, "replicas.forget", fmt.Sprintf("gone-%d", p)); n != 1 {
+			t.Errorf("gone-%d: %d audit rows, want 1", p, n)
+		}
+	}
+	// And 20 at once on one id: one delete, one audit row.
+	if _, err := e.pool.Exec(context.Background(), `INSERT INTO studio_replica (id, incarnation, host, pid, version, state, heartbeat_at, stopped_at)
+VALUES ('one', gen_random_uuid(), 'h', 1, 'test', 'stopped', now(), now())`); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	okN, notFound := 0, 0
+	concurrently(20, func(int) {
+		_, err := Forget(context.Background(), pool, "one", "op", "")
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case err == nil:
+			okN++
+		case errors.Is(err, ErrNotFound):
+			notFound++
+		default:
+			t.Error(err)
+		}
+	})
+	if okN != 1 || notFound != 19 {
+		t.Errorf("20 forgets of one id: %d deleted, %d not found; want 1 and 19", okN, notFound)
+	}
+	if n := e.auditRows(t, "replicas.forget", "one"); n != 1 {
+		t.Errorf("%d audit rows for one, want 1", n)
+	}
+}
+
+// A drain request is claimed once, by the incarnation it names, before it
+// expires: a replica that restarts with the same id is not drained by a
+// request made for its previous process.
+func TestClaimDrainTakesOnlyTheRequestsOfThisIncarnationOnce(t *testing.T) {
+	e := setup(t)
+	defer e.pool.Close()
+	ctx := context.Background()
+	e.register(t, "web-1", Options{})
+	old := e.incarnation(t, "web-1")
+	if _, _, err := RequestDrain(ctx, e.pool, "web-1", "ana@ops", "kernel"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ClaimDrain(ctx, e.pool, "web-1", uuid.New()); err != nil || len(got) != 0 {
+		t.Errorf("claim by another incarnation = %+v, %v; want nothing", got, err)
+	}
+	if got, err := ClaimDrain(ctx, e.pool, "web-2", old); err != nil || len(got) != 0 {
+		t.Errorf("claim by another id = %+v, %v; want nothing", got, err)
+	}
+	// The process restarts (a new incarnation) before it claimed: the old
+	// request is not for it.
+	if _, err := e.pool.Exec(ctx, `UPDATE studio_replica SET incarnation = gen_random_uuid() WHERE id = 'web-1'`); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ClaimDrain(ctx, e.pool, "web-1", e.incarnation(t, "web-1")); err != nil || len(got) != 0 {
+		t.Errorf("claim by the new incarnation = %+v, %v; want nothing", got, err)
+	}
+	// The old process may still claim its own request, once.
+	got, err := ClaimDrain(ctx, e.pool, "web-1", old)
+	if err != nil || len(got) != 1 || got[0].RequestedBy != "ana@ops" || got[0].Reason != "kernel" {
+		t.Errorf("claim by the old incarnation = %+v, %v; want its request", got, err)
+	}
+	if got, _ := ClaimDrain(ctx, e.pool, "web-1", old); len(got) != 0 {
+		t.Errorf("second claim = %+v, want nothing", got)
+	}
+	// An expired request is void.
+	if _, _, err := RequestDrain(ctx, e.pool, "web-1", "ana@ops", ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.pool.Exec(ctx, `UPDATE studio_request SET expires_at = now() - interval '1 second' WHERE done_at IS NULL`); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := ClaimDrain(ctx, e.pool, "web-1", e.incarnation(t, "web-1")); len(got) != 0 {
+		t.Errorf("claim of an expired request = %+v, want nothing", got)
 	}
 }

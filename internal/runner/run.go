@@ -19,7 +19,8 @@ func (r *Runner) run(js *jobState, sched jobs.Schedule, fire time.Time) {
 	var lock *locks.Lock
 	if js.job.Scope == jobs.ScopeInstallation {
 		ctx, cancel := context.WithTimeout(r.runsCtx, lockStatementTimeout)
-		l, err := r.o.Locks.TryLock(ctx, id, jobs.LockAtMostFor(sched), jobs.LockAtLeastFor(sched))
+		// The lock is the job's lock: name, or its id (SPEC §5.3).
+		l, err := r.o.Locks.TryLock(ctx, js.job.LockName(), jobs.LockAtMostFor(sched), jobs.LockAtLeastFor(sched))
 		cancel()
 		now := r.o.Clock.Now()
 		if errors.Is(err, locks.ErrHeldElsewhere) {

@@ -105,6 +105,7 @@ func New(o Options) (*Runner, error) {
 		o.InitialDelay = randomInitialDelay
 	}
 	r := &Runner{o: o, log: o.Logger, jobs: map[string]*jobState{}, wake: make(chan struct{}, 1), quit: make(chan struct{})}
+	lockOwner := map[string]string{} // lock name -> installation job id
 	for _, j := range o.Jobs {
 		if j.Task == nil {
 			return nil, fmt.Errorf("job %q: no task bound", j.ID)
@@ -114,6 +115,15 @@ func New(o Options) (*Runner, error) {
 		}
 		if _, dup := r.jobs[j.ID]; dup {
 			return nil, fmt.Errorf("job %q: duplicate id", j.ID)
+		}
+		if j.Scope == jobs.ScopeInstallation {
+			if err := locks.ValidateName(j.LockName()); err != nil {
+				return nil, fmt.Errorf("job %q: lock: %w", j.ID, err)
+			}
+			if prev, taken := lockOwner[j.LockName()]; taken {
+				return nil, fmt.Errorf("job %q: lock %q is already taken by job %q", j.ID, j.LockName(), prev)
+			}
+			lockOwner[j.LockName()] = j.ID
 		}
 		r.jobs[j.ID] = &jobState{job: j, sched: j.Schedule, index: -1}
 	}
@@ -231,7 +241,28 @@ func (r *Runner) fireDue() {
 	}
 }
 
+// Hosts reports whether the runner hosts job id.
+func (r *Runner) Hosts(id string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.jobs[id]
+	return ok
+}
+
+// JobIDs returns the id of every hosted job.
+func (r *Runner) JobIDs() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]string, 0, len(r.jobs))
+	for id := range r.jobs {
+		out = append(out, id)
+	}
+	return out
+}
+
 // Trigger makes job fire now, unless it is running (then it is ignored).
+// The host calls it only for a trigger request it claimed in studio_request
+// (internal/host), never for a bare bus signal.
 func (r *Runner) Trigger(id string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()

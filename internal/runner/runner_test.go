@@ -670,6 +670,12 @@ func TestTriggerFiresAWaitingJobAtOnceAndIgnoresARunningOne(t *testing.T) {
 	if r.Trigger("no-such-job") {
 		t.Error("Trigger of an unknown job returned true")
 	}
+	if !r.Hosts("manual") || r.Hosts("no-such-job") {
+		t.Errorf("Hosts(manual) = %v, Hosts(no-such-job) = %v; want true, false", r.Hosts("manual"), r.Hosts("no-such-job"))
+	}
+	if ids := r.JobIDs(); len(ids) != 1 || ids[0] != "manual" {
+		t.Errorf("JobIDs = %q, want [manual]", ids)
+	}
 	ft.finish(t, tasks.Result{})
 	// The ignored trigger left nothing behind: the next fire is end + 1h.
 	e.waitIdle("manual", now.Add(time.Hour))
