@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/studioctl/studioctl/internal/jobs"
+	"github.com/studioctl/studioctl/internal/locks"
 )
 
 // Fuzz targets of issue 7, deliverable 10. `go test` runs their seeds (the
@@ -40,6 +41,13 @@ func FuzzParse(f *testing.F) {
 		"%YAML 1.2\n---\njobs: [{id: x}]\n...\n",
 		"jobs:\n  - id: \"a\\u0000b\"\n",
 		"a: &a [*a]\n",
+		"jobs:\n  - {id: a, scope: installation, every: 1s, lock: scheduledTaskName, run: {sql: x}}\n  - {id: b, scope: installation, every: 1s, lock: scheduledTaskName, run: {sql: x}}\n",
+		"jobs:\n  - {id: a, scope: installation, every: 1s, lock: b, run: {sql: x}}\n  - {id: b, scope: installation, every: 1s, run: {sql: x}}\n",
+		"jobs:\n  - {id: a, scope: instance, every: 1s, lock: x, run: {sql: x}}\n",
+		"jobs:\n  - {id: a, scope: installation, every: 1s, lock: studio-housekeeping, run: {sql: x}}\n",
+		"jobs:\n  - {id: a, scope: installation, every: 1s, lock: \"Größenänderung\", run: {sql: x}}\n",
+		"jobs:\n  - {id: a, scope: installation, every: 8785h, timeout: 25h, run: {sql: x}}\n",
+		"jobs:\n  - {id: a, scope: installation, every: 1s, timeout: 1ns, run: {sql: x}}\n",
 	} {
 		f.Add([]byte(s))
 	}
@@ -62,12 +70,19 @@ func FuzzParse(f *testing.F) {
 			return
 		}
 		seen := map[string]bool{}
+		lockTaken := map[string]bool{jobs.HousekeepingID: true}
 		for _, j := range list {
 			checkParsedJob(t, j)
 			if seen[j.ID] {
 				t.Fatalf("job id %q accepted twice", j.ID)
 			}
 			seen[j.ID] = true
+			if j.Scope == jobs.ScopeInstallation {
+				if lockTaken[j.LockName()] {
+					t.Fatalf("job %q: lock %q accepted for a second job", j.ID, j.LockName())
+				}
+				lockTaken[j.LockName()] = true
+			}
 		}
 	})
 }
@@ -92,9 +107,18 @@ func checkParsedJob(t *testing.T, j jobs.Job) {
 	if !j.Schedule.IsCron() && j.Schedule.Every < jobs.MinEvery {
 		t.Fatalf("job %q: every %s is under the minimum", j.ID, j.Schedule.Every)
 	}
+	if !j.Schedule.IsCron() && j.Schedule.Every > jobs.MaxEvery {
+		t.Fatalf("job %q: every %s is over the maximum", j.ID, j.Schedule.Every)
+	}
 	checkFires(t, j.Schedule)
-	if j.Timeout < 0 {
-		t.Fatalf("job %q: negative timeout %s", j.ID, j.Timeout)
+	if j.Timeout != 0 && (j.Timeout < jobs.MinTimeout || j.Timeout > jobs.MaxTimeout) {
+		t.Fatalf("job %q: timeout %s out of bounds", j.ID, j.Timeout)
+	}
+	if err := locks.ValidateName(j.LockName()); err != nil {
+		t.Fatalf("job %q: lock name %q: %v", j.ID, j.LockName(), err)
+	}
+	if j.Lock != "" && j.Scope != jobs.ScopeInstallation {
+		t.Fatalf("job %q: a lock on a %s job", j.ID, j.Scope)
 	}
 	kinds := 0
 	if len(j.Spec.Command) > 0 {
