@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -13,6 +12,11 @@ import (
 
 	"github.com/studioctl/studioctl/internal/db"
 )
+
+// setStatementTimeout sets statement_timeout for the whole session (SET
+// takes no parameter). It runs before the transaction, so that neither a
+// COMMIT nor a ROLLBACK in the statement undoes it.
+const setStatementTimeout = `SELECT set_config('statement_timeout', $1, false)`
 
 // closeTimeout bounds the rollback and the goodbye of a run's connection,
 // which run when ctx may be done.
@@ -39,10 +43,9 @@ type poolConfig interface {
 // Kind returns "sql".
 func (SQL) Kind() string { return KindSQL }
 
-// Run opens a connection of its own, with statement_timeout set for the
-// whole session to the time left until ctx's deadline when it has one,
-// begins a transaction, runs the statement, commits, and closes the
-// connection. The output is the command tag ("DELETE 3"); with several
+// Run opens a connection of its own, sets statement_timeout for the whole
+// session to the time left until ctx's deadline when it has one, begins a
+// transaction, runs the statement, commits, and closes the connection. The output is the command tag ("DELETE 3"); with several
 // statements in Statement, the tag of the last one. The statement text is
 // sent with the simple protocol, so it may hold several statements but no
 // parameters.
@@ -71,6 +74,12 @@ func (s SQL) Run(ctx context.Context, env Env) Result {
 	}
 	defer closeOwn(ctx, conn)
 
+	if deadline, ok := ctx.Deadline(); ok {
+		ms := max(time.Until(deadline).Milliseconds(), 1)
+		if _, err := conn.Exec(ctx, setStatementTimeout, strconv.FormatInt(ms, 10)+"ms"); err != nil {
+			return Result{Err: withCause(ctx, fmt.Errorf("set statement_timeout: %w", err))}
+		}
+	}
 	tx, err := conn.Begin(ctx)
 	if err != nil {
 		return Result{Err: withCause(ctx, fmt.Errorf("begin transaction: %w", err))}
@@ -97,20 +106,11 @@ func (s SQL) Run(ctx context.Context, env Env) Result {
 }
 
 // connectOwn opens one connection from the pool's configuration, with the
-// pool's connect hooks, and statement_timeout in the startup packet when
-// ctx has a deadline: the setting is in place before the first statement
-// and, being the session's, survives a COMMIT in the task.
+// pool's connect hooks. statement_timeout is not sent in the startup
+// packet: PgBouncer, by default, refuses startup parameters it does not
+// track.
 func connectOwn(ctx context.Context, pc *pgxpool.Config) (*pgx.Conn, error) {
 	cc := pc.ConnConfig // Config returned a copy: ours to change
-	if deadline, ok := ctx.Deadline(); ok {
-		for k := range cc.RuntimeParams {
-			if strings.EqualFold(k, "statement_timeout") {
-				delete(cc.RuntimeParams, k)
-			}
-		}
-		ms := max(time.Until(deadline).Milliseconds(), 1)
-		cc.RuntimeParams["statement_timeout"] = strconv.FormatInt(ms, 10) + "ms"
-	}
 	if pc.BeforeConnect != nil {
 		if err := pc.BeforeConnect(ctx, cc); err != nil {
 			return nil, fmt.Errorf("connect to database: %w", db.Scrub(err, cc.ConnString()))

@@ -157,6 +157,7 @@ func TestSQLSetsStatementTimeoutOnlyForItsRun(t *testing.T) {
 	}{
 		{"a ctx with a deadline sets statement_timeout", requireTimeout, true, true},
 		{"the timeout survives a COMMIT in the statement", "COMMIT; " + requireTimeout, true, true},
+		{"the timeout survives a ROLLBACK in the statement", "ROLLBACK; " + requireTimeout, true, true},
 		{"a ctx without a deadline leaves it alone", requireTimeout, false, false},
 	}
 	for _, tt := range tests {
@@ -325,7 +326,7 @@ func TestSQLTimeoutHoldsWhenTheStatementLiftsIt(t *testing.T) {
 			if elapsed > slack {
 				t.Errorf("Run returned after %v", elapsed)
 			}
-			// RESET ALL brings back the session's statement_timeout, which
+			// The server's statement_timeout, where the statement left it,
 			// may fire just before ctx does.
 			var pgErr *pgconn.PgError
 			if !errors.Is(res.Err, context.DeadlineExceeded) && !(errors.As(res.Err, &pgErr) && pgErr.Code == "57014") {
