@@ -26,10 +26,12 @@ const closeTimeout = 2 * time.Second
 // own, on a connection of its own.
 type SQL struct {
 	Statement string
-	// DB is the replica's *pgxpool.Pool. Run never takes one of its
-	// connections: it opens a connection of its own from the pool's
-	// configuration (Config), so nothing the statement does to its session
-	// reaches the connections the replica uses for history and locks.
+	// DB is the replica's *pgxpool.Pool (its type is what jobs.Job.Bind
+	// passes). Run never takes one of its connections: it opens a
+	// connection of its own from the pool's configuration (Config), so
+	// nothing the statement does to its session reaches the connections
+	// the replica uses for history and locks. A DB without Config is
+	// refused.
 	DB interface {
 		Begin(context.Context) (pgx.Tx, error)
 	}
@@ -45,10 +47,10 @@ func (SQL) Kind() string { return KindSQL }
 
 // Run opens a connection of its own, sets statement_timeout for the whole
 // session to the time left until ctx's deadline when it has one, begins a
-// transaction, runs the statement, commits, and closes the connection. The output is the command tag ("DELETE 3"); with several
-// statements in Statement, the tag of the last one. The statement text is
-// sent with the simple protocol, so it may hold several statements but no
-// parameters.
+// transaction, runs the statement, commits, and closes the connection.
+// The output is the command tag ("DELETE 3"); with several statements in
+// Statement, the tag of the last one. The statement text is sent with the
+// simple protocol, so it may hold several statements but no parameters.
 //
 // Because the connection is closed after every run, whatever the statement
 // does to its session (SET, SET ROLE, SET SESSION AUTHORIZATION, COMMIT or

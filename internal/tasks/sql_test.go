@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -396,6 +397,19 @@ func TestSQLCancelStopsTheStatementOnTheServer(t *testing.T) {
 func TestSQLWithoutDatabaseFails(t *testing.T) {
 	res := tasks.SQL{Statement: "SELECT 1"}.Run(context.Background(), testEnv)
 	if res.Err == nil || !strings.Contains(res.Err.Error(), "no database") {
+		t.Errorf("error = %v", res.Err)
+	}
+}
+
+// beginOnly can begin a transaction but offers no configuration to open a
+// connection of its own from.
+type beginOnly struct{}
+
+func (beginOnly) Begin(context.Context) (pgx.Tx, error) { return nil, errors.New("must not be called") }
+
+func TestSQLRefusesAHandleWithoutAConfiguration(t *testing.T) {
+	res := tasks.SQL{Statement: "SELECT 1", DB: beginOnly{}}.Run(context.Background(), testEnv)
+	if res.Err == nil || !strings.Contains(res.Err.Error(), "cannot open a connection of its own") {
 		t.Errorf("error = %v", res.Err)
 	}
 }
