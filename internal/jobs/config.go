@@ -132,6 +132,13 @@ func mapping(file, job, path string, n *yaml.Node, known ...string) (fields, err
 	f := fields{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k := n.Content[i]
+		if k.Kind != yaml.ScalarNode || k.Value == "" {
+			where := path
+			if where == "" {
+				where = "jobs"
+			}
+			return nil, &ConfigError{File: file, Line: k.Line, Job: job, Field: where, Msg: "a key must be a non-empty name, not a list or a mapping"}
+		}
 		ok := false
 		for _, kn := range known {
 			ok = ok || kn == k.Value

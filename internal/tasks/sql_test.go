@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -143,19 +144,22 @@ func TestSQLReturnsThePostgreSQLError(t *testing.T) {
 	}
 }
 
-func TestSQLSetsStatementTimeoutOnlyForItsTransaction(t *testing.T) {
+func TestSQLSetsStatementTimeoutOnlyForItsRun(t *testing.T) {
 	t.Parallel()
-	pool := newPool(t, 1) // one connection: the next query sees the same session
+	pool := newPool(t, 1) // one connection: the old code ran the task on it
 	const requireTimeout = `DO $$ BEGIN
 		IF current_setting('statement_timeout') = '0' THEN RAISE EXCEPTION 'no statement_timeout'; END IF;
 	END $$`
 	tests := []struct {
 		name        string
+		statement   string
 		deadline    bool
 		wantTimeout bool
 	}{
-		{"a ctx with a deadline sets statement_timeout", true, true},
-		{"a ctx without a deadline leaves it alone", false, false},
+		{"a ctx with a deadline sets statement_timeout", requireTimeout, true, true},
+		{"the timeout survives a COMMIT in the statement", "COMMIT; " + requireTimeout, true, true},
+		{"the timeout survives a ROLLBACK in the statement", "ROLLBACK; " + requireTimeout, true, true},
+		{"a ctx without a deadline leaves it alone", requireTimeout, false, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -165,7 +169,7 @@ func TestSQLSetsStatementTimeoutOnlyForItsTransaction(t *testing.T) {
 				ctx, cancel = context.WithTimeout(ctx, time.Minute)
 				defer cancel()
 			}
-			res := tasks.SQL{Statement: requireTimeout, DB: pool}.Run(ctx, testEnv)
+			res := tasks.SQL{Statement: tt.statement, DB: pool}.Run(ctx, testEnv)
 			if got := res.Err == nil; got != tt.wantTimeout {
 				t.Errorf("statement_timeout set = %v, want %v (error: %v)", got, tt.wantTimeout, res.Err)
 			}
@@ -176,6 +180,161 @@ func TestSQLSetsStatementTimeoutOnlyForItsTransaction(t *testing.T) {
 			if after != "0" {
 				t.Errorf("statement_timeout = %q after the run, want the session default 0", after)
 			}
+		})
+	}
+}
+
+// session is what a statement could change on a session and what the
+// replica's history writes and lock acquisition depend on.
+type session struct {
+	StatementTimeout, SearchPath, ReadOnly string
+	CurrentUser, SessionUser               string
+	TempTables, AdvisoryLocks              int
+}
+
+const sessionQuery = `SELECT current_setting('statement_timeout'), current_setting('search_path'),
+	current_setting('default_transaction_read_only'), current_user, session_user,
+	(SELECT count(*) FROM pg_class WHERE relpersistence = 't' AND pg_table_is_visible(oid)),
+	(SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid())`
+
+func readSession(t *testing.T, pool *pgxpool.Pool) session {
+	t.Helper()
+	var s session
+	err := pool.QueryRow(context.Background(), sessionQuery).Scan(&s.StatementTimeout, &s.SearchPath,
+		&s.ReadOnly, &s.CurrentUser, &s.SessionUser, &s.TempTables, &s.AdvisoryLocks)
+	if err != nil {
+		t.Fatalf("read the pool's session: %v", err)
+	}
+	return s
+}
+
+// Defect 5 of issue 7: a task's SET, SET ROLE and the like stayed on the
+// pooled connection, and the replica's own writes then failed.
+func TestSQLSessionChangesEndWithTheRun(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t, 1) // one connection: the old code ran the task on it
+	want := readSession(t, pool)
+	tests := []struct {
+		name      string
+		statement string
+	}{
+		{"SET statement_timeout", `SET statement_timeout = 1`},
+		{"SET statement_timeout after a COMMIT", `COMMIT; SET statement_timeout = 1`},
+		{"SET search_path", `SET search_path = nowhere`},
+		{"SET search_path after a ROLLBACK", `ROLLBACK; SET search_path = nowhere`},
+		{"SET ROLE", `SET ROLE pg_monitor`},
+		{"SET ROLE after a COMMIT", `COMMIT; SET ROLE pg_monitor`},
+		{"SET SESSION AUTHORIZATION", `SET SESSION AUTHORIZATION pg_monitor`},
+		{"a read-only default", `COMMIT; SET default_transaction_read_only = on`},
+		{"a temporary table", `CREATE TEMP TABLE leftover (id int)`},
+		{"a session advisory lock", `SELECT pg_advisory_lock(7)`},
+		{"LISTEN and PREPARE", `COMMIT; LISTEN studio; PREPARE leftover AS SELECT 1`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			res := tasks.SQL{Statement: tt.statement, DB: pool}.Run(ctx, testEnv)
+			if res.Err != nil {
+				t.Fatalf("Run: %v", res.Err)
+			}
+			if got := readSession(t, pool); got != want {
+				t.Errorf("the pool's session after the task\n got %+v\nwant %+v", got, want)
+			}
+			// What the replica does next: a write with default settings.
+			if _, err := pool.Exec(ctx, `INSERT INTO probe VALUES (1)`); err != nil {
+				t.Errorf("a write on the pool after the task: %v", err)
+			}
+		})
+	}
+}
+
+// backendGone polls until no session has process id pid.
+func backendGone(t *testing.T, pool *pgxpool.Pool, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var n int
+		if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity WHERE pid = $1`, pid).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the task's session %d is still there after 5s", pid)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestSQLRunsOnAConnectionOfItsOwn(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// Hold the pool's only connection: a task that needed one would wait
+	// for it until its deadline.
+	held, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release()
+	acquired := pool.Stat().AcquireCount()
+	var heldPID int
+	if err := held.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&heldPID); err != nil {
+		t.Fatal(err)
+	}
+	res := tasks.SQL{Statement: `INSERT INTO probe SELECT pg_backend_pid()`, DB: pool}.Run(ctx, testEnv)
+	if res.Err != nil {
+		t.Fatalf("Run with the pool's connection taken: %v", res.Err)
+	}
+	var taskPID int
+	if err := held.QueryRow(ctx, `SELECT id FROM probe`).Scan(&taskPID); err != nil {
+		t.Fatal(err)
+	}
+	if taskPID == heldPID {
+		t.Fatalf("the task ran on the pool's connection %d", heldPID)
+	}
+	if n := pool.Stat().AcquireCount() - acquired; n != 0 {
+		t.Errorf("the task acquired %d of the pool's connections, want none", n)
+	}
+	held.Release()
+	backendGone(t, pool, taskPID)
+}
+
+// The run's timeout holds even when the statement lifts statement_timeout
+// or ends the transaction that held it: ctx cancels the statement.
+func TestSQLTimeoutHoldsWhenTheStatementLiftsIt(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t, 4)
+	tests := []struct {
+		name      string
+		statement string
+	}{
+		{"SET statement_timeout = 0", `SET statement_timeout = 0; SELECT pg_sleep(100.1)`},
+		{"SET LOCAL statement_timeout = 0", `SET LOCAL statement_timeout = 0; SELECT pg_sleep(100.2)`},
+		{"RESET ALL after a COMMIT", `COMMIT; RESET ALL; SELECT pg_sleep(100.3)`},
+		{"set_config in a DO block", `DO $$ BEGIN PERFORM set_config('statement_timeout', '0', false); PERFORM pg_sleep(100.4); END $$`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+			defer cancel()
+			start := time.Now()
+			res := tasks.SQL{Statement: tt.statement, DB: pool}.Run(ctx, testEnv)
+			elapsed := time.Since(start)
+			if elapsed > slack {
+				t.Errorf("Run returned after %v", elapsed)
+			}
+			// The server's statement_timeout, where the statement left it,
+			// may fire just before ctx does.
+			var pgErr *pgconn.PgError
+			if !errors.Is(res.Err, context.DeadlineExceeded) && !(errors.As(res.Err, &pgErr) && pgErr.Code == "57014") {
+				t.Fatalf("error = %v, want the deadline or a statement timeout", res.Err)
+			}
+			t.Logf("error after %v: %v", elapsed, res.Err)
+			waitNoSleeper(t, pool, "pg_sleep(100.", 5*time.Second)
 		})
 	}
 }
@@ -238,6 +397,19 @@ func TestSQLCancelStopsTheStatementOnTheServer(t *testing.T) {
 func TestSQLWithoutDatabaseFails(t *testing.T) {
 	res := tasks.SQL{Statement: "SELECT 1"}.Run(context.Background(), testEnv)
 	if res.Err == nil || !strings.Contains(res.Err.Error(), "no database") {
+		t.Errorf("error = %v", res.Err)
+	}
+}
+
+// beginOnly can begin a transaction but offers no configuration to open a
+// connection of its own from.
+type beginOnly struct{}
+
+func (beginOnly) Begin(context.Context) (pgx.Tx, error) { return nil, errors.New("must not be called") }
+
+func TestSQLRefusesAHandleWithoutAConfiguration(t *testing.T) {
+	res := tasks.SQL{Statement: "SELECT 1", DB: beginOnly{}}.Run(context.Background(), testEnv)
+	if res.Err == nil || !strings.Contains(res.Err.Error(), "cannot open a connection of its own") {
 		t.Errorf("error = %v", res.Err)
 	}
 }
