@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"sort"
 	"strings"
 	"time"
 
@@ -187,10 +188,12 @@ func userInfoEnd(rest string) int {
 		end = first + k
 	}
 	at := strings.LastIndexByte(rest[:end], '@')
-	// A "/" or "?" in the user name means this "@" is in the path or the
-	// query, and there is no user info.
+	// A "/" in the user name means this "@" is in the path, and there is
+	// no user info. pgx reads a "?" or "#" before the "@" as part of the
+	// user ("postgres://#:pw@host" has user "#" and password "pw"), so
+	// they do not end it.
 	user, _, _ := strings.Cut(rest[:at], ":")
-	if strings.ContainsAny(user, "/?#") {
+	if strings.Contains(user, "/") {
 		return -1
 	}
 	return at
@@ -369,13 +372,68 @@ func scrub(err error, connString string, extra ...string) error {
 }
 
 func scrubString(msg, connString string, extra ...string) string {
-	pw := passwordOf(connString)
-	for _, s := range append([]string{pw, url.QueryEscape(pw), url.PathEscape(pw)}, extra...) {
-		if s != "" {
-			msg = strings.ReplaceAll(msg, s, "xxxxx")
+	// The connection string itself, wherever the text quotes it.
+	if t := strings.TrimSpace(connString); t != "" {
+		msg = strings.ReplaceAll(msg, t, Redact(t))
+	}
+	forms := extra
+	for _, pw := range secretsOf(connString) {
+		forms = append(forms, pw, url.QueryEscape(pw), url.PathEscape(pw))
+	}
+	// Longest first, so that a secret inside another is not left half shown.
+	sort.Slice(forms, func(i, j int) bool { return len(forms[i]) > len(forms[j]) })
+	for _, f := range forms {
+		if f != "" {
+			msg = strings.ReplaceAll(msg, f, redacted)
 		}
 	}
 	return msg
+}
+
+// secretsOf lists every secret of connString, each as decoded and as
+// written: the URL's user-info password and every password or sslpassword
+// query value (pgx uses the query's when both are given), or every secret
+// keyword of a keyword/value string.
+func secretsOf(connString string) []string {
+	s := strings.TrimSpace(connString)
+	var out []string
+	add := func(raw string, decode func(string) (string, error)) {
+		if raw == "" {
+			return
+		}
+		out = append(out, raw)
+		if dec, err := decode(raw); err == nil && dec != raw {
+			out = append(out, dec)
+		}
+	}
+	if rest, ok := afterScheme(s); ok {
+		if at := userInfoEnd(rest); at >= 0 {
+			if _, pw, ok := strings.Cut(rest[:at], ":"); ok {
+				add(pw, url.PathUnescape)
+			}
+			rest = rest[at:]
+		}
+		if _, query, ok := strings.Cut(rest, "?"); ok {
+			query, _, _ = strings.Cut(query, "#")
+			for _, p := range strings.Split(query, "&") {
+				k, v, _ := strings.Cut(p, "=")
+				key, err := url.QueryUnescape(k)
+				if err != nil {
+					key = k
+				}
+				if isSecretKey(key) {
+					add(v, url.QueryUnescape)
+				}
+			}
+		}
+		return out
+	}
+	for _, kv := range scanKeywords(s) {
+		if isSecretKey(kv.key) {
+			out = append(out, kv.value, s[kv.vstart:kv.vend])
+		}
+	}
+	return out
 }
 
 // Scrub is scrub for callers outside the package: it removes the password
