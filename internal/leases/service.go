@@ -225,7 +225,7 @@ func (s *Service) round(ctx context.Context) {
 	began := time.Now()
 	owned, err := s.renew(ctx)
 	if err != nil {
-		s.fail("renew leases", err)
+		s.fail(ctx, "renew leases", err)
 		return
 	}
 	s.applyRenewal(owned, began)
@@ -233,7 +233,7 @@ func (s *Service) round(ctx context.Context) {
 	// 2. Where does each cluster belong now?
 	live, clusters, err := s.view(ctx)
 	if err != nil {
-		s.fail("read leases", err)
+		s.fail(ctx, "read leases", err)
 		return
 	}
 	s.mu.Lock()
@@ -268,7 +268,7 @@ func (s *Service) round(ctx context.Context) {
 		}
 		released, err := s.release(ctx, releaseSQL, away)
 		if err != nil {
-			s.fail("release leases", err)
+			s.fail(ctx, "release leases", err)
 			return
 		}
 		if len(released) > 0 {
@@ -283,7 +283,7 @@ func (s *Service) round(ctx context.Context) {
 		began := time.Now()
 		claimed, err := s.claim(ctx, want)
 		if err != nil {
-			s.fail("claim leases", err)
+			s.fail(ctx, "claim leases", err)
 			return
 		}
 		if len(claimed) > 0 {
@@ -308,7 +308,10 @@ func (s *Service) round(ctx context.Context) {
 	s.recovered()
 }
 
-func (s *Service) fail(what string, err error) {
+func (s *Service) fail(ctx context.Context, what string, err error) {
+	if ctx.Err() != nil {
+		return // stopping: not a failure worth a warning
+	}
 	s.mu.Lock()
 	first := !s.failing
 	s.failing = true
