@@ -464,3 +464,26 @@ func ParseConfig(file string, b []byte) ([]string, error) {
 	}
 	return out, nil
 }
+
+// CountByOwner returns how many leases each replica owns (for the leases
+// column of replicas list); replicas that own none are absent.
+func CountByOwner(ctx context.Context, q Querier) (map[string]int, error) {
+	rows, err := q.Query(ctx, `SELECT owner, count(*)::int FROM cluster_lease WHERE owner IS NOT NULL GROUP BY owner`)
+	if err != nil {
+		return nil, fmt.Errorf("count leases: %w", err)
+	}
+	out := map[string]int{}
+	for rows.Next() {
+		var o string
+		var n int
+		if err := rows.Scan(&o, &n); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("count leases: %w", err)
+		}
+		out[o] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("count leases: %w", err)
+	}
+	return out, nil
+}

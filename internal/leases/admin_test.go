@@ -243,3 +243,15 @@ func TestEnsureClustersInsertsOnlyTheAbsentOnes(t *testing.T) {
 		t.Fatalf("configuration inserts are not operator changes: %v", a)
 	}
 }
+
+func TestCountByOwner(t *testing.T) {
+	t.Parallel()
+	_, pool := newDB(t)
+	addClusters(t, pool, 4)
+	exec(t, pool, `UPDATE cluster_lease SET owner = 'a', acquired_at = now(), renewed_at = now() WHERE cluster IN ('c1', 'c2')`)
+	exec(t, pool, `UPDATE cluster_lease SET owner = 'b', acquired_at = now(), renewed_at = now() WHERE cluster = 'c3'`)
+	got, err := CountByOwner(t.Context(), pool)
+	if err != nil || len(got) != 2 || got["a"] != 2 || got["b"] != 1 {
+		t.Fatalf("got %v, %v", got, err)
+	}
+}
