@@ -241,7 +241,9 @@ func (s *Service) round(ctx context.Context) {
 	s.mu.Unlock()
 	me := !draining && slices.Contains(live, s.o.ID)
 	var away, want []string
+	listed := make(map[string]bool, len(clusters))
 	for _, c := range clusters {
+		listed[c] = true
 		_, mine := owned[c]
 		placedHere := me && Place(c, live) == s.o.ID
 		switch {
@@ -255,7 +257,7 @@ func (s *Service) round(ctx context.Context) {
 	}
 	// A lease owned but no longer listed (removed meanwhile) is not trusted.
 	for c := range owned {
-		if !slices.Contains(clusters, c) {
+		if !listed[c] {
 			s.lose(c, ErrGone)
 		}
 	}
