@@ -21,6 +21,7 @@ import (
 	"github.com/studioctl/studioctl/internal/db"
 	"github.com/studioctl/studioctl/internal/embedded"
 	"github.com/studioctl/studioctl/internal/jobs"
+	"github.com/studioctl/studioctl/internal/leases"
 	"github.com/studioctl/studioctl/internal/locks"
 	"github.com/studioctl/studioctl/internal/migrate"
 	"github.com/studioctl/studioctl/internal/output"
@@ -67,11 +68,11 @@ func exitCode(err error) int {
 	switch {
 	case err == nil:
 		return exitOK
-	case errors.Is(err, locks.ErrRefused), errors.Is(err, replicas.ErrLive), errors.Is(err, embedded.ErrInUse):
+	case errors.Is(err, locks.ErrRefused), errors.Is(err, replicas.ErrLive), errors.Is(err, embedded.ErrInUse), errors.Is(err, leases.ErrRefused):
 		return exitRefused
-	case errors.Is(err, locks.ErrNotFound), errors.Is(err, replicas.ErrNotFound), errors.Is(err, jobs.ErrUnknownJob):
+	case errors.Is(err, locks.ErrNotFound), errors.Is(err, replicas.ErrNotFound), errors.Is(err, jobs.ErrUnknownJob), errors.Is(err, leases.ErrNotFound):
 		return exitNotFound
-	case errors.As(err, &ue), errors.As(err, &ce), errors.Is(err, locks.ErrInvalid), errors.Is(err, output.ErrFormat),
+	case errors.As(err, &ue), errors.As(err, &ce), errors.Is(err, locks.ErrInvalid), errors.Is(err, output.ErrFormat), errors.Is(err, leases.ErrInvalid),
 		errors.Is(err, jobs.ErrSchedule), jobs.IsConfigError(err),
 		errors.Is(err, migrate.ErrNewerSchema),
 		strings.HasPrefix(err.Error(), "unknown command"):
@@ -175,6 +176,7 @@ from the binaries on the machine and says so on stderr.`,
 		a.newJobsCmd(),
 		a.newLocksCmd(),
 		a.newReplicasCmd(),
+		a.newLeasesCmd(),
 		a.newEventsCmd(),
 		a.newMigrateCmd(),
 		a.newEmbeddedCmd(),

@@ -1,0 +1,12 @@
+package leases
+
+import (
+	"os"
+	"testing"
+
+	"github.com/studioctl/studioctl/internal/pgtest"
+)
+
+// TestMain runs the tests against the harness's PostgreSQL and then checks
+// that no goroutine (a lease loop, a trust watchdog, a pool) outlived them.
+func TestMain(m *testing.M) { os.Exit(pgtest.MainNoLeaks(m)) }
