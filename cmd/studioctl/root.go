@@ -213,7 +213,7 @@ from the binaries on the machine and says so on stderr.`,
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.configFile, "config", "", "config file (default ./studio.yaml, then $XDG_CONFIG_HOME/studioctl/config.yaml)")
 	pf.String("database-url", "", "PostgreSQL URL or keyword/value string (env STUDIO_DATABASE_URL)")
-	pf.StringP("output", "o", "table", "output format: table|wide|json|yaml")
+	pf.StringP("output", "o", "table", "output format: table|wide|json|yaml, as the command allows")
 	pf.Bool("no-color", false, "disable colour (also NO_COLOR)")
 	pf.String("actor", "", "who to record in the audit log (default $USER@host)")
 
@@ -253,7 +253,7 @@ func (a *app) load(cmd *cobra.Command) error {
 	allowed := commandFormats(cmd)
 	if !slices.Contains(allowed, f) {
 		if pf.Changed("output") {
-			return &usageError{err: fmt.Errorf("%w %q for -o/--output of %q: it allows %s", output.ErrFormat, f, cmd.CommandPath(), joinFormats(allowed))}
+			return usageErrorf("-o/--output %s: %q does not print %s; it allows %s", f, cmd.CommandPath(), f, joinFormats(allowed))
 		}
 		// A default from the environment or the config file that this
 		// command cannot print falls back to its table.
