@@ -78,6 +78,8 @@ type Printer struct {
 	color  bool
 	now    func() time.Time
 	styles map[Tone]lipgloss.Style
+	wrap   map[Tone][2]string // each tone's codes before and after a cell
+	bold   [2]string          // the header's
 }
 
 // Options for New.
@@ -106,6 +108,11 @@ func New(w io.Writer, format Format, o Options) *Printer {
 		Bad:   r.NewStyle().Foreground(lipgloss.Color("1")).Bold(true),
 		Dim:   r.NewStyle().Foreground(lipgloss.Color("8")),
 	}
+	p.wrap = make(map[Tone][2]string, len(p.styles))
+	for t, st := range p.styles {
+		p.wrap[t] = wrapOf(st)
+	}
+	p.bold = wrapOf(p.styles[Plain].Bold(true))
 	return p
 }
 
@@ -250,17 +257,28 @@ func (p *Printer) aligned(cols []Column, rows [][]Cell, keep []int) error {
 	return w.Flush()
 }
 
-// style colours text for a terminal table, or returns it as it is.
+// style colours text for a terminal table, or returns it as it is. The
+// codes are lipgloss's, rendered once per tone (wrap) and put around each
+// cell: rendering every cell through lipgloss costs more than the table.
 func (p *Printer) style(tone Tone, bold bool, text string) string {
 	switch {
 	case !p.color:
 		return text
 	case bold:
-		return p.styles[Plain].Bold(true).Render(text)
+		return p.bold[0] + text + p.bold[1]
 	case tone != Plain:
-		return p.styles[tone].Render(text)
+		w := p.wrap[tone]
+		return w[0] + text + w[1]
 	}
 	return text
+}
+
+// wrapOf splits a style's rendering of a marker into the codes before and
+// after it.
+func wrapOf(st lipgloss.Style) [2]string {
+	const marker = "\x00"
+	before, after, _ := strings.Cut(st.Render(marker), marker)
+	return [2]string{before, after}
 }
 
 // Time renders t for a table: "12s ago" / "in 30s" on a terminal, RFC 3339
