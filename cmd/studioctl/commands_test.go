@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -204,5 +205,34 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 				t.Fatalf("exit %d, want 2; stderr %q", code, stderr.String())
 			}
 		})
+	}
+}
+
+// BenchmarkLocksListRunPiped10k is locks list's work after start-up: the
+// query, the judging and the tab-separated output of 10,000 rows.
+func BenchmarkLocksListRunPiped10k(b *testing.B) {
+	pool, err := db.Open(context.Background(), pgtest.NewDB(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := pool.Exec(context.Background(), `INSERT INTO shedlock(name, lock_until, locked_at, locked_by)
+SELECT 'job-' || lpad(g::text, 5, '0'), timezone('utc', now()) + interval '1 hour', timezone('utc', now()), 'replica-' || (g % 20)
+FROM generate_series(1, 10000) g`); err != nil {
+		b.Fatal(err)
+	}
+	var out bytes.Buffer
+	d := deps{
+		IO:        &streams{Out: &out, Err: io.Discard},
+		DB:        func(context.Context) (*pgxpool.Pool, error) { return pool, nil },
+		Printer:   func() *output.Printer { return output.New(&out, output.Table, output.Options{}) },
+		Now:       time.Now,
+		LockTable: locks.DefaultTable,
+	}
+	for b.Loop() {
+		out.Reset()
+		if err := locksListRun(context.Background(), &locksListOptions{deps: d}); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
