@@ -236,3 +236,48 @@ FROM generate_series(1, 10000) g`); err != nil {
 		}
 	}
 }
+
+// The terminal override names streams one by one, and the display clock
+// parses RFC 3339; both come from the injected environment only.
+func TestApplyEnvReadsTheTestHooksPerStream(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name                string
+		env                 map[string]string
+		wantIn, wantOut     bool
+		wantErr, wantNowSet bool
+	}{
+		{name: "nothing set leaves the streams as they are"},
+		{name: "stdout alone", env: map[string]string{envForceTTY: "stdout"}, wantOut: true},
+		{name: "stdin and stderr", env: map[string]string{envForceTTY: "stdin, stderr"}, wantIn: true},
+		{name: "1 means all three", env: map[string]string{envForceTTY: "1"}, wantIn: true, wantOut: true},
+		{name: "an unknown stream is a usage error", env: map[string]string{envForceTTY: "stdout,tty"}, wantErr: true},
+		{name: "a fixed clock", env: map[string]string{envNow: "2026-11-30T07:00:00Z"}, wantNowSet: true},
+		{name: "a clock that does not parse is a usage error", env: map[string]string{envNow: "now"}, wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			a := &app{getenv: func(k string) string { return tt.env[k] }, now: time.Now}
+			err := a.applyEnv()
+			if tt.wantErr {
+				if exitCode(err) != exitUsage {
+					t.Fatalf("err = %v, want a usage error", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a.stdinTTY != tt.wantIn || a.stdoutTTY != tt.wantOut {
+				t.Errorf("stdin, stdout terminal = %t, %t; want %t, %t", a.stdinTTY, a.stdoutTTY, tt.wantIn, tt.wantOut)
+			}
+			if tt.env[envForceTTY] == "stdin, stderr" && !a.stderrTTY {
+				t.Error("stderr is not a terminal")
+			}
+			if a.nowFixed != tt.wantNowSet || (tt.wantNowSet && !a.now().Equal(testNow)) {
+				t.Errorf("clock fixed = %t at %v, want %t", a.nowFixed, a.now(), tt.wantNowSet)
+			}
+		})
+	}
+}
