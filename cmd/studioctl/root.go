@@ -228,6 +228,22 @@ from the binaries on the machine and says so on stderr.`,
 		a.newConfigCmd(),
 		newVersionCmd(a, nil),
 	)
+	// Every verb's help names the -o formats it prints.
+	var describe func(*cobra.Command)
+	describe = func(c *cobra.Command) {
+		for _, sub := range c.Commands() {
+			describe(sub)
+		}
+		if c.HasSubCommands() || !c.Runnable() || c == root {
+			return
+		}
+		long := c.Long
+		if long == "" {
+			long = c.Short + "."
+		}
+		c.Long = long + "\n\nOutput (-o): " + joinFormats(commandFormats(c)) + "."
+	}
+	describe(root)
 	// Every command's help ends with the exit codes.
 	root.SetHelpTemplate(root.HelpTemplate() + "\n" + exitCodesHelp + "\n")
 	return root
