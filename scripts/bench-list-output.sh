@@ -10,12 +10,12 @@
 # terminal case measures the rendering, not a terminal emulator.
 #
 # Usage: scripts/bench-list-output.sh
-# Environment: RUNS (default 15), PG_BIN (folder of initdb/pg_ctl/psql),
+# Environment: RUNS (default 15), ROWS (default 10000; 0 measures fixed costs), PG_BIN (folder of initdb/pg_ctl/psql),
 # STUDIOCTL_BIN (use this binary instead of building ./cmd/studioctl).
 set -euo pipefail
 
 RUNS=${RUNS:-15}
-ROWS=10000
+ROWS=${ROWS:-10000}
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
