@@ -1,16 +1,33 @@
 package main
 
 import (
+	"context"
+
 	"github.com/spf13/cobra"
 	"gopkg.in/yaml.v3"
 
 	"github.com/studioctl/studioctl/internal/config"
 	"github.com/studioctl/studioctl/internal/db"
+	"github.com/studioctl/studioctl/internal/output"
 )
 
 func (a *app) newConfigCmd() *cobra.Command {
 	cmd := groupCmd("config", "Show the effective configuration", "")
-	cmd.AddCommand(&cobra.Command{
+	cmd.AddCommand(newConfigShowCmd(a, nil))
+	return cmd
+}
+
+// configShowOptions are the dependencies of config show.
+type configShowOptions struct {
+	deps
+	// Config is the loaded configuration; Format the -o value.
+	Config func() *config.Config
+	Format func() output.Format
+}
+
+func newConfigShowCmd(a *app, runF func(context.Context, *configShowOptions) error) *cobra.Command {
+	o := &configShowOptions{deps: a.deps(), Config: func() *config.Config { return a.cfg }, Format: func() output.Format { return a.format }}
+	return withFormats(&cobra.Command{
 		Use:   "show",
 		Short: "Print the effective configuration, secrets redacted",
 		Long: `Print the configuration this invocation would use, after flags, STUDIO_*
@@ -20,21 +37,28 @@ case with "." turned into "_" (database.url: STUDIO_DATABASE_URL).`,
 		Example: "  studioctl config show\n  STUDIO_REPLICA_ID=web-1 studioctl config show -o json",
 		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c := *a.cfg
-			c.Database.URL = db.Redact(c.Database.URL)
-			shown := configView(c)
-			if a.format == "json" {
-				return a.printer().Print(shown, nil, nil)
+			if runF != nil {
+				return runF(cmd.Context(), o)
 			}
-			enc := yaml.NewEncoder(a.stdout)
-			enc.SetIndent(2)
-			if err := enc.Encode(shown); err != nil {
-				return err
-			}
-			return enc.Close()
+			return configShowRun(cmd.Context(), o)
 		},
-	})
-	return cmd
+	}, output.Table, output.YAML, output.JSON)
+}
+
+// configShowRun prints the effective configuration (YAML unless -o json).
+func configShowRun(_ context.Context, o *configShowOptions) error {
+	c := *o.Config()
+	c.Database.URL = db.Redact(c.Database.URL)
+	shown := configView(c)
+	if o.Format() == output.JSON {
+		return o.Printer().Print(shown, nil, nil)
+	}
+	enc := yaml.NewEncoder(o.IO.Out)
+	enc.SetIndent(2)
+	if err := enc.Encode(shown); err != nil {
+		return err
+	}
+	return enc.Close()
 }
 
 // configView is the shape config show prints: the file's own key names.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -17,12 +18,23 @@ $XDG_DATA_HOME/studioctl/embedded (as root: /var/lib/studioctl/embedded, run as
 the postgres user), or embedded.dir. Every studioctl on the machine shares it.
 It listens on 127.0.0.1 only and asks every connection for a generated
 password (SCRAM-SHA-256), kept in the folder's pgpass file (mode 0600).`)
-	cmd.AddCommand(a.newEmbeddedStatusCmd(), a.newEmbeddedStopCmd())
+	cmd.AddCommand(newEmbeddedStatusCmd(a, nil), newEmbeddedStopCmd(a, nil))
 	return cmd
 }
 
-func (a *app) newEmbeddedStatusCmd() *cobra.Command {
-	return &cobra.Command{
+// embeddedOptions are the flags and dependencies of embedded status and stop.
+type embeddedOptions struct {
+	deps
+	Force bool
+	// Embedded is the embedded database this invocation would use.
+	Embedded func() *embedded.Embedded
+	// Format is the -o value (status says how to connect with the table only).
+	Format func() output.Format
+}
+
+func newEmbeddedStatusCmd(a *app, runF func(context.Context, *embeddedOptions) error) *cobra.Command {
+	o := &embeddedOptions{deps: a.deps(), Embedded: a.embedded, Format: func() output.Format { return a.format }}
+	return withFormats(&cobra.Command{
 		Use:   "status",
 		Short: "Say where the embedded database is, whether it runs and how to connect",
 		Long: `Say where the embedded database is, whether it runs, and how to connect to
@@ -31,34 +43,42 @@ psql reads through PGPASSFILE.`,
 		Example: "  studioctl embedded status\n  studioctl embedded status -o json",
 		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			st, err := a.embedded().Status(cmd.Context())
-			if err != nil {
-				return err
+			if runF != nil {
+				return runF(cmd.Context(), o)
 			}
-			p := a.printer()
-			state, tone := "stopped", output.Warn
-			switch {
-			case !st.Initialized:
-				state, tone = "not initialized", output.Dim
-			case st.Running:
-				state, tone = "running", output.Good
-			}
-			port := ""
-			if st.Port != 0 {
-				port = fmt.Sprint(st.Port)
-			}
-			err = p.Print(st, []output.Column{{Header: "STATE"}, {Header: "PORT"}, {Header: "URL"}, {Header: "PASSWORD FILE"}, {Header: "DIR"}, {Header: "BINARIES", Wide: true}},
-				[][]output.Cell{{{Text: state, Tone: tone}, {Text: port}, {Text: st.URL}, {Text: st.PasswordFile}, {Text: st.Dir}, {Text: st.BinDir}}})
-			if err == nil && st.Running && (a.format == output.Table || a.format == output.Wide) {
-				fmt.Fprintf(a.stderr, "connect with: %s\n", st.Connect)
-			}
-			return err
+			return embeddedStatusRun(cmd.Context(), o)
 		},
-	}
+	}, listFormats...)
 }
 
-func (a *app) newEmbeddedStopCmd() *cobra.Command {
-	var force bool
+// embeddedStatusRun says where the embedded database is and whether it runs.
+func embeddedStatusRun(ctx context.Context, o *embeddedOptions) error {
+	st, err := o.Embedded().Status(ctx)
+	if err != nil {
+		return err
+	}
+	p := o.Printer()
+	state, tone := "stopped", output.Warn
+	switch {
+	case !st.Initialized:
+		state, tone = "not initialized", output.Dim
+	case st.Running:
+		state, tone = "running", output.Good
+	}
+	port := ""
+	if st.Port != 0 {
+		port = fmt.Sprint(st.Port)
+	}
+	err = p.Print(st, []output.Column{{Header: "STATE"}, {Header: "PORT"}, {Header: "URL"}, {Header: "PASSWORD FILE"}, {Header: "DIR"}, {Header: "BINARIES", Wide: true}},
+		[][]output.Cell{{{Text: state, Tone: tone}, {Text: port}, {Text: st.URL}, {Text: st.PasswordFile}, {Text: st.Dir}, {Text: st.BinDir}}})
+	if f := o.Format(); err == nil && st.Running && (f == output.Table || f == output.Wide) {
+		fmt.Fprintf(o.IO.Err, "connect with: %s\n", st.Connect)
+	}
+	return err
+}
+
+func newEmbeddedStopCmd(a *app, runF func(context.Context, *embeddedOptions) error) *cobra.Command {
+	o := &embeddedOptions{deps: a.deps(), Embedded: a.embedded}
 	cmd := &cobra.Command{
 		Use:   "stop [--force]",
 		Short: "Stop the embedded database",
@@ -68,19 +88,27 @@ old, state not stopped) use it, stop is refused with exit 3 and names them;
 		Example: "  studioctl embedded stop\n  studioctl embedded stop --force",
 		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			e := a.embedded()
-			err := e.Stop(cmd.Context(), force)
-			if errors.Is(err, embedded.ErrNotRunning) {
-				fmt.Fprintln(a.stderr, "embedded database is not running")
-				return nil
+			if runF != nil {
+				return runF(cmd.Context(), o)
 			}
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(a.stderr, "stopped the embedded database in %s\n", e.Dir)
-			return nil
+			return embeddedStopRun(cmd.Context(), o)
 		},
 	}
-	cmd.Flags().BoolVar(&force, "force", false, "stop even while live replicas use it")
+	cmd.Flags().BoolVar(&o.Force, "force", false, "stop even while live replicas use it")
 	return cmd
+}
+
+// embeddedStopRun stops the embedded database unless live replicas use it.
+func embeddedStopRun(ctx context.Context, o *embeddedOptions) error {
+	e := o.Embedded()
+	err := e.Stop(ctx, o.Force)
+	if errors.Is(err, embedded.ErrNotRunning) {
+		fmt.Fprintln(o.IO.Err, "embedded database is not running")
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(o.IO.Err, "stopped the embedded database in %s\n", e.Dir)
+	return nil
 }

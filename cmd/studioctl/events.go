@@ -12,10 +12,14 @@ import (
 	"github.com/studioctl/studioctl/internal/output"
 )
 
+// eventsOptions are the flags and dependencies of events.
 type eventsOptions struct {
-	follow bool
-	wait   time.Duration
-	count  int
+	deps
+	Follow bool
+	Wait   time.Duration
+	Count  int
+	// ConnString resolves the database to listen on.
+	ConnString func(context.Context) (string, error)
 }
 
 // eventJSON is one bus message as events -o json prints it: the message's
@@ -25,8 +29,8 @@ type eventJSON struct {
 	bus.Message
 }
 
-func (a *app) newEventsCmd() *cobra.Command {
-	var o eventsOptions
+func newEventsCmd(a *app, runF func(context.Context, *eventsOptions) error) *cobra.Command {
+	o := &eventsOptions{deps: a.deps(), ConnString: a.connString}
 	cmd := &cobra.Command{
 		Use:   "events [--follow] [--wait D] [--count N]",
 		Short: "Print every message on the bus",
@@ -39,23 +43,27 @@ object per line.`,
   studioctl events --follow -o json | jq .kind`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if o.count < 0 {
-				return usageErrorf("--count: must not be negative, got %d", o.count)
+			if o.Count < 0 {
+				return usageErrorf("--count: must not be negative, got %d", o.Count)
 			}
-			if o.wait <= 0 && !o.follow {
-				return usageErrorf("--wait: must be positive, got %s", o.wait)
+			if o.Wait <= 0 && !o.Follow {
+				return usageErrorf("--wait: must be positive, got %s", o.Wait)
 			}
-			return a.events(cmd.Context(), o)
+			if runF != nil {
+				return runF(cmd.Context(), o)
+			}
+			return eventsRun(cmd.Context(), o)
 		},
 	}
-	cmd.Flags().BoolVarP(&o.follow, "follow", "f", false, "keep listening until interrupted")
-	cmd.Flags().DurationVar(&o.wait, "wait", 5*time.Second, "without --follow, how long to listen")
-	cmd.Flags().IntVar(&o.count, "count", 0, "stop after this many messages (0: no limit)")
-	return cmd
+	cmd.Flags().BoolVarP(&o.Follow, "follow", "f", false, "keep listening until interrupted")
+	cmd.Flags().DurationVar(&o.Wait, "wait", 5*time.Second, "without --follow, how long to listen")
+	cmd.Flags().IntVar(&o.Count, "count", 0, "stop after this many messages (0: no limit)")
+	return withFormats(cmd, output.Table, output.JSON)
 }
 
-func (a *app) events(ctx context.Context, o eventsOptions) error {
-	cs, err := a.connString(ctx)
+// eventsRun listens on the bus and prints every message.
+func eventsRun(ctx context.Context, o *eventsOptions) error {
+	cs, err := o.ConnString(ctx)
 	if err != nil {
 		return err
 	}
@@ -63,22 +71,22 @@ func (a *app) events(ctx context.Context, o eventsOptions) error {
 	if err != nil {
 		return &usageError{err: err}
 	}
-	p := a.printer()
+	p := o.Printer()
 	msgs := make(chan bus.Message, 1024)
 	l := bus.NewListener(cfg, cs, bus.Options{Handler: func(m bus.Message) {
 		select {
 		case msgs <- m:
 		default: // a reader that cannot keep up loses messages rather than stalling the listener
 		}
-	}, OnResync: func() { fmt.Fprintln(a.stderr, "bus reconnected: messages may have been missed") }})
+	}, OnResync: func() { fmt.Fprintln(o.IO.Err, "bus reconnected: messages may have been missed") }})
 	if err := l.Start(ctx); err != nil {
 		return err
 	}
 	defer l.Stop()
-	fmt.Fprintln(a.stderr, "listening on the bus (channel "+bus.Channel+")")
+	fmt.Fprintln(o.IO.Err, "listening on the bus (channel "+bus.Channel+")")
 	var timeout <-chan time.Time
-	if !o.follow {
-		timeout = time.After(o.wait)
+	if !o.Follow {
+		timeout = time.After(o.Wait)
 	}
 	n := 0
 	for {
@@ -88,19 +96,19 @@ func (a *app) events(ctx context.Context, o eventsOptions) error {
 		case <-timeout:
 			return nil
 		case m := <-msgs:
-			if err := printEvent(a, p, m); err != nil {
+			if err := printEvent(o, p, m); err != nil {
 				return err
 			}
 			n++
-			if o.count > 0 && n >= o.count {
+			if o.Count > 0 && n >= o.Count {
 				return nil
 			}
 		}
 	}
 }
 
-func printEvent(a *app, p *output.Printer, m bus.Message) error {
-	now := a.now().UTC()
+func printEvent(o *eventsOptions, p *output.Printer, m bus.Message) error {
+	now := o.Now().UTC()
 	if p.Structured() {
 		return p.JSONLine(eventJSON{ReceivedAt: now, Message: m})
 	}
@@ -118,6 +126,6 @@ func printEvent(a *app, p *output.Printer, m bus.Message) error {
 	default:
 		what = m.Type
 	}
-	_, err := fmt.Fprintf(a.stdout, "%s  %s\n", now.Format(time.RFC3339Nano), what)
+	_, err := fmt.Fprintf(o.IO.Out, "%s  %s\n", now.Format(time.RFC3339Nano), what)
 	return err
 }

@@ -45,8 +45,8 @@ Jobs are declared in the config file:
         command: ["./bin/report", "--day", "yesterday"]
         # sql: "DELETE FROM sessions WHERE expires_at < now()"
         # http: {method: POST, url: "http://127.0.0.1:9000/tasks/report", headers: {}, body: ""}`)
-	cmd.AddCommand(a.newJobsListCmd(), a.newJobsStatusCmd(), a.newJobsHistoryCmd(),
-		a.newJobsPauseCmd(true), a.newJobsPauseCmd(false), a.newJobsSetCmd(), a.newJobsTriggerCmd())
+	cmd.AddCommand(newJobsListCmd(a, nil), newJobsStatusCmd(a, nil), newJobsHistoryCmd(a, nil),
+		newJobsPauseCmd(a, true, nil), newJobsPauseCmd(a, false, nil), newJobsSetCmd(a, nil), newJobsTriggerCmd(a, nil))
 	return cmd
 }
 
@@ -99,8 +99,7 @@ func jobRow(p *output.Printer, v jobs.View) []output.Cell {
 	}
 }
 
-func (a *app) printJobViews(views []jobs.View) error {
-	p := a.printer()
+func printJobViews(p *output.Printer, views []jobs.View) error {
 	data := make([]jobs.ViewJSON, 0, len(views))
 	rows := make([][]output.Cell, 0, len(views))
 	for _, v := range views {
@@ -110,8 +109,9 @@ func (a *app) printJobViews(views []jobs.View) error {
 	return p.Print(data, jobColumns, rows)
 }
 
-func (a *app) jobViews(ctx context.Context, id string) ([]jobs.View, []jobs.ReplicaStatus, time.Time, error) {
-	pool, err := a.db(ctx)
+// jobViews reads the status rows (one job's with an id) and merges them.
+func jobViews(ctx context.Context, d deps, id string) ([]jobs.View, []jobs.ReplicaStatus, time.Time, error) {
+	pool, err := d.DB(ctx)
 	if err != nil {
 		return nil, nil, time.Time{}, err
 	}
@@ -125,8 +125,16 @@ func (a *app) jobViews(ctx context.Context, id string) ([]jobs.View, []jobs.Repl
 	return jobs.Merge(rows, now), rows, now, nil
 }
 
-func (a *app) newJobsListCmd() *cobra.Command {
-	return &cobra.Command{
+// jobsStatusOptions are the argument and dependencies of jobs list and jobs
+// status (list is status without an id).
+type jobsStatusOptions struct {
+	deps
+	ID string
+}
+
+func newJobsListCmd(a *app, runF func(context.Context, *jobsStatusOptions) error) *cobra.Command {
+	o := &jobsStatusOptions{deps: a.deps()}
+	return withFormats(&cobra.Command{
 		Use:   "list",
 		Short: "List every job merged across live replicas",
 		Example: `  studioctl jobs list
@@ -134,17 +142,17 @@ func (a *app) newJobsListCmd() *cobra.Command {
   studioctl jobs list -o json`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			views, _, _, err := a.jobViews(cmd.Context(), "")
-			if err != nil {
-				return err
+			if runF != nil {
+				return runF(cmd.Context(), o)
 			}
-			return a.printJobViews(views)
+			return jobsStatusRun(cmd.Context(), o)
 		},
-	}
+	}, listFormats...)
 }
 
-func (a *app) newJobsStatusCmd() *cobra.Command {
-	return &cobra.Command{
+func newJobsStatusCmd(a *app, runF func(context.Context, *jobsStatusOptions) error) *cobra.Command {
+	o := &jobsStatusOptions{deps: a.deps()}
+	return withFormats(&cobra.Command{
 		Use:   "status [ID]",
 		Short: "Show jobs; with an ID, one row per replica and the last runs",
 		Example: `  studioctl jobs status
@@ -157,33 +165,41 @@ func (a *app) newJobsStatusCmd() *cobra.Command {
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			id := ""
+			o.ID = ""
 			if len(args) == 1 {
-				id = args[0]
-				if err := jobs.ValidateID(id); err != nil {
+				o.ID = args[0]
+				if err := jobs.ValidateID(o.ID); err != nil {
 					return usageErrorf("job id: %v", err)
 				}
 			}
-			views, rows, now, err := a.jobViews(cmd.Context(), id)
-			if err != nil {
-				return err
+			if runF != nil {
+				return runF(cmd.Context(), o)
 			}
-			if id == "" || a.printer().Structured() {
-				return a.printJobViews(views)
-			}
-			return a.printJobDetail(cmd.Context(), views[0], rows, now)
+			return jobsStatusRun(cmd.Context(), o)
 		},
+	}, listFormats...)
+}
+
+// jobsStatusRun prints every job, or one job in detail.
+func jobsStatusRun(ctx context.Context, o *jobsStatusOptions) error {
+	views, rows, now, err := jobViews(ctx, o.deps, o.ID)
+	if err != nil {
+		return err
 	}
+	p := o.Printer()
+	if o.ID == "" || p.Structured() {
+		return printJobViews(p, views)
+	}
+	return printJobDetail(ctx, o.deps, p, views[0], rows, now)
 }
 
 // printJobDetail is jobs status ID as a table: the merged job, one row per
 // replica, and the last runs.
-func (a *app) printJobDetail(ctx context.Context, v jobs.View, rows []jobs.ReplicaStatus, now time.Time) error {
-	p := a.printer()
+func printJobDetail(ctx context.Context, d deps, p *output.Printer, v jobs.View, rows []jobs.ReplicaStatus, now time.Time) error {
 	if err := p.Print(nil, jobColumns, [][]output.Cell{jobRow(p, v)}); err != nil {
 		return err
 	}
-	fmt.Fprintln(a.stdout)
+	fmt.Fprintln(d.IO.Out)
 	per := make([][]output.Cell, 0, len(rows))
 	for _, r := range rows {
 		single := jobs.Merge([]jobs.ReplicaStatus{{Status: r.Status, Live: true}}, now)[0]
@@ -199,8 +215,8 @@ func (a *app) printJobDetail(ctx context.Context, v jobs.View, rows []jobs.Repli
 	if err := p.Print(nil, cols, per); err != nil {
 		return err
 	}
-	fmt.Fprintln(a.stdout)
-	pool, err := a.db(ctx)
+	fmt.Fprintln(d.IO.Out)
+	pool, err := d.DB(ctx)
 	if err != nil {
 		return err
 	}
@@ -208,7 +224,7 @@ func (a *app) printJobDetail(ctx context.Context, v jobs.View, rows []jobs.Repli
 	if err != nil {
 		return err
 	}
-	return a.printRuns(runs)
+	return printRuns(p, runs)
 }
 
 // runJSON is the stable JSON/YAML shape of a run.
@@ -229,8 +245,7 @@ var runColumns = []output.Column{
 	{Header: "OUTCOME"}, {Header: "ERROR"},
 }
 
-func (a *app) printRuns(runs []jobs.Run) error {
-	p := a.printer()
+func printRuns(p *output.Printer, runs []jobs.Run) error {
 	data := make([]runJSON, 0, len(runs))
 	rows := make([][]output.Cell, 0, len(runs))
 	for _, r := range runs {
@@ -260,8 +275,15 @@ func (a *app) printRuns(runs []jobs.Run) error {
 	return p.Print(data, runColumns, rows)
 }
 
-func (a *app) newJobsHistoryCmd() *cobra.Command {
-	var limit int
+// jobsHistoryOptions are the flags, argument and dependencies of jobs history.
+type jobsHistoryOptions struct {
+	deps
+	ID    string
+	Limit int
+}
+
+func newJobsHistoryCmd(a *app, runF func(context.Context, *jobsHistoryOptions) error) *cobra.Command {
+	o := &jobsHistoryOptions{deps: a.deps()}
 	cmd := &cobra.Command{
 		Use:   "history ID [--limit N]",
 		Short: "List a job's runs, newest first",
@@ -269,61 +291,77 @@ func (a *app) newJobsHistoryCmd() *cobra.Command {
   studioctl jobs history nightly-report --limit 100 -o json`,
 		Args: exactArgs("id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := jobs.ValidateID(args[0]); err != nil {
+			o.ID = args[0]
+			if err := jobs.ValidateID(o.ID); err != nil {
 				return usageErrorf("job id: %v", err)
 			}
-			if limit < 1 || limit > historyMaxLimit {
-				return usageErrorf("--limit: must be between 1 and %d, got %d", historyMaxLimit, limit)
+			if o.Limit < 1 || o.Limit > historyMaxLimit {
+				return usageErrorf("--limit: must be between 1 and %d, got %d", historyMaxLimit, o.Limit)
 			}
-			ctx := cmd.Context()
-			pool, err := a.db(ctx)
-			if err != nil {
-				return err
+			if runF != nil {
+				return runF(cmd.Context(), o)
 			}
-			runs, err := jobs.History(ctx, pool, args[0], limit)
-			if err != nil {
-				return err
-			}
-			if len(runs) == 0 {
-				if err := jobs.Known(ctx, pool, args[0]); err != nil {
-					return err
-				}
-			}
-			return a.printRuns(runs)
+			return jobsHistoryRun(cmd.Context(), o)
 		},
 	}
-	cmd.Flags().IntVar(&limit, "limit", historyDefaultLimit, "how many runs to show")
-	return cmd
+	cmd.Flags().IntVar(&o.Limit, "limit", historyDefaultLimit, "how many runs to show")
+	return withFormats(cmd, listFormats...)
 }
 
-type jobChangeOptions struct {
-	reason string
-	yes    bool
-}
-
-func (o *jobChangeOptions) flags(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&o.reason, "reason", "", "why, for the audit log")
-	cmd.Flags().BoolVar(&o.yes, "yes", false, "do not ask for confirmation")
-}
-
-// changeJob confirms, applies and reports one settings change.
-func (a *app) changeJob(ctx context.Context, id, what string, o jobChangeOptions, c jobs.Change) error {
-	pool, err := a.db(ctx)
+// jobsHistoryRun prints a job's last runs, newest first.
+func jobsHistoryRun(ctx context.Context, o *jobsHistoryOptions) error {
+	pool, err := o.DB(ctx)
 	if err != nil {
 		return err
 	}
-	if err := jobs.Known(ctx, pool, id); err != nil {
+	runs, err := jobs.History(ctx, pool, o.ID, o.Limit)
+	if err != nil {
 		return err
 	}
-	ok, err := a.confirm(fmt.Sprintf("%s job %q?", what, id), o.yes)
+	if len(runs) == 0 {
+		if err := jobs.Known(ctx, pool, o.ID); err != nil {
+			return err
+		}
+	}
+	return printRuns(o.Printer(), runs)
+}
+
+// jobChangeOptions are the flags, argument and dependencies of the verbs
+// that change a job's settings or trigger it.
+type jobChangeOptions struct {
+	deps
+	ID     string
+	Reason string
+	Yes    bool
+	// What is the verb the question names; Change is what it does.
+	What   string
+	Change jobs.Change
+}
+
+func (o *jobChangeOptions) flags(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&o.Reason, "reason", "", "why, for the audit log")
+	cmd.Flags().BoolVar(&o.Yes, "yes", false, "do not ask for confirmation")
+}
+
+// jobChangeRun confirms, applies and reports one settings change.
+func jobChangeRun(ctx context.Context, o *jobChangeOptions) error {
+	pool, err := o.DB(ctx)
+	if err != nil {
+		return err
+	}
+	if err := jobs.Known(ctx, pool, o.ID); err != nil {
+		return err
+	}
+	ok, err := o.IO.confirm(fmt.Sprintf("%s job %q?", o.What, o.ID), o.Yes)
 	if err != nil || !ok {
 		if err == nil {
-			fmt.Fprintln(a.stderr, "nothing changed")
+			fmt.Fprintln(o.IO.Err, "nothing changed")
 		}
 		return err
 	}
-	c.Actor, c.Reason = a.actor(), o.reason
-	s, err := jobs.ApplyChange(ctx, pool, id, c)
+	c := o.Change
+	c.Actor, c.Reason = o.Actor(), o.Reason
+	s, err := jobs.ApplyChange(ctx, pool, o.ID, c)
 	unchanged := errors.Is(err, jobs.ErrUnchanged)
 	if err != nil && !unchanged {
 		return err
@@ -334,15 +372,15 @@ func (a *app) changeJob(ctx context.Context, id, what string, o jobChangeOptions
 	}
 	if unchanged {
 		// A repeat is not an error, and not audited: nothing changed.
-		fmt.Fprintf(a.stdout, "job %q: already paused=%t, schedule %s; nothing changed\n", id, s.Paused, sched)
+		fmt.Fprintf(o.IO.Out, "job %q: already paused=%t, schedule %s; nothing changed\n", o.ID, s.Paused, sched)
 		return nil
 	}
-	fmt.Fprintf(a.stdout, "job %q: paused=%t, schedule %s (every replica applies it at its next fire)\n", id, s.Paused, sched)
+	fmt.Fprintf(o.IO.Out, "job %q: paused=%t, schedule %s (every replica applies it at its next fire)\n", o.ID, s.Paused, sched)
 	return nil
 }
 
-func (a *app) newJobsPauseCmd(pause bool) *cobra.Command {
-	var o jobChangeOptions
+func newJobsPauseCmd(a *app, pause bool, runF func(context.Context, *jobChangeOptions) error) *cobra.Command {
+	o := &jobChangeOptions{deps: a.deps()}
 	verb, short := "pause", "Pause a job on every replica (its fires do nothing)"
 	if !pause {
 		verb, short = "resume", "Resume a paused job"
@@ -353,18 +391,23 @@ func (a *app) newJobsPauseCmd(pause bool) *cobra.Command {
 		Example: fmt.Sprintf("  studioctl jobs %s nightly-report --reason \"incident 4521\"", verb),
 		Args:    exactArgs("id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := jobs.ValidateID(args[0]); err != nil {
+			o.ID = args[0]
+			if err := jobs.ValidateID(o.ID); err != nil {
 				return usageErrorf("job id: %v", err)
 			}
-			return a.changeJob(cmd.Context(), args[0], verb, o, jobs.Change{Pause: &pause})
+			o.What, o.Change = verb, jobs.Change{Pause: &pause}
+			if runF != nil {
+				return runF(cmd.Context(), o)
+			}
+			return jobChangeRun(cmd.Context(), o)
 		},
 	}
 	o.flags(cmd)
 	return cmd
 }
 
-func (a *app) newJobsSetCmd() *cobra.Command {
-	var o jobChangeOptions
+func newJobsSetCmd(a *app, runF func(context.Context, *jobChangeOptions) error) *cobra.Command {
+	o := &jobChangeOptions{deps: a.deps()}
 	var every, cronExpr string
 	var clear bool
 	cmd := &cobra.Command{
@@ -379,7 +422,8 @@ nothing. Cron is always read in UTC (a CRON_TZ= prefix is refused).`,
   studioctl jobs set nightly-report --clear`,
 		Args: exactArgs("id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := jobs.ValidateID(args[0]); err != nil {
+			o.ID = args[0]
+			if err := jobs.ValidateID(o.ID); err != nil {
 				return usageErrorf("job id: %v", err)
 			}
 			given := 0
@@ -409,7 +453,11 @@ nothing. Cron is always read in UTC (a CRON_TZ= prefix is refused).`,
 				}
 				sched = s
 			}
-			return a.changeJob(cmd.Context(), args[0], "reschedule", o, jobs.Change{Schedule: &sched})
+			o.What, o.Change = "reschedule", jobs.Change{Schedule: &sched}
+			if runF != nil {
+				return runF(cmd.Context(), o)
+			}
+			return jobChangeRun(cmd.Context(), o)
 		},
 	}
 	cmd.Flags().StringVar(&every, "every", "", "fixed delay between the end of a run and the next fire")
@@ -419,8 +467,8 @@ nothing. Cron is always read in UTC (a CRON_TZ= prefix is refused).`,
 	return cmd
 }
 
-func (a *app) newJobsTriggerCmd() *cobra.Command {
-	var o jobChangeOptions
+func newJobsTriggerCmd(a *app, runF func(context.Context, *jobChangeOptions) error) *cobra.Command {
+	o := &jobChangeOptions{deps: a.deps(), What: "trigger"}
 	cmd := &cobra.Command{
 		Use:   "trigger ID [--reason R] [--yes]",
 		Short: "Run a job now (an installation job still takes its lock)",
@@ -434,31 +482,39 @@ the job exits 1. See docs/control.md.`,
 		Example: `  studioctl jobs trigger nightly-report --reason "rerun after fix"`,
 		Args:    exactArgs("id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := jobs.ValidateID(args[0]); err != nil {
+			o.ID = args[0]
+			if err := jobs.ValidateID(o.ID); err != nil {
 				return usageErrorf("job id: %v", err)
 			}
-			ctx := cmd.Context()
-			pool, err := a.db(ctx)
-			if err != nil {
-				return err
+			if runF != nil {
+				return runF(cmd.Context(), o)
 			}
-			if err := jobs.Known(ctx, pool, args[0]); err != nil {
-				return err
-			}
-			ok, err := a.confirm(fmt.Sprintf("trigger job %q?", args[0]), o.yes)
-			if err != nil || !ok {
-				if err == nil {
-					fmt.Fprintln(a.stderr, "not triggered")
-				}
-				return err
-			}
-			if _, err := jobs.Trigger(ctx, pool, args[0], a.actor(), o.reason); err != nil {
-				return err
-			}
-			fmt.Fprintf(a.stdout, "triggered job %q\n", args[0])
-			return nil
+			return jobsTriggerRun(cmd.Context(), o)
 		},
 	}
 	o.flags(cmd)
 	return cmd
+}
+
+// jobsTriggerRun writes a trigger request for one job.
+func jobsTriggerRun(ctx context.Context, o *jobChangeOptions) error {
+	pool, err := o.DB(ctx)
+	if err != nil {
+		return err
+	}
+	if err := jobs.Known(ctx, pool, o.ID); err != nil {
+		return err
+	}
+	ok, err := o.IO.confirm(fmt.Sprintf("trigger job %q?", o.ID), o.Yes)
+	if err != nil || !ok {
+		if err == nil {
+			fmt.Fprintln(o.IO.Err, "not triggered")
+		}
+		return err
+	}
+	if _, err := jobs.Trigger(ctx, pool, o.ID, o.Actor(), o.Reason); err != nil {
+		return err
+	}
+	fmt.Fprintf(o.IO.Out, "triggered job %q\n", o.ID)
+	return nil
 }

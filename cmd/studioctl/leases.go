@@ -144,7 +144,7 @@ func (a *app) newLeasesListCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error { return runLeasesList(cmd.Context(), o) },
 	}
 	cmd.Flags().BoolVarP(&o.Watch, "watch", "w", false, "refresh every 2s until interrupted")
-	return cmd
+	return withFormats(cmd, output.Table, output.Wide, output.JSON, output.YAML)
 }
 
 func runLeasesList(ctx context.Context, o *leasesListOptions) error {
@@ -210,7 +210,7 @@ digit. On a terminal it asks for confirmation unless --yes.`,
 	}
 	cmd.Flags().StringVar(&o.Reason, "reason", "", "why, for the audit log")
 	cmd.Flags().BoolVar(&o.Yes, "yes", false, "do not ask for confirmation")
-	return cmd
+	return withFormats(cmd, output.Table, output.JSON, output.YAML)
 }
 
 func runLeasesAdd(ctx context.Context, o *leasesAddOptions) error {
@@ -218,7 +218,7 @@ func runLeasesAdd(ctx context.Context, o *leasesAddOptions) error {
 	if err != nil {
 		return err
 	}
-	ok, err := o.confirm(fmt.Sprintf("add %s %s?", plural(len(o.Clusters), "cluster", "clusters"), strings.Join(o.Clusters, ", ")), o.Yes)
+	ok, err := o.deps().IO.confirm(fmt.Sprintf("add %s %s?", plural(len(o.Clusters), "cluster", "clusters"), strings.Join(o.Clusters, ", ")), o.Yes)
 	if err != nil {
 		return err
 	}
@@ -293,7 +293,7 @@ for confirmation unless --yes.`,
 	}
 	cmd.Flags().StringVar(&o.Reason, "reason", "", "why, for the audit log")
 	cmd.Flags().BoolVar(&o.Yes, "yes", false, "do not ask for confirmation")
-	return cmd
+	return withFormats(cmd, output.Table, output.JSON, output.YAML)
 }
 
 func runLeasesRemove(ctx context.Context, o *leasesRemoveOptions) error {
@@ -313,7 +313,7 @@ func runLeasesRemove(ctx context.Context, o *leasesRemoveOptions) error {
 			what = append(what, c+" (unowned)")
 		}
 	}
-	ok, err := o.confirm(fmt.Sprintf("remove %s %s? Their duties stop at once.", plural(len(o.Clusters), "cluster", "clusters"), strings.Join(what, ", ")), o.Yes)
+	ok, err := o.deps().IO.confirm(fmt.Sprintf("remove %s %s? Their duties stop at once.", plural(len(o.Clusters), "cluster", "clusters"), strings.Join(what, ", ")), o.Yes)
 	if err != nil {
 		return err
 	}
@@ -392,7 +392,7 @@ confirmation unless --yes.`,
 	cmd.Flags().BoolVar(&o.Force, "force", false, "release even a lease whose owner is live")
 	cmd.Flags().StringVar(&o.Reason, "reason", "", "why, for the audit log")
 	cmd.Flags().BoolVar(&o.Yes, "yes", false, "do not ask for confirmation")
-	return cmd
+	return withFormats(cmd, output.Table, output.JSON, output.YAML)
 }
 
 func runLeasesRelease(ctx context.Context, o *leasesReleaseOptions) error {
@@ -415,7 +415,7 @@ func runLeasesRelease(ctx context.Context, o *leasesReleaseOptions) error {
 		}
 		return nil
 	}
-	ok, err := o.confirm(fmt.Sprintf("release cluster %q owned by %s (%s, %s) at generation %d?", in.Cluster, in.Owner, in.OwnerState, in.State, in.Generation), o.Yes)
+	ok, err := o.deps().IO.confirm(fmt.Sprintf("release cluster %q owned by %s (%s, %s) at generation %d?", in.Cluster, in.Owner, in.OwnerState, in.State, in.Generation), o.Yes)
 	if err != nil {
 		return err
 	}

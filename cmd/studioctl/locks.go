@@ -19,7 +19,7 @@ Lock state: held (lock_until ahead), free (lock_until passed), stale (held by
 a replica that is gone). Holder state: live (a replica with a heartbeat in the
 last 15 s that is not stopped), gone (a known replica that is not live),
 unknown (not a replica id, for example a Java host).`)
-	cmd.AddCommand(a.newLocksListCmd(), a.newLocksShowCmd(), a.newLocksReleaseCmd())
+	cmd.AddCommand(newLocksListCmd(a, nil), newLocksShowCmd(a, nil), newLocksReleaseCmd(a, nil))
 	return cmd
 }
 
@@ -92,12 +92,13 @@ func printLocks(p *output.Printer, infos []locks.Info) error {
 	return p.Print(data, lockColumns, rows)
 }
 
-func (a *app) locksAdmin(ctx context.Context) (*locks.Admin, error) {
-	pool, err := a.db(ctx)
+// locksAdmin opens the lock table's admin and checks its schema.
+func locksAdmin(ctx context.Context, d deps) (*locks.Admin, error) {
+	pool, err := d.DB(ctx)
 	if err != nil {
 		return nil, err
 	}
-	adm, err := locks.NewAdmin(pool, a.lockTable())
+	adm, err := locks.NewAdmin(pool, d.LockTable())
 	if err != nil {
 		return nil, &usageError{err: err}
 	}
@@ -107,59 +108,110 @@ func (a *app) locksAdmin(ctx context.Context) (*locks.Admin, error) {
 	return adm, nil
 }
 
-func (a *app) newLocksListCmd() *cobra.Command {
-	return &cobra.Command{
+// displayed returns the locks as shown: with a fixed display clock
+// (STUDIO_NOW), the remaining time is counted from it, so output is stable.
+// The state is the database's judgement either way.
+func displayed(d deps, infos []locks.Info) []locks.Info {
+	if !d.NowFixed {
+		return infos
+	}
+	now := d.Now()
+	for i := range infos {
+		infos[i].Remaining = 0
+		if infos[i].State != locks.StateFree {
+			infos[i].Remaining = max(infos[i].LockUntil.Sub(now), 0)
+		}
+	}
+	return infos
+}
+
+// locksListOptions are the dependencies of locks list.
+type locksListOptions struct {
+	deps
+}
+
+func newLocksListCmd(a *app, runF func(context.Context, *locksListOptions) error) *cobra.Command {
+	o := &locksListOptions{deps: a.deps()}
+	return withFormats(&cobra.Command{
 		Use:   "list",
 		Short: "List every lock with its state and holder",
 		Example: `  studioctl locks list
-  studioctl locks list -o json`,
+  studioctl locks list -o json
+  studioctl locks list | awk -F'\t' '$2 == "stale" {print $1}'`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			adm, err := a.locksAdmin(cmd.Context())
-			if err != nil {
-				return err
+			if runF != nil {
+				return runF(cmd.Context(), o)
 			}
-			infos, err := adm.List(cmd.Context())
-			if err != nil {
-				return err
-			}
-			return printLocks(a.printer(), infos)
+			return locksListRun(cmd.Context(), o)
 		},
-	}
+	}, listFormats...)
 }
 
-func (a *app) newLocksShowCmd() *cobra.Command {
-	return &cobra.Command{
+// locksListRun prints every lock.
+func locksListRun(ctx context.Context, o *locksListOptions) error {
+	adm, err := locksAdmin(ctx, o.deps)
+	if err != nil {
+		return err
+	}
+	infos, err := adm.List(ctx)
+	if err != nil {
+		return err
+	}
+	return printLocks(o.Printer(), displayed(o.deps, infos))
+}
+
+// locksShowOptions are the argument and dependencies of locks show.
+type locksShowOptions struct {
+	deps
+	Name string
+}
+
+func newLocksShowCmd(a *app, runF func(context.Context, *locksShowOptions) error) *cobra.Command {
+	o := &locksShowOptions{deps: a.deps()}
+	return withFormats(&cobra.Command{
 		Use:   "show NAME",
 		Short: "Show one lock",
 		Example: `  studioctl locks show nightly-report
   studioctl locks show nightly-report -o yaml`,
 		Args: exactArgs("name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := locks.ValidateName(args[0]); err != nil {
+			o.Name = args[0]
+			if err := locks.ValidateName(o.Name); err != nil {
 				return err
 			}
-			adm, err := a.locksAdmin(cmd.Context())
-			if err != nil {
-				return err
+			if runF != nil {
+				return runF(cmd.Context(), o)
 			}
-			in, err := adm.Get(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			return printLocks(a.printer(), []locks.Info{in})
+			return locksShowRun(cmd.Context(), o)
 		},
+	}, listFormats...)
+}
+
+// locksShowRun prints one lock.
+func locksShowRun(ctx context.Context, o *locksShowOptions) error {
+	adm, err := locksAdmin(ctx, o.deps)
+	if err != nil {
+		return err
 	}
+	in, err := adm.Get(ctx, o.Name)
+	if err != nil {
+		return err
+	}
+	return printLocks(o.Printer(), displayed(o.deps, []locks.Info{in}))
 }
 
+// locksReleaseOptions are the flags, argument and dependencies of locks release.
 type locksReleaseOptions struct {
-	force  bool
-	reason string
-	yes    bool
+	deps
+	Name   string
+	Force  bool
+	Reason string
+	Yes    bool
 }
 
-func (a *app) newLocksReleaseCmd() *cobra.Command {
-	var o locksReleaseOptions
+func newLocksReleaseCmd(a *app, runF func(context.Context, *locksReleaseOptions) error) *cobra.Command {
+	o := &locksReleaseOptions{deps: a.deps()}
 	cmd := &cobra.Command{
 		Use:   "release NAME [--force] [--reason R] [--yes]",
 		Short: "Release a lock safely (compare-and-set, audited)",
@@ -181,25 +233,31 @@ locked_at, an extended lock_until) is not touched: exit 3, read it again.
 A lock that is already free is left as it is (exit 0).
 
 On a terminal it asks for confirmation unless --yes; without a terminal it
-does not ask.`,
+does not ask. -o json or yaml prints the lock as it is afterwards.`,
 		Example: `  studioctl locks release nightly-report --reason "replica crashed"
   studioctl locks release nightly-report --force --yes --reason "java host hung"`,
 		Args: exactArgs("name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := locks.ValidateName(args[0]); err != nil {
+			o.Name = args[0]
+			if err := locks.ValidateName(o.Name); err != nil {
 				return err
 			}
-			return a.releaseLock(cmd.Context(), args[0], o)
+			if runF != nil {
+				return runF(cmd.Context(), o)
+			}
+			return locksReleaseRun(cmd.Context(), o)
 		},
 	}
-	cmd.Flags().BoolVar(&o.force, "force", false, "release even a lock whose holder is live or unknown")
-	cmd.Flags().StringVar(&o.reason, "reason", "", "why, for the audit log")
-	cmd.Flags().BoolVar(&o.yes, "yes", false, "do not ask for confirmation")
-	return cmd
+	cmd.Flags().BoolVar(&o.Force, "force", false, "release even a lock whose holder is live or unknown")
+	cmd.Flags().StringVar(&o.Reason, "reason", "", "why, for the audit log")
+	cmd.Flags().BoolVar(&o.Yes, "yes", false, "do not ask for confirmation")
+	return withFormats(cmd, output.Table, output.JSON, output.YAML)
 }
 
-func (a *app) releaseLock(ctx context.Context, name string, o locksReleaseOptions) error {
-	adm, err := a.locksAdmin(ctx)
+// locksReleaseRun releases one lock (SPEC §4) and says what it changed.
+func locksReleaseRun(ctx context.Context, o *locksReleaseOptions) error {
+	name := o.Name
+	adm, err := locksAdmin(ctx, o.deps)
 	if err != nil {
 		return err
 	}
@@ -207,30 +265,37 @@ func (a *app) releaseLock(ctx context.Context, name string, o locksReleaseOption
 	if err != nil {
 		return err
 	}
-	if err := locks.CheckRelease(in, o.force); err != nil {
+	if err := locks.CheckRelease(in, o.Force); err != nil {
 		return err
 	}
-	p := a.printer()
+	p := o.Printer()
+	printAfter := func() error {
+		after, err := adm.Get(ctx, name)
+		if err != nil {
+			return err
+		}
+		return printLocks(p, displayed(o.deps, []locks.Info{after}))
+	}
 	if in.State == locks.StateFree {
-		fmt.Fprintf(a.stderr, "lock %q is already free; nothing changed\n", name)
+		fmt.Fprintf(o.IO.Err, "lock %q is already free; nothing changed\n", name)
 		if p.Structured() {
-			return printLocks(p, []locks.Info{in})
+			return printLocks(p, displayed(o.deps, []locks.Info{in}))
 		}
 		return nil
 	}
-	ok, err := a.confirm(fmt.Sprintf("release lock %q held by %s (%s) until %s?", name, in.LockedBy, in.HolderState, in.LockUntil.Format(time.RFC3339)), o.yes)
+	ok, err := o.IO.confirm(fmt.Sprintf("release lock %q held by %s (%s) until %s?", name, in.LockedBy, in.HolderState, in.LockUntil.Format(time.RFC3339)), o.Yes)
 	if err != nil {
 		return err
 	}
 	if !ok {
-		fmt.Fprintln(a.stderr, "not released")
+		fmt.Fprintln(o.IO.Err, "not released")
 		return nil
 	}
-	pool, err := a.db(ctx)
+	pool, err := o.DB(ctx)
 	if err != nil {
 		return err
 	}
-	res, err := adm.Release(ctx, pool, locks.ReleaseRequest{Info: in, Force: o.force, Actor: a.actor(), Reason: o.reason})
+	res, err := adm.Release(ctx, pool, locks.ReleaseRequest{Info: in, Force: o.Force, Actor: o.Actor(), Reason: o.Reason})
 	if err != nil {
 		return err
 	}
@@ -238,27 +303,19 @@ func (a *app) releaseLock(ctx context.Context, name string, o locksReleaseOption
 		// Another operator's release (or the holder's unlock, or expiry)
 		// came first: the lock is free, as asked, and this call changed
 		// nothing and wrote no audit row.
-		fmt.Fprintf(a.stderr, "lock %q was released or expired since it was read; it is free, nothing changed\n", name)
+		fmt.Fprintf(o.IO.Err, "lock %q was released or expired since it was read; it is free, nothing changed\n", name)
 		if p.Structured() {
-			after, err := adm.Get(ctx, name)
-			if err != nil {
-				return err
-			}
-			return printLocks(p, []locks.Info{after})
+			return printAfter()
 		}
 		return nil
 	}
 	if !res.Audited {
-		fmt.Fprintln(a.stderr, "warning: table studio_audit does not exist (run `studioctl migrate up`): this release is not audited")
+		fmt.Fprintln(o.IO.Err, "warning: table studio_audit does not exist (run `studioctl migrate up`): this release is not audited")
 	}
 	if p.Structured() {
-		after, err := adm.Get(ctx, name)
-		if err != nil {
-			return err
-		}
-		return printLocks(p, []locks.Info{after})
+		return printAfter()
 	}
-	fmt.Fprintf(a.stdout, "released lock %q: was %s by %s (%s) until %s; lock_until is now %s\n",
+	fmt.Fprintf(o.IO.Out, "released lock %q: was %s by %s (%s) until %s; lock_until is now %s\n",
 		name, in.State, in.LockedBy, in.HolderState, in.LockUntil.Format(time.RFC3339Nano), res.Until.Format(time.RFC3339Nano))
 	return nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -13,67 +14,97 @@ func (a *app) newMigrateCmd() *cobra.Command {
 	cmd := groupCmd("migrate", "Apply or inspect the database schema", `studioctl's schema lives in numbered, embedded migrations applied under a
 PostgreSQL advisory lock, so processes that start together migrate once.
 An existing shedlock table (made by a Java installation) is used as it is.`)
-	cmd.AddCommand(
-		&cobra.Command{
-			Use:     "up",
-			Short:   "Apply every pending migration",
-			Example: "  studioctl migrate up --database-url postgres://app@db/app",
-			Args:    noArgs,
-			RunE: func(cmd *cobra.Command, _ []string) error {
-				pool, err := a.db(cmd.Context())
-				if err != nil {
-					return err
-				}
-				applied, err := migrate.Up(cmd.Context(), pool)
-				if err != nil {
-					return err
-				}
-				if len(applied) == 0 {
-					fmt.Fprintln(a.stderr, "schema is up to date")
-				}
-				for _, m := range applied {
-					fmt.Fprintf(a.stderr, "applied %05d %s\n", m.Version, m.Name)
-				}
-				return nil
-			},
+	cmd.AddCommand(newMigrateUpCmd(a, nil), newMigrateStatusCmd(a, nil))
+	return cmd
+}
+
+// migrateOptions are the dependencies of migrate up and migrate status.
+type migrateOptions struct {
+	deps
+}
+
+func newMigrateUpCmd(a *app, runF func(context.Context, *migrateOptions) error) *cobra.Command {
+	o := &migrateOptions{deps: a.deps()}
+	return &cobra.Command{
+		Use:     "up",
+		Short:   "Apply every pending migration",
+		Example: "  studioctl migrate up --database-url postgres://app@db/app",
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if runF != nil {
+				return runF(cmd.Context(), o)
+			}
+			return migrateUpRun(cmd.Context(), o)
 		},
-		&cobra.Command{
-			Use:   "status",
-			Short: "List migrations and whether each is applied",
-			Long: `List the embedded migrations and whether each is applied, then any version
+	}
+}
+
+// migrateUpRun applies the pending migrations and names each on stderr.
+func migrateUpRun(ctx context.Context, o *migrateOptions) error {
+	pool, err := o.DB(ctx)
+	if err != nil {
+		return err
+	}
+	applied, err := migrate.Up(ctx, pool)
+	if err != nil {
+		return err
+	}
+	if len(applied) == 0 {
+		fmt.Fprintln(o.IO.Err, "schema is up to date")
+	}
+	for _, m := range applied {
+		fmt.Fprintf(o.IO.Err, "applied %05d %s\n", m.Version, m.Name)
+	}
+	return nil
+}
+
+func newMigrateStatusCmd(a *app, runF func(context.Context, *migrateOptions) error) *cobra.Command {
+	o := &migrateOptions{deps: a.deps()}
+	return withFormats(&cobra.Command{
+		Use:   "status",
+		Short: "List migrations and whether each is applied",
+		Long: `List the embedded migrations and whether each is applied, then any version
 applied in the database that this binary does not know (state "unknown"): a
 newer studioctl migrated the database, and "studioctl run" refuses it (exit 2).`,
-			Example: "  studioctl migrate status -o json",
-			Args:    noArgs,
-			RunE: func(cmd *cobra.Command, _ []string) error {
-				pool, err := a.db(cmd.Context())
-				if err != nil {
-					return err
-				}
-				m, err := migrate.New(pool)
-				if err != nil {
-					return err
-				}
-				defer m.Close()
-				st, err := m.Status(cmd.Context())
-				if err != nil {
-					return err
-				}
-				p := a.printer()
-				rows := make([][]output.Cell, 0, len(st))
-				for _, s := range st {
-					state, tone := "pending", output.Warn
-					switch {
-					case s.Unknown:
-						state, tone = "unknown (newer than this binary)", output.Bad
-					case s.Applied:
-						state, tone = "applied", output.Good
-					}
-					rows = append(rows, []output.Cell{{Text: fmt.Sprintf("%05d", s.Version)}, {Text: s.Name}, {Text: state, Tone: tone}, {Text: p.TimePtr(s.AppliedAt)}})
-				}
-				return p.Print(st, []output.Column{{Header: "VERSION"}, {Header: "NAME"}, {Header: "STATE"}, {Header: "APPLIED AT"}}, rows)
-			},
+		Example: "  studioctl migrate status -o json",
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if runF != nil {
+				return runF(cmd.Context(), o)
+			}
+			return migrateStatusRun(cmd.Context(), o)
 		},
-	)
-	return cmd
+	}, listFormats...)
+}
+
+var migrationColumns = []output.Column{{Header: "VERSION"}, {Header: "NAME"}, {Header: "STATE"}, {Header: "APPLIED AT"}}
+
+// migrateStatusRun lists the migrations and whether each is applied.
+func migrateStatusRun(ctx context.Context, o *migrateOptions) error {
+	pool, err := o.DB(ctx)
+	if err != nil {
+		return err
+	}
+	m, err := migrate.New(pool)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	st, err := m.Status(ctx)
+	if err != nil {
+		return err
+	}
+	p := o.Printer()
+	rows := make([][]output.Cell, 0, len(st))
+	for _, s := range st {
+		state, tone := "pending", output.Warn
+		switch {
+		case s.Unknown:
+			state, tone = "unknown (newer than this binary)", output.Bad
+		case s.Applied:
+			state, tone = "applied", output.Good
+		}
+		rows = append(rows, []output.Cell{{Text: fmt.Sprintf("%05d", s.Version)}, {Text: s.Name}, {Text: state, Tone: tone}, {Text: p.TimePtr(s.AppliedAt)}})
+	}
+	return p.Print(st, migrationColumns, rows)
 }

@@ -21,7 +21,7 @@ const drainWaitPoll = 500 * time.Millisecond
 func (a *app) newReplicasCmd() *cobra.Command {
 	cmd := groupCmd("replicas", "Watch, drain and forget replicas", `Every replica (one studioctl run process) in studio_replica. A replica whose
 heartbeat is older than 15 s is gone; gone without a recorded stop is a crash.`)
-	cmd.AddCommand(a.newReplicasListCmd(), a.newReplicasDrainCmd(), a.newReplicasForgetCmd())
+	cmd.AddCommand(newReplicasListCmd(a, nil), newReplicasDrainCmd(a, nil), newReplicasForgetCmd(a, nil))
 	return cmd
 }
 
@@ -85,8 +85,31 @@ func printReplicas(p *output.Printer, infos []replicas.Info) error {
 	return p.Print(data, replicaColumns, rows)
 }
 
-func (a *app) newReplicasListCmd() *cobra.Command {
-	var watch bool
+// displayedReplicas returns the replicas as shown: with a fixed display
+// clock (STUDIO_NOW), heartbeat ages and uptimes are counted from it, so
+// output is stable. Gone and crashed stay the database's judgement.
+func displayedReplicas(d deps, infos []replicas.Info) []replicas.Info {
+	if !d.NowFixed {
+		return infos
+	}
+	now := d.Now()
+	for i := range infos {
+		infos[i].HeartbeatAge = now.Sub(infos[i].HeartbeatAt)
+		infos[i].Uptime = now.Sub(infos[i].StartedAt)
+	}
+	return infos
+}
+
+// replicasListOptions are the flags and dependencies of replicas list.
+type replicasListOptions struct {
+	deps
+	Watch bool
+	// Every is the refresh interval of --watch.
+	Every time.Duration
+}
+
+func newReplicasListCmd(a *app, runF func(context.Context, *replicasListOptions) error) *cobra.Command {
+	o := &replicasListOptions{deps: a.deps(), Every: replicasWatchEvery}
 	cmd := &cobra.Command{
 		Use:   "list [--watch]",
 		Short: "List replicas with state and heartbeat age",
@@ -95,53 +118,63 @@ func (a *app) newReplicasListCmd() *cobra.Command {
   studioctl replicas list -o json`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
-			pool, err := a.db(ctx)
-			if err != nil {
-				return err
+			if runF != nil {
+				return runF(cmd.Context(), o)
 			}
-			p := a.printer()
-			for {
-				infos, err := replicas.List(ctx, pool)
-				if err != nil {
-					if watch && ctx.Err() != nil {
-						return nil
-					}
-					return err
-				}
-				if watch && p.Terminal() && !p.Structured() {
-					fmt.Fprint(a.stdout, "\x1b[H\x1b[2J")
-				}
-				if err := printReplicas(p, infos); err != nil {
-					return err
-				}
-				if !watch {
-					return nil
-				}
-				select {
-				case <-ctx.Done():
-					return nil
-				case <-time.After(replicasWatchEvery):
-				}
-				if !p.Terminal() && !p.Structured() {
-					fmt.Fprintln(a.stdout)
-				}
-			}
+			return replicasListRun(cmd.Context(), o)
 		},
 	}
-	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "refresh every 2s until interrupted")
-	return cmd
+	cmd.Flags().BoolVarP(&o.Watch, "watch", "w", false, "refresh every 2s until interrupted")
+	return withFormats(cmd, listFormats...)
 }
 
+// replicasListRun prints the replicas, once or every o.Every with --watch.
+func replicasListRun(ctx context.Context, o *replicasListOptions) error {
+	pool, err := o.DB(ctx)
+	if err != nil {
+		return err
+	}
+	p := o.Printer()
+	for {
+		infos, err := replicas.List(ctx, pool)
+		if err != nil {
+			if o.Watch && ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		if o.Watch && p.Terminal() && !p.Structured() {
+			fmt.Fprint(o.IO.Out, "\x1b[H\x1b[2J")
+		}
+		if err := printReplicas(p, displayedReplicas(o.deps, infos)); err != nil {
+			return err
+		}
+		if !o.Watch {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(o.Every):
+		}
+		if !p.Terminal() && !p.Structured() {
+			fmt.Fprintln(o.IO.Out)
+		}
+	}
+}
+
+// replicasDrainOptions are the flags, argument and dependencies of replicas drain.
 type replicasDrainOptions struct {
-	wait    bool
-	timeout time.Duration
-	reason  string
-	yes     bool
+	deps
+	ID      string
+	Wait    bool
+	Timeout time.Duration
+	Reason  string
+	Yes     bool
 }
 
-func (a *app) newReplicasDrainCmd() *cobra.Command {
-	var o replicasDrainOptions
+func newReplicasDrainCmd(a *app, runF func(context.Context, *replicasDrainOptions) error) *cobra.Command {
+	o := &replicasDrainOptions{deps: a.deps()}
 	cmd := &cobra.Command{
 		Use:   "drain ID [--wait] [--timeout D] [--reason R] [--yes]",
 		Short: "Ask one replica to drain and stop",
@@ -156,21 +189,27 @@ cannot hear the request (exit 1); a stopped one needs nothing.`,
   studioctl replicas drain web-1-3fa2c1 --reason "kernel upgrade" --yes`,
 		Args: exactArgs("id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if o.timeout <= 0 {
-				return usageErrorf("--timeout: must be positive, got %s", o.timeout)
+			o.ID = args[0]
+			if o.Timeout <= 0 {
+				return usageErrorf("--timeout: must be positive, got %s", o.Timeout)
 			}
-			return a.drainReplica(cmd.Context(), args[0], o)
+			if runF != nil {
+				return runF(cmd.Context(), o)
+			}
+			return replicasDrainRun(cmd.Context(), o)
 		},
 	}
-	cmd.Flags().BoolVar(&o.wait, "wait", false, "wait until the replica is stopped")
-	cmd.Flags().DurationVar(&o.timeout, "timeout", 2*time.Minute, "how long --wait waits")
-	cmd.Flags().StringVar(&o.reason, "reason", "", "why, for the audit log")
-	cmd.Flags().BoolVar(&o.yes, "yes", false, "do not ask for confirmation")
+	cmd.Flags().BoolVar(&o.Wait, "wait", false, "wait until the replica is stopped")
+	cmd.Flags().DurationVar(&o.Timeout, "timeout", 2*time.Minute, "how long --wait waits")
+	cmd.Flags().StringVar(&o.Reason, "reason", "", "why, for the audit log")
+	cmd.Flags().BoolVar(&o.Yes, "yes", false, "do not ask for confirmation")
 	return cmd
 }
 
-func (a *app) drainReplica(ctx context.Context, id string, o replicasDrainOptions) error {
-	pool, err := a.db(ctx)
+// replicasDrainRun asks one replica to drain, and with --wait waits for its stop.
+func replicasDrainRun(ctx context.Context, o *replicasDrainOptions) error {
+	id := o.ID
+	pool, err := o.DB(ctx)
 	if err != nil {
 		return err
 	}
@@ -179,44 +218,45 @@ func (a *app) drainReplica(ctx context.Context, id string, o replicasDrainOption
 		return err
 	}
 	if in.State == replicas.StateStopped {
-		fmt.Fprintf(a.stderr, "replica %q is already stopped; nothing to do\n", id)
+		fmt.Fprintf(o.IO.Err, "replica %q is already stopped; nothing to do\n", id)
 		return nil
 	}
-	ok, err := a.confirm(fmt.Sprintf("drain replica %q on %s (pid %d)?", id, in.Host, in.PID), o.yes)
+	ok, err := o.IO.confirm(fmt.Sprintf("drain replica %q on %s (pid %d)?", id, in.Host, in.PID), o.Yes)
 	if err != nil || !ok {
 		if err == nil {
-			fmt.Fprintln(a.stderr, "not drained")
+			fmt.Fprintln(o.IO.Err, "not drained")
 		}
 		return err
 	}
-	_, done, err := replicas.RequestDrain(ctx, pool, id, a.actor(), o.reason)
+	_, done, err := replicas.RequestDrain(ctx, pool, id, o.Actor(), o.Reason)
 	if err != nil {
 		return err
 	}
 	if done {
 		// It stopped between the question and the request: nothing written.
-		fmt.Fprintf(a.stderr, "replica %q is already stopped; nothing to do\n", id)
+		fmt.Fprintf(o.IO.Err, "replica %q is already stopped; nothing to do\n", id)
 		return nil
 	}
-	fmt.Fprintf(a.stdout, "asked replica %q to drain\n", id)
-	if !o.wait {
+	fmt.Fprintf(o.IO.Out, "asked replica %q to drain\n", id)
+	if !o.Wait {
 		return nil
 	}
-	deadline := time.Now().Add(o.timeout)
+	// The deadline is the operator's wait, on this machine's clock.
+	deadline := time.Now().Add(o.Timeout)
 	for {
 		in, err := replicas.Get(ctx, pool, id)
 		if err != nil {
 			return err
 		}
 		if in.State == replicas.StateStopped {
-			fmt.Fprintf(a.stdout, "replica %q stopped\n", id)
+			fmt.Fprintf(o.IO.Out, "replica %q stopped\n", id)
 			return nil
 		}
 		if in.Gone {
 			return fmt.Errorf("replica %q is gone without recording a stop (crashed while draining?)", id)
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("replica %q is still %s after %s", id, in.State, o.timeout)
+			return fmt.Errorf("replica %q is still %s after %s", id, in.State, o.Timeout)
 		}
 		select {
 		case <-ctx.Done():
@@ -226,9 +266,16 @@ func (a *app) drainReplica(ctx context.Context, id string, o replicasDrainOption
 	}
 }
 
-func (a *app) newReplicasForgetCmd() *cobra.Command {
-	var reason string
-	var yes bool
+// replicasForgetOptions are the flags, argument and dependencies of replicas forget.
+type replicasForgetOptions struct {
+	deps
+	ID     string
+	Reason string
+	Yes    bool
+}
+
+func newReplicasForgetCmd(a *app, runF func(context.Context, *replicasForgetOptions) error) *cobra.Command {
+	o := &replicasForgetOptions{deps: a.deps()}
 	cmd := &cobra.Command{
 		Use:   "forget ID [--reason R] [--yes]",
 		Short: "Delete a stopped or gone replica's row",
@@ -240,34 +287,42 @@ deletes and writes an audit row.`,
 		Example: `  studioctl replicas forget web-1-3fa2c1 --reason "host decommissioned"`,
 		Args:    exactArgs("id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			pool, err := a.db(ctx)
-			if err != nil {
-				return err
+			o.ID = args[0]
+			if runF != nil {
+				return runF(cmd.Context(), o)
 			}
-			in, err := replicas.Get(ctx, pool, args[0])
-			if err != nil {
-				return err
-			}
-			if !in.Live {
-				ok, err := a.confirm(fmt.Sprintf("forget replica %q (%s)?", in.ID, in.State), yes)
-				if err != nil || !ok {
-					if err == nil {
-						fmt.Fprintln(a.stderr, "not forgotten")
-					}
-					return err
-				}
-			}
-			in, err = replicas.Forget(ctx, pool, args[0], a.actor(), reason)
-			if err != nil {
-				return err
-			}
-			state, _ := replicaState(in)
-			fmt.Fprintf(a.stdout, "forgot replica %q (%s, last heartbeat %s)\n", in.ID, state, in.HeartbeatAt.Format(time.RFC3339))
-			return nil
+			return replicasForgetRun(cmd.Context(), o)
 		},
 	}
-	cmd.Flags().StringVar(&reason, "reason", "", "why, for the audit log")
-	cmd.Flags().BoolVar(&yes, "yes", false, "do not ask for confirmation")
+	cmd.Flags().StringVar(&o.Reason, "reason", "", "why, for the audit log")
+	cmd.Flags().BoolVar(&o.Yes, "yes", false, "do not ask for confirmation")
 	return cmd
+}
+
+// replicasForgetRun deletes a stopped or gone replica's row.
+func replicasForgetRun(ctx context.Context, o *replicasForgetOptions) error {
+	pool, err := o.DB(ctx)
+	if err != nil {
+		return err
+	}
+	in, err := replicas.Get(ctx, pool, o.ID)
+	if err != nil {
+		return err
+	}
+	if !in.Live {
+		ok, err := o.IO.confirm(fmt.Sprintf("forget replica %q (%s)?", in.ID, in.State), o.Yes)
+		if err != nil || !ok {
+			if err == nil {
+				fmt.Fprintln(o.IO.Err, "not forgotten")
+			}
+			return err
+		}
+	}
+	in, err = replicas.Forget(ctx, pool, o.ID, o.Actor(), o.Reason)
+	if err != nil {
+		return err
+	}
+	state, _ := replicaState(in)
+	fmt.Fprintf(o.IO.Out, "forgot replica %q (%s, last heartbeat %s)\n", in.ID, state, in.HeartbeatAt.Format(time.RFC3339))
+	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -44,9 +45,16 @@ const exitCodesHelp = `Exit codes:
   3  refused for safety (--force would be needed)
   4  not found`
 
-// envForceTTY makes studioctl treat stdin/stdout as a terminal (for tests of
-// the terminal rendering and the confirmation prompt).
+// envForceTTY makes studioctl treat the named streams as terminals, for
+// tests of the terminal rendering, the confirmation prompt and the log
+// format: a comma-separated list of stdin, stdout and stderr; "1" or "all"
+// means all three (docs/output.md).
 const envForceTTY = "STUDIO_FORCE_TTY"
+
+// envNow fixes the time studioctl shows as "now" (RFC 3339): relative times,
+// ages and remaining times in output. A test hook for stable output; it
+// never decides anything, which database time does (docs/output.md).
+const envNow = "STUDIO_NOW"
 
 // cliPoolMaxConns bounds the pool of an operator command.
 const cliPoolMaxConns = 4
@@ -74,22 +82,25 @@ func exitCode(err error) int {
 		return exitNotFound
 	case errors.As(err, &ue), errors.As(err, &ce), errors.Is(err, locks.ErrInvalid), errors.Is(err, output.ErrFormat), errors.Is(err, leases.ErrInvalid),
 		errors.Is(err, jobs.ErrSchedule), jobs.IsConfigError(err),
-		errors.Is(err, migrate.ErrNewerSchema),
-		strings.HasPrefix(err.Error(), "unknown command"):
+		errors.Is(err, migrate.ErrNewerSchema):
 		return exitUsage
 	default:
 		return exitFailure
 	}
 }
 
-// app holds what commands depend on, built per invocation and lazily.
+// app holds what commands depend on, built per invocation and lazily: the
+// factory every command's options take their dependencies from.
 type app struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
 	getenv         func(string) string
 	stdinTTY       bool
 	stdoutTTY      bool
+	stderrTTY      bool
 	now            func() time.Time
+	// nowFixed: STUDIO_NOW set the display clock.
+	nowFixed bool
 
 	// Set by the root's PersistentPreRunE.
 	configFile string
@@ -110,14 +121,45 @@ func Main() int {
 		getenv: os.Getenv, now: time.Now,
 		stdinTTY:  term.IsTerminal(int(os.Stdin.Fd())),
 		stdoutTTY: term.IsTerminal(int(os.Stdout.Fd())),
-	}
-	if os.Getenv(envForceTTY) != "" {
-		a.stdinTTY, a.stdoutTTY = true, true
+		stderrTTY: term.IsTerminal(int(os.Stderr.Fd())),
 	}
 	return a.run(ctx, os.Args[1:])
 }
 
+// applyEnv applies the test hooks of the injected environment: the
+// per-stream terminal override and the display clock.
+func (a *app) applyEnv() error {
+	if v := a.getenv(envForceTTY); v != "" {
+		for _, name := range strings.Split(v, ",") {
+			switch strings.TrimSpace(name) {
+			case "1", "all", "true":
+				a.stdinTTY, a.stdoutTTY, a.stderrTTY = true, true, true
+			case "stdin":
+				a.stdinTTY = true
+			case "stdout":
+				a.stdoutTTY = true
+			case "stderr":
+				a.stderrTTY = true
+			default:
+				return usageErrorf("%s: unknown stream %q: want a comma-separated list of stdin, stdout, stderr (or all)", envForceTTY, name)
+			}
+		}
+	}
+	if v := a.getenv(envNow); v != "" {
+		t, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil {
+			return usageErrorf("%s: %q is not an RFC 3339 time (for example 2026-11-30T07:00:00Z)", envNow, v)
+		}
+		a.now, a.nowFixed = func() time.Time { return t }, true
+	}
+	return nil
+}
+
 func (a *app) run(ctx context.Context, args []string) int {
+	if err := a.applyEnv(); err != nil {
+		fmt.Fprintln(a.stderr, "error:", err)
+		return exitCode(err)
+	}
 	root := a.newRootCmd()
 	root.SetArgs(args)
 	root.SetIn(a.stdin)
@@ -159,15 +201,20 @@ variables or config file entry), studioctl runs a local PostgreSQL of its own
 from the binaries on the machine and says so on stderr.`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
+		// An unknown command is a usage error from this validator, not a
+		// string of cobra's to match.
+		Args: groupArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
 			return a.load(cmd)
 		},
 	}
+	// Every bad flag (unknown, missing value, bad value) is a usage error.
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err: err} })
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.configFile, "config", "", "config file (default ./studio.yaml, then $XDG_CONFIG_HOME/studioctl/config.yaml)")
 	pf.String("database-url", "", "PostgreSQL URL or keyword/value string (env STUDIO_DATABASE_URL)")
-	pf.StringP("output", "o", "table", "output format: table|wide|json|yaml")
+	pf.StringP("output", "o", "table", "output format: table|wide|json|yaml, as the command allows")
 	pf.Bool("no-color", false, "disable colour (also NO_COLOR)")
 	pf.String("actor", "", "who to record in the audit log (default $USER@host)")
 
@@ -177,12 +224,28 @@ from the binaries on the machine and says so on stderr.`,
 		a.newLocksCmd(),
 		a.newReplicasCmd(),
 		a.newLeasesCmd(),
-		a.newEventsCmd(),
+		newEventsCmd(a, nil),
 		a.newMigrateCmd(),
 		a.newEmbeddedCmd(),
 		a.newConfigCmd(),
-		a.newVersionCmd(),
+		newVersionCmd(a, nil),
 	)
+	// Every verb's help names the -o formats it prints.
+	var describe func(*cobra.Command)
+	describe = func(c *cobra.Command) {
+		for _, sub := range c.Commands() {
+			describe(sub)
+		}
+		if c.HasSubCommands() || !c.Runnable() || c == root {
+			return
+		}
+		long := c.Long
+		if long == "" {
+			long = c.Short + "."
+		}
+		c.Long = long + "\n\nOutput (-o): " + joinFormats(commandFormats(c)) + "."
+	}
+	describe(root)
 	// Every command's help ends with the exit codes.
 	root.SetHelpTemplate(root.HelpTemplate() + "\n" + exitCodesHelp + "\n")
 	return root
@@ -203,10 +266,59 @@ func (a *app) load(cmd *cobra.Command) error {
 	}
 	f, err := output.ParseFormat(cfg.Output)
 	if err != nil {
-		return err
+		return &usageError{err: err}
+	}
+	allowed := commandFormats(cmd)
+	if !slices.Contains(allowed, f) {
+		if pf.Changed("output") {
+			return usageErrorf("-o/--output %s: %q does not print %s; it allows %s", f, cmd.CommandPath(), f, joinFormats(allowed))
+		}
+		// A default from the environment or the config file that this
+		// command cannot print falls back to its table.
+		f = output.Table
 	}
 	a.cfg, a.format = cfg, f
 	return nil
+}
+
+// formatsAnnotation names the -o values a command allows, comma-separated.
+const formatsAnnotation = "studioctl/output-formats"
+
+// withFormats declares the -o values cmd allows; a command that declares
+// none allows only the table (its plain text).
+func withFormats(cmd *cobra.Command, fs ...output.Format) *cobra.Command {
+	if cmd.Annotations == nil {
+		cmd.Annotations = map[string]string{}
+	}
+	names := make([]string, len(fs))
+	for i, f := range fs {
+		names[i] = string(f)
+	}
+	cmd.Annotations[formatsAnnotation] = strings.Join(names, ",")
+	return cmd
+}
+
+// listFormats are the formats of every list command.
+var listFormats = []output.Format{output.Table, output.Wide, output.JSON, output.YAML}
+
+func commandFormats(cmd *cobra.Command) []output.Format {
+	v := cmd.Annotations[formatsAnnotation]
+	if v == "" {
+		return []output.Format{output.Table}
+	}
+	var fs []output.Format
+	for _, n := range strings.Split(v, ",") {
+		fs = append(fs, output.Format(n))
+	}
+	return fs
+}
+
+func joinFormats(fs []output.Format) string {
+	names := make([]string, len(fs))
+	for i, f := range fs {
+		names[i] = string(f)
+	}
+	return strings.Join(names, ", ")
 }
 
 // printer returns a printer for stdout.
@@ -215,12 +327,12 @@ func (a *app) printer() *output.Printer {
 	return output.New(a.stdout, a.format, output.Options{Terminal: a.stdoutTTY, NoColor: noColor, Now: a.now})
 }
 
-// actor is --actor, or $USER@host.
+// actor is --actor, or $USER@host from the injected environment.
 func (a *app) actor() string {
 	if a.cfg.Actor != "" {
 		return a.cfg.Actor
 	}
-	return audit.DefaultActor()
+	return audit.DefaultActor(a.getenv)
 }
 
 // pgEnvVars, when any is set, mean the user configured a database through
@@ -291,13 +403,57 @@ func (a *app) db(ctx context.Context) (*pgxpool.Pool, error) {
 	return pool, nil
 }
 
+// streams are a command's standard streams and whether stdin is a terminal
+// (stdout's and stderr's are the printer's and the logger's business).
+type streams struct {
+	In       io.Reader
+	Out, Err io.Writer
+	InTTY    bool
+}
+
+// deps are what a command's run function depends on, held in its options
+// struct so a test builds them itself (gh's cmdutil.Factory, kept small).
+// The funcs are called only once the configuration is loaded.
+type deps struct {
+	IO *streams
+	// DB opens (once) the database of this invocation.
+	DB func(context.Context) (*pgxpool.Pool, error)
+	// Printer prints to IO.Out in the format and colour chosen.
+	Printer func() *output.Printer
+	// Now is the display clock (STUDIO_NOW), never a decision's.
+	Now func() time.Time
+	// NowFixed says Now is fixed: ages and remaining times are then shown
+	// from it too, so output is stable.
+	NowFixed bool
+	// Getenv is the injected environment, the only one read.
+	Getenv func(string) string
+	// Actor is who the audit row names.
+	Actor func() string
+	// LockTable is the configured lock table.
+	LockTable func() locks.Table
+}
+
+// deps returns the dependencies every command takes from the app.
+func (a *app) deps() deps {
+	return deps{
+		IO:        &streams{In: a.stdin, Out: a.stdout, Err: a.stderr, InTTY: a.stdinTTY},
+		DB:        a.db,
+		Printer:   a.printer,
+		Now:       a.now,
+		NowFixed:  a.nowFixed,
+		Getenv:    a.getenv,
+		Actor:     a.actor,
+		LockTable: a.lockTable,
+	}
+}
+
 // confirm asks on a terminal unless yes; without a terminal it does not ask.
-func (a *app) confirm(question string, yes bool) (bool, error) {
-	if yes || !a.stdinTTY {
+func (s *streams) confirm(question string, yes bool) (bool, error) {
+	if yes || !s.InTTY {
 		return true, nil
 	}
-	fmt.Fprintf(a.stderr, "%s [y/N] ", question)
-	line, err := bufio.NewReader(a.stdin).ReadString('\n')
+	fmt.Fprintf(s.Err, "%s [y/N] ", question)
+	line, err := bufio.NewReader(s.In).ReadString('\n')
 	if err != nil && line == "" {
 		return false, nil
 	}

@@ -9,7 +9,6 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
-	"golang.org/x/term"
 
 	"github.com/studioctl/studioctl/internal/host"
 	"github.com/studioctl/studioctl/internal/jobs"
@@ -62,7 +61,7 @@ Logs go to stderr: text on a terminal, JSON otherwise.`,
 }
 
 func (a *app) logger() *slog.Logger {
-	if f, ok := a.stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+	if a.stderrTTY {
 		return slog.New(slog.NewTextHandler(a.stderr, nil))
 	}
 	return slog.New(slog.NewJSONHandler(a.stderr, nil))

@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -36,6 +39,11 @@ func TestMain(m *testing.M) {
 	})
 }
 
+// envUpdateScripts, set to 1, rewrites each failing `cmp stdout golden`'s
+// golden section in the script with the output got (testscript's
+// UpdateScripts): STUDIO_UPDATE_SCRIPTS=1 go test ./cmd/studioctl -run TestScripts.
+const envUpdateScripts = "STUDIO_UPDATE_SCRIPTS"
+
 // TestScripts runs testdata/scripts/*.txtar against the real binary, each
 // with a fresh migrated database in $STUDIO_DATABASE_URL.
 func TestScripts(t *testing.T) {
@@ -43,6 +51,8 @@ func TestScripts(t *testing.T) {
 	testscript.Run(t, testscript.Params{
 		Dir:                 "../../testdata/scripts",
 		RequireExplicitExec: true,
+		RequireUniqueNames:  true,
+		UpdateScripts:       os.Getenv(envUpdateScripts) == "1",
 		Setup: func(env *testscript.Env) error {
 			if down, why := pgtest.Unavailable(); down {
 				return fmt.Errorf("postgresql unavailable: %s", why)
@@ -64,12 +74,13 @@ func TestScripts(t *testing.T) {
 			return nil
 		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
-			"sql":     cmdSQL,
-			"newdb":   cmdNewDB,
-			"pgdir":   cmdPgDir,
-			"waitsql": cmdWaitSQL,
-			"sqlfile": cmdSQLFile,
-			"roleurl": cmdRoleURL,
+			"sql":      cmdSQL,
+			"newdb":    cmdNewDB,
+			"pgdir":    cmdPgDir,
+			"waitsql":  cmdWaitSQL,
+			"sqlfile":  cmdSQLFile,
+			"roleurl":  cmdRoleURL,
+			"exitcode": cmdExitCode,
 		},
 	})
 }
@@ -208,4 +219,28 @@ func cmdRoleURL(ts *testscript.TestScript, neg bool, args []string) {
 		u.User = url.User(args[1])
 	}
 	ts.Setenv(args[0], u.String())
+}
+
+// exitcode runs a program and checks its exit status, keeping its stdout
+// and stderr for the next commands: exitcode N PROGRAM [ARGS...].
+func cmdExitCode(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) < 2 || neg {
+		ts.Fatalf("usage: exitcode N PROGRAM [ARGS...]")
+	}
+	want, err := strconv.Atoi(args[0])
+	if err != nil || want < 0 {
+		ts.Fatalf("usage: exitcode N PROGRAM [ARGS...]: N %q is not an exit status", args[0])
+	}
+	err = ts.Exec(args[1], args[2:]...)
+	got := 0
+	if err != nil {
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) {
+			ts.Fatalf("exitcode: %v", err)
+		}
+		got = ee.ExitCode()
+	}
+	if got != want {
+		ts.Fatalf("exitcode: %s exited %d, want %d", args[1], got, want)
+	}
 }

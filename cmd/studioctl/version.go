@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"runtime"
 	"runtime/debug"
@@ -22,15 +23,29 @@ func buildVersion() string {
 	return version
 }
 
-func (a *app) newVersionCmd() *cobra.Command {
+// versionOptions are the dependencies of version.
+type versionOptions struct {
+	deps
+}
+
+func newVersionCmd(a *app, runF func(context.Context, *versionOptions) error) *cobra.Command {
+	o := &versionOptions{deps: a.deps()}
 	return &cobra.Command{
 		Use:     "version",
 		Short:   "Print the version",
 		Example: "  studioctl version",
 		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			fmt.Fprintf(a.stdout, "studioctl %s %s/%s %s\n", buildVersion(), runtime.GOOS, runtime.GOARCH, runtime.Version())
-			return nil
+			if runF != nil {
+				return runF(cmd.Context(), o)
+			}
+			return versionRun(cmd.Context(), o)
 		},
 	}
+}
+
+// versionRun prints the version, the platform and the Go version.
+func versionRun(_ context.Context, o *versionOptions) error {
+	_, err := fmt.Fprintf(o.IO.Out, "studioctl %s %s/%s %s\n", buildVersion(), runtime.GOOS, runtime.GOARCH, runtime.Version())
+	return err
 }

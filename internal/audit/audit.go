@@ -70,11 +70,12 @@ func Insert(ctx context.Context, q Queryer, e Entry) (int64, error) {
 	return seq, nil
 }
 
-// DefaultActor is $USER@host.
-func DefaultActor() string {
-	u := os.Getenv("USER")
+// DefaultActor is $USER@host, with USER (else LOGNAME) read through getenv,
+// so a command reads only the environment it was given.
+func DefaultActor(getenv func(string) string) string {
+	u := getenv("USER")
 	if u == "" {
-		u = os.Getenv("LOGNAME")
+		u = getenv("LOGNAME")
 	}
 	if u == "" {
 		u = "unknown"

@@ -165,15 +165,25 @@ func Load(file string, getenv func(string) string, flags []FlagBinding) (*Config
 	v := viper.New()
 	for k, d := range defaults {
 		v.SetDefault(k, d)
-		// BindEnv with an explicit name, so the lookup uses getenv-visible
-		// variables only through the process environment viper reads.
-		if err := v.BindEnv(k, EnvName(k)); err != nil {
-			return nil, nil, err
-		}
 	}
 	for _, b := range flags {
 		if err := v.BindPFlag(b.Key, b.Flag); err != nil {
 			return nil, nil, err
+		}
+	}
+	// The environment is read through getenv only (viper's own env binding
+	// would read the process's): a STUDIO_* value overrides the file and
+	// the defaults, and a flag given on the command line overrides it.
+	changed := map[string]bool{}
+	for _, b := range flags {
+		if b.Flag != nil && b.Flag.Changed {
+			changed[b.Key] = true
+		}
+	}
+	envSet := map[string]string{}
+	for k := range defaults {
+		if val := getenv(EnvName(k)); val != "" && !changed[k] {
+			envSet[k] = val
 		}
 	}
 	path, err := findFile(file, getenv)
@@ -189,6 +199,9 @@ func Load(file string, getenv func(string) string, flags []FlagBinding) (*Config
 		if err := checkKeys(path, v.AllSettings(), ""); err != nil {
 			return nil, nil, err
 		}
+	}
+	for k, val := range envSet {
+		v.Set(k, val)
 	}
 	var c Config
 	if err := v.Unmarshal(&c); err != nil {

@@ -122,7 +122,7 @@ func TestLoadPrecedence(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			c, v, err := config.Load(path, noEnv, []config.FlagBinding{{Key: "output", Flag: fs.Lookup("output")}})
+			c, v, err := config.Load(path, os.Getenv, []config.FlagBinding{{Key: "output", Flag: fs.Lookup("output")}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -145,7 +145,7 @@ func TestLoadReadsTypedValuesFromTheEnvironment(t *testing.T) {
 	t.Setenv("STUDIO_DRAIN_DELAY", "250ms")
 	t.Setenv("STUDIO_DATABASE_URL", "postgres://env@h/app")
 	t.Setenv("STUDIO_LOCKS_COLUMNS_LOCK_UNTIL", "until")
-	c, _, err := config.Load("", noEnv, nil)
+	c, _, err := config.Load("", os.Getenv, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +246,7 @@ func TestLoadErrors(t *testing.T) {
 			for k, v := range tt.env {
 				t.Setenv(k, v)
 			}
-			_, _, err := config.Load(path, noEnv, nil)
+			_, _, err := config.Load(path, os.Getenv, nil)
 			if err == nil {
 				t.Fatal("Load: want an error")
 			}
@@ -354,7 +354,7 @@ func TestDrainDelayNeedsAUnitAndSaneBounds(t *testing.T) {
 			if tt.env != "" {
 				t.Setenv("STUDIO_DRAIN_DELAY", tt.env)
 			}
-			c, _, err := config.Load(path, noEnv, nil)
+			c, _, err := config.Load(path, os.Getenv, nil)
 			if tt.wantErr != "" {
 				var ce *config.Error
 				if !errors.As(err, &ce) {
@@ -378,11 +378,37 @@ func TestDrainDelayNeedsAUnitAndSaneBounds(t *testing.T) {
 func TestLoadTrimsWhiteSpaceAroundTheDatabaseURL(t *testing.T) {
 	t.Chdir(t.TempDir())
 	t.Setenv("STUDIO_DATABASE_URL", " \tpostgres://app@h/app\n")
-	c, _, err := config.Load("", noEnv, nil)
+	c, _, err := config.Load("", os.Getenv, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.Database.URL != "postgres://app@h/app" {
 		t.Errorf("Database.URL = %q, want it trimmed", c.Database.URL)
+	}
+}
+
+// The environment is the one Load is given: a STUDIO_* variable of the
+// process that getenv does not show is not read, and one getenv shows is.
+func TestLoadReadsOnlyTheGivenEnvironment(t *testing.T) {
+	t.Setenv("STUDIO_OUTPUT", "yaml")
+	t.Chdir(t.TempDir())
+	c, _, err := config.Load("", noEnv, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Output != "table" {
+		t.Errorf("Output = %q from the process environment, want the default table", c.Output)
+	}
+	c, _, err = config.Load("", func(k string) string {
+		if k == "STUDIO_OUTPUT" {
+			return "json"
+		}
+		return ""
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Output != "json" {
+		t.Errorf("Output = %q, want json from the given environment", c.Output)
 	}
 }

@@ -85,26 +85,27 @@ func TestTable(t *testing.T) {
 		format    Format
 		opts      Options
 		wantColor bool
+		tsv       bool
 		wantLines []string
 	}{
 		{
-			name: "a table off a terminal is aligned by display width without colour", format: Table,
-			opts: Options{},
+			name: "a table off a terminal is tab-separated without colour, empty cells empty", format: Table,
+			opts: Options{}, tsv: true,
 			wantLines: []string{
-				"NAME     STATE     NOTE",
-				"alpha    live      ok",
-				"日本語   crashed   x",
-				"b        -         -",
+				"NAME\tSTATE\tNOTE",
+				"alpha\tlive\tok",
+				"日本語\tcrashed\tx",
+				"b\t\t",
 			},
 		},
 		{
-			name: "a wide table adds the wide columns and prints - for empty cells", format: Wide,
-			opts: Options{},
+			name: "a wide table off a terminal adds the wide columns, tab-separated", format: Wide,
+			opts: Options{}, tsv: true,
 			wantLines: []string{
-				"NAME     STATE     HOST       NOTE",
-				"alpha    live      h1         ok",
-				"日本語   crashed   -          x",
-				"b        -         host-two   -",
+				"NAME\tSTATE\tHOST\tNOTE",
+				"alpha\tlive\th1\tok",
+				"日本語\tcrashed\t\tx",
+				"b\t\thost-two\t",
 			},
 		},
 		{
@@ -154,6 +155,9 @@ func TestTable(t *testing.T) {
 			got := strings.Split(strings.TrimSuffix(plain, "\n"), "\n")
 			if strings.Join(got, "\n") != strings.Join(tt.wantLines, "\n") {
 				t.Fatalf("table =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(tt.wantLines, "\n"))
+			}
+			if tt.tsv {
+				return
 			}
 			// Every line's cells start at the same display columns.
 			first := columnStarts(got[0])
@@ -324,5 +328,26 @@ func TestFormatAndTerminalAccessors(t *testing.T) {
 				t.Fatalf("Format %q Terminal %v Structured %v", p.Format(), p.Terminal(), p.Structured())
 			}
 		})
+	}
+}
+
+// A piped table splits on tabs whatever the values hold: a value with spaces
+// stays one field, and a tab or newline inside a value becomes a space.
+func TestPipedTableSplitsOnTabs(t *testing.T) {
+	var buf bytes.Buffer
+	p := New(&buf, Table, Options{})
+	cols := []Column{{Header: "ID"}, {Header: "SCHEDULE"}, {Header: "ERROR"}}
+	rows := [][]Cell{{{Text: "nightly"}, {Text: "cron 0 3 * * *", Tone: Good}, {Text: "exit 1\tthen\nmore"}}}
+	if err := p.Print(nil, cols, rows); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("got %d lines, want 2: %q", len(lines), buf.String())
+	}
+	got := strings.Split(lines[1], "\t")
+	want := []string{"nightly", "cron 0 3 * * *", "exit 1 then more"}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Fatalf("fields = %q, want %q", got, want)
 	}
 }
