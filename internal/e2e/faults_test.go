@@ -396,7 +396,7 @@ func exhaustPool(t *testing.T, hold time.Duration) poolResult {
 	}
 	sigs := make(chan os.Signal, 2)
 	done := make(chan error, 1)
-	go func() { done <- h.Run(context.Background(), sigs) }()
+	go func() { done <- runHost(h, context.Background(), sigs) }()
 	stop := sync.OnceValue(func() error {
 		sigs <- os.Interrupt
 		select {

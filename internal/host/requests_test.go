@@ -65,7 +65,7 @@ func startReplica(t *testing.T, url, id string) *replica {
 		t.Fatal(err)
 	}
 	r := &replica{h: h, done: make(chan error, 1), sigs: make(chan os.Signal, 2)}
-	go func() { r.done <- h.Run(context.Background(), r.sigs) }()
+	go func() { r.done <- runHost(h, context.Background(), r.sigs) }()
 	select {
 	case r.addr = <-ready:
 	case err := <-r.done:

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/studioctl/studioctl/internal/bus"
+	"github.com/studioctl/studioctl/internal/startstop"
 )
 
 // The batching writer of SPEC §3: per-run writes (status, history) are
@@ -44,15 +45,14 @@ type Store struct {
 	replicaID string
 	log       *slog.Logger
 
-	mu      sync.Mutex
-	runs    map[int64]Run
-	status  map[string]Status
-	kick    chan struct{}
-	seqs    []int64
-	seqMu   sync.Mutex
-	stop    context.CancelFunc
-	done    chan struct{}
-	once    sync.Once
+	mu     sync.Mutex
+	runs   map[int64]Run
+	status map[string]Status
+	kick   chan struct{}
+	seqs   []int64
+	seqMu  sync.Mutex
+	startstop.Base
+	final   sync.Once // the last flush, after the writer ended
 	failing bool
 
 	flushes, statements int64 // for measurements
@@ -64,22 +64,33 @@ func NewStore(q Querier, replicaID string, log *slog.Logger) *Store {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Store{q: q, replicaID: replicaID, log: log, runs: map[int64]Run{}, status: map[string]Status{},
-		kick: make(chan struct{}, 1), done: make(chan struct{})}
+		kick: make(chan struct{}, 1)}
 }
 
-// Start runs the writer goroutine until Stop.
-func (s *Store) Start(ctx context.Context) {
-	ctx, s.stop = context.WithCancel(ctx)
-	go s.loop(ctx)
+// Start takes the first block of run seqs, which fails for real when the
+// database cannot be written (a standby, a missing grant), then runs the
+// writer goroutine until Stop.
+func (s *Store) Start(ctx context.Context) error {
+	runCtx, err := s.StartInit(ctx)
+	if err != nil {
+		return fmt.Errorf("start run store: %w", err)
+	}
+	if err := s.fillSeqs(ctx); err != nil {
+		s.StartFailed()
+		return fmt.Errorf("start run store: %w", err)
+	}
+	if !s.Go(func() { s.loop(runCtx) }) {
+		return fmt.Errorf("start run store: %w", startstop.ErrStopped)
+	}
+	s.MarkStarted()
+	return nil
 }
 
-// Stop flushes what is pending and ends the writer. Safe to call twice.
+// Stop ends the writer, then flushes what is pending. Safe to call twice,
+// concurrently, and without Start (it still flushes).
 func (s *Store) Stop() {
-	s.once.Do(func() {
-		if s.stop != nil {
-			s.stop()
-			<-s.done
-		}
+	s.Base.Stop()
+	s.final.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
 		defer cancel()
 		if err := s.Flush(ctx); err != nil {
@@ -89,7 +100,6 @@ func (s *Store) Stop() {
 }
 
 func (s *Store) loop(ctx context.Context) {
-	defer close(s.done)
 	t := time.NewTicker(FlushEvery)
 	defer t.Stop()
 	for {
@@ -125,30 +135,45 @@ func (s *Store) loop(ctx context.Context) {
 func (s *Store) NextSeq(ctx context.Context) (int64, error) {
 	s.seqMu.Lock()
 	defer s.seqMu.Unlock()
-	if len(s.seqs) == 0 {
-		rows, err := s.q.Query(ctx, `SELECT nextval(pg_get_serial_sequence('studio_job_run', 'seq')) FROM generate_series(1, $1)`, seqBlock)
-		if err != nil {
-			return 0, fmt.Errorf("allocate run seqs: %w", err)
-		}
-		for rows.Next() {
-			var n int64
-			if err := rows.Scan(&n); err != nil {
-				rows.Close()
-				return 0, fmt.Errorf("allocate run seqs: %w", err)
-			}
-			s.seqs = append(s.seqs, n)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return 0, fmt.Errorf("allocate run seqs: %w", err)
-		}
-		if len(s.seqs) == 0 {
-			return 0, fmt.Errorf("allocate run seqs: the sequence returned no values")
-		}
+	if err := s.fillSeqsLocked(ctx); err != nil {
+		return 0, err
 	}
 	n := s.seqs[0]
 	s.seqs = s.seqs[1:]
 	return n, nil
+}
+
+// fillSeqs takes a block of run seqs unless some are left.
+func (s *Store) fillSeqs(ctx context.Context) error {
+	s.seqMu.Lock()
+	defer s.seqMu.Unlock()
+	return s.fillSeqsLocked(ctx)
+}
+
+func (s *Store) fillSeqsLocked(ctx context.Context) error {
+	if len(s.seqs) > 0 {
+		return nil
+	}
+	rows, err := s.q.Query(ctx, `SELECT nextval(pg_get_serial_sequence('studio_job_run', 'seq')) FROM generate_series(1, $1)`, seqBlock)
+	if err != nil {
+		return fmt.Errorf("allocate run seqs: %w", err)
+	}
+	for rows.Next() {
+		var n int64
+		if err := rows.Scan(&n); err != nil {
+			rows.Close()
+			return fmt.Errorf("allocate run seqs: %w", err)
+		}
+		s.seqs = append(s.seqs, n)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("allocate run seqs: %w", err)
+	}
+	if len(s.seqs) == 0 {
+		return fmt.Errorf("allocate run seqs: the sequence returned no values")
+	}
+	return nil
 }
 
 // Storable makes text fit a text column: valid UTF-8, no NUL bytes.

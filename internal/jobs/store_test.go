@@ -571,7 +571,9 @@ func TestTheWriterFlushesOnItsOwnAndStopFlushesWhatIsLeft(t *testing.T) {
 	t.Parallel()
 	pool, _ := newPool(t)
 	s := jobs.NewStore(pool, "replica-1", nil)
-	s.Start(context.Background())
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	stopped := false
 	defer func() {
 		if !stopped {

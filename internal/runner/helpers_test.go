@@ -225,8 +225,10 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	store := jobs.NewStore(pool, replicaID, nil)
-	store.Start(context.Background())
 	t.Cleanup(store.Stop)
+	if err := store.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	return &env{t: t, pool: pool, clk: clock.NewFake(t0), store: store, settings: jobs.NewSettingsCache(pool),
 		locks: provider, reg: prometheus.NewRegistry(), logs: &syncBuffer{}}
 }
@@ -246,7 +248,7 @@ func (e *env) job(id string, scope jobs.Scope, d time.Duration, ft *fakeTask) jo
 // options are the runner options of env; tests adjust them before start.
 func (e *env) options(js ...jobs.Job) runner.Options {
 	return runner.Options{
-		ReplicaID: replicaID, Jobs: js, Locks: e.locks, Store: e.store, Settings: e.settings,
+		ReplicaID: replicaID, Jobs: js, Locks: runner.LocksOf(e.locks), Store: e.store, Settings: e.settings,
 		Clock: e.clk, Logger: slog.New(slog.NewTextHandler(e.logs, nil)), Metrics: e.reg,
 		ShutdownWait: 5 * time.Second,
 		InitialDelay: func(jobs.Job) time.Duration { return 0 },
@@ -261,7 +263,7 @@ func (e *env) start(o runner.Options) *runner.Runner {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	if err := r.Start(e.t.Context(), nil); err != nil {
+	if err := r.Start(e.t.Context()); err != nil {
 		e.t.Fatal(err)
 	}
 	e.r = r
