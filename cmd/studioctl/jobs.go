@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/studioctl/studioctl/internal/jobs"
+	"github.com/studioctl/studioctl/internal/jobstore"
 	"github.com/studioctl/studioctl/internal/output"
 )
 
@@ -82,7 +83,7 @@ func outcomeTone(o jobs.Outcome) output.Tone {
 	return output.Plain
 }
 
-func jobRow(p *output.Printer, v jobs.View) []output.Cell {
+func jobRow(p *output.Printer, v jobstore.View) []output.Cell {
 	errText := v.LastError
 	if v.InvalidSchedule != "" {
 		errText = v.InvalidSchedule
@@ -99,9 +100,9 @@ func jobRow(p *output.Printer, v jobs.View) []output.Cell {
 	}
 }
 
-func (a *app) printJobViews(views []jobs.View) error {
+func (a *app) printJobViews(views []jobstore.View) error {
 	p := a.printer()
-	data := make([]jobs.ViewJSON, 0, len(views))
+	data := make([]jobstore.ViewJSON, 0, len(views))
 	rows := make([][]output.Cell, 0, len(views))
 	for _, v := range views {
 		data = append(data, v.JSON())
@@ -110,19 +111,19 @@ func (a *app) printJobViews(views []jobs.View) error {
 	return p.Print(data, jobColumns, rows)
 }
 
-func (a *app) jobViews(ctx context.Context, id string) ([]jobs.View, []jobs.ReplicaStatus, time.Time, error) {
+func (a *app) jobViews(ctx context.Context, id string) ([]jobstore.View, []jobstore.ReplicaStatus, time.Time, error) {
 	pool, err := a.db(ctx)
 	if err != nil {
 		return nil, nil, time.Time{}, err
 	}
-	rows, now, err := jobs.ReadStatus(ctx, pool, id)
+	rows, now, err := jobstore.ReadStatus(ctx, pool, id)
 	if err != nil {
 		return nil, nil, now, err
 	}
 	if id != "" && len(rows) == 0 {
-		return nil, nil, now, fmt.Errorf("job %q: %w (no replica has reported it)", id, jobs.ErrUnknownJob)
+		return nil, nil, now, fmt.Errorf("job %q: %w (no replica has reported it)", id, jobstore.ErrUnknownJob)
 	}
-	return jobs.Merge(rows, now), rows, now, nil
+	return jobstore.Merge(rows, now), rows, now, nil
 }
 
 func (a *app) newJobsListCmd() *cobra.Command {
@@ -178,7 +179,7 @@ func (a *app) newJobsStatusCmd() *cobra.Command {
 
 // printJobDetail is jobs status ID as a table: the merged job, one row per
 // replica, and the last runs.
-func (a *app) printJobDetail(ctx context.Context, v jobs.View, rows []jobs.ReplicaStatus, now time.Time) error {
+func (a *app) printJobDetail(ctx context.Context, v jobstore.View, rows []jobstore.ReplicaStatus, now time.Time) error {
 	p := a.printer()
 	if err := p.Print(nil, jobColumns, [][]output.Cell{jobRow(p, v)}); err != nil {
 		return err
@@ -186,7 +187,7 @@ func (a *app) printJobDetail(ctx context.Context, v jobs.View, rows []jobs.Repli
 	fmt.Fprintln(a.stdout)
 	per := make([][]output.Cell, 0, len(rows))
 	for _, r := range rows {
-		single := jobs.Merge([]jobs.ReplicaStatus{{Status: r.Status, Live: true}}, now)[0]
+		single := jobstore.Merge([]jobstore.ReplicaStatus{{Status: r.Status, Live: true}}, now)[0]
 		replica := r.ReplicaID
 		if !r.Live {
 			replica += " (gone)"
@@ -204,7 +205,7 @@ func (a *app) printJobDetail(ctx context.Context, v jobs.View, rows []jobs.Repli
 	if err != nil {
 		return err
 	}
-	runs, err := jobs.History(ctx, pool, v.ID, statusRecentRuns)
+	runs, err := jobstore.History(ctx, pool, v.ID, statusRecentRuns)
 	if err != nil {
 		return err
 	}
@@ -280,12 +281,12 @@ func (a *app) newJobsHistoryCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			runs, err := jobs.History(ctx, pool, args[0], limit)
+			runs, err := jobstore.History(ctx, pool, args[0], limit)
 			if err != nil {
 				return err
 			}
 			if len(runs) == 0 {
-				if err := jobs.Known(ctx, pool, args[0]); err != nil {
+				if err := jobstore.Known(ctx, pool, args[0]); err != nil {
 					return err
 				}
 			}
@@ -307,12 +308,12 @@ func (o *jobChangeOptions) flags(cmd *cobra.Command) {
 }
 
 // changeJob confirms, applies and reports one settings change.
-func (a *app) changeJob(ctx context.Context, id, what string, o jobChangeOptions, c jobs.Change) error {
+func (a *app) changeJob(ctx context.Context, id, what string, o jobChangeOptions, c jobstore.Change) error {
 	pool, err := a.db(ctx)
 	if err != nil {
 		return err
 	}
-	if err := jobs.Known(ctx, pool, id); err != nil {
+	if err := jobstore.Known(ctx, pool, id); err != nil {
 		return err
 	}
 	ok, err := a.confirm(fmt.Sprintf("%s job %q?", what, id), o.yes)
@@ -323,8 +324,8 @@ func (a *app) changeJob(ctx context.Context, id, what string, o jobChangeOptions
 		return err
 	}
 	c.Actor, c.Reason = a.actor(), o.reason
-	s, err := jobs.ApplyChange(ctx, pool, id, c)
-	unchanged := errors.Is(err, jobs.ErrUnchanged)
+	s, err := jobstore.ApplyChange(ctx, pool, id, c)
+	unchanged := errors.Is(err, jobstore.ErrUnchanged)
 	if err != nil && !unchanged {
 		return err
 	}
@@ -356,7 +357,7 @@ func (a *app) newJobsPauseCmd(pause bool) *cobra.Command {
 			if err := jobs.ValidateID(args[0]); err != nil {
 				return usageErrorf("job id: %v", err)
 			}
-			return a.changeJob(cmd.Context(), args[0], verb, o, jobs.Change{Pause: &pause})
+			return a.changeJob(cmd.Context(), args[0], verb, o, jobstore.Change{Pause: &pause})
 		},
 	}
 	o.flags(cmd)
@@ -409,7 +410,7 @@ nothing. Cron is always read in UTC (a CRON_TZ= prefix is refused).`,
 				}
 				sched = s
 			}
-			return a.changeJob(cmd.Context(), args[0], "reschedule", o, jobs.Change{Schedule: &sched})
+			return a.changeJob(cmd.Context(), args[0], "reschedule", o, jobstore.Change{Schedule: &sched})
 		},
 	}
 	cmd.Flags().StringVar(&every, "every", "", "fixed delay between the end of a run and the next fire")
@@ -442,7 +443,7 @@ the job exits 1. See docs/control.md.`,
 			if err != nil {
 				return err
 			}
-			if err := jobs.Known(ctx, pool, args[0]); err != nil {
+			if err := jobstore.Known(ctx, pool, args[0]); err != nil {
 				return err
 			}
 			ok, err := a.confirm(fmt.Sprintf("trigger job %q?", args[0]), o.yes)
@@ -452,7 +453,7 @@ the job exits 1. See docs/control.md.`,
 				}
 				return err
 			}
-			if _, err := jobs.Trigger(ctx, pool, args[0], a.actor(), o.reason); err != nil {
+			if _, err := jobstore.Trigger(ctx, pool, args[0], a.actor(), o.reason); err != nil {
 				return err
 			}
 			fmt.Fprintf(a.stdout, "triggered job %q\n", args[0])

@@ -22,7 +22,7 @@ type stop struct {
 func (h *Host) stops(drained bool) []stop {
 	return []stop{
 		{"mark draining", func() {
-			if !drained || h.lost.Load() {
+			if !drained || h.lost.Load() || !h.registered.Load() {
 				return
 			}
 			// Readiness fails at once.

@@ -23,6 +23,7 @@ import (
 	"github.com/studioctl/studioctl/internal/clock"
 	"github.com/studioctl/studioctl/internal/db"
 	"github.com/studioctl/studioctl/internal/jobs"
+	"github.com/studioctl/studioctl/internal/jobstore"
 	"github.com/studioctl/studioctl/internal/locks"
 	"github.com/studioctl/studioctl/internal/migrate"
 	"github.com/studioctl/studioctl/internal/replicas"
@@ -111,7 +112,7 @@ type Host struct {
 	registry *replicas.Registry
 	listener *bus.Listener
 	runner   *runner.Runner
-	store    *jobs.Store
+	store    *jobstore.Store
 	http     *httpServer
 	metrics  *prometheus.Registry
 	req      *requests // claims control requests (requests.go)
@@ -326,15 +327,15 @@ func (h *Host) start(ctx context.Context) (err error) {
 func (h *Host) newRunner() (err error) {
 	list := make([]jobs.Job, 0, len(h.o.Jobs)+1)
 	if !h.o.NoHousekeeping {
-		list = append(list, jobs.Housekeeping(h.pool))
+		list = append(list, jobstore.Housekeeping(h.pool))
 	}
 	for _, j := range h.o.Jobs {
 		j.Bind(h.pool)
 		list = append(list, j)
 	}
-	h.store = jobs.NewStore(h.pool, h.o.ID, h.log)
+	h.store = jobstore.NewStore(h.pool, h.o.ID, h.log)
 	h.runner, err = runner.New(runner.Options{
-		ReplicaID: h.o.ID, Jobs: list, Locks: runner.LocksOf(h.provider), Store: h.store, Settings: jobs.NewSettingsCache(h.pool),
+		ReplicaID: h.o.ID, Jobs: list, Locks: runner.LocksOf(h.provider), Store: h.store, Settings: jobstore.NewSettingsCache(h.pool),
 		Clock: h.o.Clock, Logger: h.log, Metrics: h.metrics, ShutdownWait: h.o.ShutdownWait,
 		Secrets: []string{h.pool.Config().ConnConfig.Password}, // from the URL, PGPASSWORD or the passfile
 	})
@@ -558,13 +559,13 @@ func (h *Host) newMetrics() *prometheus.Registry {
 			ConstLabels: prometheus.Labels{"kind": replicas.RequestKindDrain}},
 			func() float64 { return float64(h.req.drainsClaimed.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "studio_control_requests_claimed_total", Help: "Control requests (studio_request rows) this replica claimed.",
-			ConstLabels: prometheus.Labels{"kind": jobs.RequestKindTrigger}},
+			ConstLabels: prometheus.Labels{"kind": jobstore.RequestKindTrigger}},
 			func() float64 { return float64(h.req.triggersClaimed.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "studio_control_signals_without_request_total", Help: "Drain or trigger signals that found no request for this replica to claim.",
 			ConstLabels: prometheus.Labels{"kind": replicas.RequestKindDrain}},
 			func() float64 { return float64(h.req.drainsEmpty.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "studio_control_signals_without_request_total", Help: "Drain or trigger signals that found no request for this replica to claim.",
-			ConstLabels: prometheus.Labels{"kind": jobs.RequestKindTrigger}},
+			ConstLabels: prometheus.Labels{"kind": jobstore.RequestKindTrigger}},
 			func() float64 { return float64(h.req.triggersEmpty.Load()) }),
 	)
 	reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))

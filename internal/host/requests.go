@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/studioctl/studioctl/internal/jobs"
+	"github.com/studioctl/studioctl/internal/jobstore"
 	"github.com/studioctl/studioctl/internal/replicas"
 	"github.com/studioctl/studioctl/internal/startstop"
 )
@@ -176,7 +176,7 @@ func (q *requests) claim(ctx context.Context, h *Host, drain, all bool, signalle
 		return firstErr
 	}
 	sort.Strings(ids)
-	got, err := jobs.ClaimTriggers(ctx, h.pool, ids, h.o.ID, h.registry.Incarnation())
+	got, err := jobstore.ClaimTriggers(ctx, h.pool, ids, h.o.ID, h.registry.Incarnation())
 	if err != nil {
 		if firstErr == nil {
 			firstErr = err

@@ -16,6 +16,7 @@ import (
 	"github.com/studioctl/studioctl/internal/clock"
 	"github.com/studioctl/studioctl/internal/db"
 	"github.com/studioctl/studioctl/internal/jobs"
+	"github.com/studioctl/studioctl/internal/jobstore"
 	"github.com/studioctl/studioctl/internal/locks"
 	"github.com/studioctl/studioctl/internal/pgtest"
 	"github.com/studioctl/studioctl/internal/runner"
@@ -203,8 +204,8 @@ type env struct {
 	t        *testing.T
 	pool     *pgxpool.Pool
 	clk      *clock.Fake
-	store    *jobs.Store
-	settings *jobs.SettingsCache
+	store    *jobstore.Store
+	settings *jobstore.SettingsCache
 	locks    *locks.Provider
 	reg      *prometheus.Registry
 	logs     *syncBuffer
@@ -224,12 +225,12 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store := jobs.NewStore(pool, replicaID, nil)
+	store := jobstore.NewStore(pool, replicaID, nil)
 	t.Cleanup(store.Stop)
 	if err := store.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	return &env{t: t, pool: pool, clk: clock.NewFake(t0), store: store, settings: jobs.NewSettingsCache(pool),
+	return &env{t: t, pool: pool, clk: clock.NewFake(t0), store: store, settings: jobstore.NewSettingsCache(pool),
 		locks: provider, reg: prometheus.NewRegistry(), logs: &syncBuffer{}}
 }
 
@@ -319,7 +320,7 @@ func (e *env) flush() {
 func (e *env) history(id string) []jobs.Run {
 	e.t.Helper()
 	e.flush()
-	runs, err := jobs.History(e.t.Context(), e.pool, id, 100)
+	runs, err := jobstore.History(e.t.Context(), e.pool, id, 100)
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/studioctl/studioctl/internal/clock"
 	"github.com/studioctl/studioctl/internal/jobs"
+	"github.com/studioctl/studioctl/internal/jobstore"
 	"github.com/studioctl/studioctl/internal/locks"
 	"github.com/studioctl/studioctl/internal/runner"
 	"github.com/studioctl/studioctl/internal/tasks"
@@ -134,7 +135,7 @@ func TestARunThatEndsAfterItsNextFireWasDueCountsAsAnOverrun(t *testing.T) {
 	}
 
 	e.flush()
-	rows, _, err := jobs.ReadStatus(t.Context(), e.pool, "overrun")
+	rows, _, err := jobstore.ReadStatus(t.Context(), e.pool, "overrun")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +243,7 @@ func TestAnInstallationJobSkipsTicksWhileAnotherHolderHasItsLock(t *testing.T) {
 		t.Fatalf("lock held by %q; want replica-b", row.LockedBy)
 	}
 	e.flush()
-	rows, _, err := jobs.ReadStatus(t.Context(), e.pool, "shared")
+	rows, _, err := jobstore.ReadStatus(t.Context(), e.pool, "shared")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -363,7 +364,7 @@ func TestAPausedJobDoesNotRunAndResumesWithoutARestart(t *testing.T) {
 	e.flush() // the status row that ApplyChange looks for
 
 	pause, resume := true, false
-	if _, err := jobs.ApplyChange(t.Context(), e.pool, "pausable", jobs.Change{Pause: &pause, Actor: "test", Reason: "maintenance"}); err != nil {
+	if _, err := jobstore.ApplyChange(t.Context(), e.pool, "pausable", jobstore.Change{Pause: &pause, Actor: "test", Reason: "maintenance"}); err != nil {
 		t.Fatal(err)
 	}
 	r.SettingsChanged("pausable")
@@ -380,7 +381,7 @@ func TestAPausedJobDoesNotRunAndResumesWithoutARestart(t *testing.T) {
 		}
 	}
 
-	if _, err := jobs.ApplyChange(t.Context(), e.pool, "pausable", jobs.Change{Pause: &resume, Actor: "test"}); err != nil {
+	if _, err := jobstore.ApplyChange(t.Context(), e.pool, "pausable", jobstore.Change{Pause: &resume, Actor: "test"}); err != nil {
 		t.Fatal(err)
 	}
 	r.SettingsChanged("pausable")
@@ -423,7 +424,7 @@ func TestAScheduleOverrideAppliesWithoutARestartAndAMalformedOneIsRetriedEveryMi
 
 	// every 30s, from the end of the last run.
 	thirty := every(t, 30*time.Second)
-	if _, err := jobs.ApplyChange(t.Context(), e.pool, "report", jobs.Change{Schedule: &thirty, Actor: "test"}); err != nil {
+	if _, err := jobstore.ApplyChange(t.Context(), e.pool, "report", jobstore.Change{Schedule: &thirty, Actor: "test"}); err != nil {
 		t.Fatal(err)
 	}
 	r.SettingsChanged("report")
@@ -461,7 +462,7 @@ ON CONFLICT (job_id) DO UPDATE SET schedule = EXCLUDED.schedule`, "report", bad)
 		t.Errorf("health %q; want %q", h, jobs.HealthInvalidSchedule)
 	}
 	e.flush()
-	rows, _, err := jobs.ReadStatus(t.Context(), e.pool, "report")
+	rows, _, err := jobstore.ReadStatus(t.Context(), e.pool, "report")
 	if err != nil {
 		t.Fatal(err)
 	}

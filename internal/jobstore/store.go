@@ -1,14 +1,18 @@
-package jobs
+// Package jobstore keeps the job model of internal/jobs in PostgreSQL: the
+// batching writer of status and history (Store, a startstop service), the
+// reads behind jobs list/status/history and /v1/jobs, operator settings and
+// trigger requests, and the built-in housekeeping job's statements.
+package jobstore
 
 import (
 	"context"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/studioctl/studioctl/internal/bus"
+	"github.com/studioctl/studioctl/internal/jobs"
 	"github.com/studioctl/studioctl/internal/startstop"
 )
 
@@ -26,19 +30,6 @@ const (
 	flushTimeout = 10 * time.Second
 )
 
-// Run is one execution (a studio_job_run row).
-type Run struct {
-	Seq        int64
-	JobID      string
-	ReplicaID  string
-	Cluster    string
-	StartedAt  time.Time
-	FinishedAt *time.Time
-	Outcome    Outcome
-	Error      string
-	OutputTail string
-}
-
 // Store writes status and history for one replica through a batching writer.
 type Store struct {
 	q         Querier
@@ -46,8 +37,8 @@ type Store struct {
 	log       *slog.Logger
 
 	mu     sync.Mutex
-	runs   map[int64]Run
-	status map[string]Status
+	runs   map[int64]jobs.Run
+	status map[string]jobs.Status
 	kick   chan struct{}
 	seqs   []int64
 	seqMu  sync.Mutex
@@ -63,7 +54,7 @@ func NewStore(q Querier, replicaID string, log *slog.Logger) *Store {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Store{q: q, replicaID: replicaID, log: log, runs: map[int64]Run{}, status: map[string]Status{},
+	return &Store{q: q, replicaID: replicaID, log: log, runs: map[int64]jobs.Run{}, status: map[string]jobs.Status{},
 		kick: make(chan struct{}, 1)}
 }
 
@@ -176,14 +167,9 @@ func (s *Store) fillSeqsLocked(ctx context.Context) error {
 	return nil
 }
 
-// Storable makes text fit a text column: valid UTF-8, no NUL bytes.
-func Storable(t string) string {
-	return strings.ToValidUTF8(strings.ReplaceAll(t, "\x00", ""), "\uFFFD")
-}
-
 // PutRun queues a run row (the latest version of a seq wins).
-func (s *Store) PutRun(r Run) {
-	r.Error, r.OutputTail = Storable(r.Error), Storable(r.OutputTail)
+func (s *Store) PutRun(r jobs.Run) {
+	r.Error, r.OutputTail = jobs.Storable(r.Error), jobs.Storable(r.OutputTail)
 	s.mu.Lock()
 	s.runs[r.Seq] = r
 	n := len(s.runs) + len(s.status)
@@ -192,8 +178,8 @@ func (s *Store) PutRun(r Run) {
 }
 
 // PutStatus queues a status snapshot (the latest per job wins).
-func (s *Store) PutStatus(st Status) {
-	st.LastError, st.InvalidSchedule = Storable(st.LastError), Storable(st.InvalidSchedule)
+func (s *Store) PutStatus(st jobs.Status) {
+	st.LastError, st.InvalidSchedule = jobs.Storable(st.LastError), jobs.Storable(st.InvalidSchedule)
 	s.mu.Lock()
 	s.status[st.JobID] = st
 	n := len(s.runs) + len(s.status)
@@ -222,7 +208,7 @@ func (s *Store) Stats() (flushes, statements int64) {
 func (s *Store) Flush(ctx context.Context) error {
 	s.mu.Lock()
 	runs, status := s.runs, s.status
-	s.runs, s.status = map[int64]Run{}, map[string]Status{}
+	s.runs, s.status = map[int64]jobs.Run{}, map[string]jobs.Status{}
 	s.mu.Unlock()
 	if len(runs) == 0 && len(status) == 0 {
 		return nil
@@ -280,7 +266,7 @@ ON CONFLICT (replica_id, job_id) DO UPDATE SET scope = EXCLUDED.scope, schedule 
   overruns = EXCLUDED.overruns, skipped_elsewhere = EXCLUDED.skipped_elsewhere,
   invalid_schedule = EXCLUDED.invalid_schedule, paused = EXCLUDED.paused, updated_at = EXCLUDED.updated_at`
 
-func (s *Store) write(ctx context.Context, runs map[int64]Run, status map[string]Status) error {
+func (s *Store) write(ctx context.Context, runs map[int64]jobs.Run, status map[string]jobs.Status) error {
 	tx, err := s.q.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("write job history: %w", err)
@@ -343,14 +329,14 @@ func (s *Store) write(ctx context.Context, runs map[int64]Run, status map[string
 
 // LoadStatus reads this replica's status rows, so counters survive a
 // restart with the same replica id.
-func (s *Store) LoadStatus(ctx context.Context) (map[string]Status, error) {
+func (s *Store) LoadStatus(ctx context.Context) (map[string]jobs.Status, error) {
 	rows, err := s.q.Query(ctx, `SELECT `+statusColumns+` FROM studio_job_status s WHERE s.replica_id = $1`, s.replicaID)
 	if err != nil {
 		return nil, fmt.Errorf("read job status: %w", err)
 	}
 	defer rows.Close()
-	out := map[string]Status{}
-	if err := scanStatus(rows, nil, func(st Status) { out[st.JobID] = st }); err != nil {
+	out := map[string]jobs.Status{}
+	if err := scanStatus(rows, nil, func(st jobs.Status) { out[st.JobID] = st }); err != nil {
 		return nil, err
 	}
 	return out, nil

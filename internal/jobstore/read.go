@@ -1,4 +1,4 @@
-package jobs
+package jobstore
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/studioctl/studioctl/internal/jobs"
 	"github.com/studioctl/studioctl/internal/liveness"
 )
 
@@ -20,9 +21,9 @@ const statusColumns = `s.replica_id, s.job_id, s.scope, s.schedule, s.next_fire_
 
 // scanStatus reads rows that start with statusColumns; extra receives the
 // columns after them, and each is called once per row.
-func scanStatus(rows pgx.Rows, extra []any, each func(Status)) error {
+func scanStatus(rows pgx.Rows, extra []any, each func(jobs.Status)) error {
 	for rows.Next() {
-		var st Status
+		var st jobs.Status
 		var scope, outcome string
 		dest := []any{&st.ReplicaID, &st.JobID, &scope, &st.Schedule, &st.NextFireAt, &st.Running, &st.LastStartedAt,
 			&st.LastFinishedAt, &outcome, &st.LastError, &st.LastSuccessAt, &st.LastSkippedElsewhereAt, &st.Runs, &st.Failures,
@@ -30,7 +31,7 @@ func scanStatus(rows pgx.Rows, extra []any, each func(Status)) error {
 		if err := rows.Scan(append(dest, extra...)...); err != nil {
 			return fmt.Errorf("read job status: %w", err)
 		}
-		st.Scope, st.LastOutcome = Scope(scope), Outcome(outcome)
+		st.Scope, st.LastOutcome = jobs.Scope(scope), jobs.Outcome(outcome)
 		for _, p := range []**time.Time{&st.NextFireAt, &st.LastStartedAt, &st.LastFinishedAt, &st.LastSuccessAt, &st.LastSkippedElsewhereAt} {
 			if *p != nil {
 				t := (*p).UTC()
@@ -49,7 +50,7 @@ func scanStatus(rows pgx.Rows, extra []any, each func(Status)) error {
 // ReplicaStatus is one replica's status row of a job, with whether that
 // replica is live now.
 type ReplicaStatus struct {
-	Status
+	jobs.Status
 	Live bool
 }
 
@@ -72,7 +73,7 @@ FROM studio_job_status s LEFT JOIN studio_replica r ON r.id = s.replica_id`
 	var out []ReplicaStatus
 	var live bool
 	var now time.Time
-	err = scanStatus(rows, []any{&live, &now}, func(st Status) {
+	err = scanStatus(rows, []any{&live, &now}, func(st jobs.Status) {
 		out = append(out, ReplicaStatus{Status: st, Live: live})
 	})
 	if err != nil {
@@ -91,10 +92,10 @@ FROM studio_job_status s LEFT JOIN studio_replica r ON r.id = s.replica_id`
 // run wherever it happened, summed counters, and the health of the whole.
 type View struct {
 	ID               string
-	Scope            Scope
+	Scope            jobs.Scope
 	Schedule         string
-	Health           Health
-	LastOutcome      Outcome
+	Health           jobs.Health
+	LastOutcome      jobs.Outcome
 	LastError        string
 	LastStartedAt    *time.Time
 	LastFinishedAt   *time.Time
@@ -131,8 +132,8 @@ func Merge(rows []ReplicaStatus, now time.Time) []View {
 			use = rs
 		}
 		v := View{ID: id, Scope: use[0].Scope, Schedule: use[0].Schedule}
-		var merged Status
-		var lastDone Outcome
+		var merged jobs.Status
+		var lastDone jobs.Outcome
 		merged.Schedule, merged.Scope = v.Schedule, v.Scope
 		for _, r := range use {
 			if r.Live {
@@ -156,7 +157,7 @@ func Merge(rows []ReplicaStatus, now time.Time) []View {
 				v.LastOutcome, v.LastError = r.LastOutcome, r.LastError
 				lastDone = r.LastOutcome // the last completed outcome judges health
 				if r.Running {
-					v.LastOutcome = OutcomeRunning
+					v.LastOutcome = jobs.OutcomeRunning
 				}
 			}
 			if r.LastFinishedAt != nil && (merged.LastFinishedAt == nil || r.LastFinishedAt.After(*merged.LastFinishedAt)) {
@@ -174,7 +175,7 @@ func Merge(rows []ReplicaStatus, now time.Time) []View {
 				merged.Since = *v.LastStartedAt
 			}
 		}
-		v.Health = JudgeHealth(merged, now)
+		v.Health = jobs.JudgeHealth(merged, now)
 		out = append(out, v)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
@@ -182,21 +183,21 @@ func Merge(rows []ReplicaStatus, now time.Time) []View {
 }
 
 // History returns the last limit runs of job, newest first.
-func History(ctx context.Context, q Querier, job string, limit int) ([]Run, error) {
+func History(ctx context.Context, q Querier, job string, limit int) ([]jobs.Run, error) {
 	rows, err := q.Query(ctx, `SELECT seq, job_id, replica_id, coalesce(cluster, ''), started_at, finished_at, outcome,
   coalesce(error, ''), coalesce(output_tail, '') FROM studio_job_run WHERE job_id = $1 ORDER BY started_at DESC, seq DESC LIMIT $2`, job, limit)
 	if err != nil {
 		return nil, fmt.Errorf("read history of job %q: %w", job, err)
 	}
 	defer rows.Close()
-	var out []Run
+	var out []jobs.Run
 	for rows.Next() {
-		var r Run
+		var r jobs.Run
 		var outcome string
 		if err := rows.Scan(&r.Seq, &r.JobID, &r.ReplicaID, &r.Cluster, &r.StartedAt, &r.FinishedAt, &outcome, &r.Error, &r.OutputTail); err != nil {
 			return nil, fmt.Errorf("read history of job %q: %w", job, err)
 		}
-		r.Outcome = Outcome(outcome)
+		r.Outcome = jobs.Outcome(outcome)
 		r.StartedAt = r.StartedAt.UTC()
 		if r.FinishedAt != nil {
 			t := r.FinishedAt.UTC()
