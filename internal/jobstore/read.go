@@ -6,46 +6,9 @@ import (
 	"sort"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/studioctl/studioctl/internal/jobs"
 	"github.com/studioctl/studioctl/internal/liveness"
 )
-
-// statusColumns are the studio_job_status columns scanStatus reads, from the
-// table aliased s.
-const statusColumns = `s.replica_id, s.job_id, s.scope, s.schedule, s.next_fire_at, s.running, s.last_started_at,
-  s.last_finished_at, coalesce(s.last_outcome, ''), coalesce(s.last_error, ''), s.last_success_at,
-  s.last_skipped_elsewhere_at, s.runs, s.failures, s.timeouts, s.lock_lost, s.overruns, s.skipped_elsewhere,
-  coalesce(s.invalid_schedule, ''), s.paused, s.updated_at`
-
-// scanStatus reads rows that start with statusColumns; extra receives the
-// columns after them, and each is called once per row.
-func scanStatus(rows pgx.Rows, extra []any, each func(jobs.Status)) error {
-	for rows.Next() {
-		var st jobs.Status
-		var scope, outcome string
-		dest := []any{&st.ReplicaID, &st.JobID, &scope, &st.Schedule, &st.NextFireAt, &st.Running, &st.LastStartedAt,
-			&st.LastFinishedAt, &outcome, &st.LastError, &st.LastSuccessAt, &st.LastSkippedElsewhereAt, &st.Runs, &st.Failures,
-			&st.Timeouts, &st.LockLost, &st.Overruns, &st.SkippedElsewhere, &st.InvalidSchedule, &st.Paused, &st.UpdatedAt}
-		if err := rows.Scan(append(dest, extra...)...); err != nil {
-			return fmt.Errorf("read job status: %w", err)
-		}
-		st.Scope, st.LastOutcome = jobs.Scope(scope), jobs.Outcome(outcome)
-		for _, p := range []**time.Time{&st.NextFireAt, &st.LastStartedAt, &st.LastFinishedAt, &st.LastSuccessAt, &st.LastSkippedElsewhereAt} {
-			if *p != nil {
-				t := (*p).UTC()
-				*p = &t
-			}
-		}
-		st.UpdatedAt = st.UpdatedAt.UTC()
-		each(st)
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("read job status: %w", err)
-	}
-	return nil
-}
 
 // ReplicaStatus is one replica's status row of a job, with whether that
 // replica is live now.

@@ -245,27 +245,6 @@ WHERE studio_job_run.outcome = 'running'
    OR (studio_job_run.outcome = 'interrupted' AND EXCLUDED.outcome <> 'running'
        AND studio_job_run.replica_id = EXCLUDED.replica_id)`
 
-const upsertStatusSQL = `
-INSERT INTO studio_job_status (replica_id, job_id, scope, schedule, next_fire_at, running, last_started_at, last_finished_at,
-  last_outcome, last_error, last_success_at, last_skipped_elsewhere_at, runs, failures, timeouts, lock_lost, overruns,
-  skipped_elsewhere, invalid_schedule, paused, updated_at)
-SELECT $1, job_id, scope, schedule, next_fire_at, running, last_started_at, last_finished_at,
-  NULLIF(last_outcome, ''), NULLIF(last_error, ''), last_success_at, last_skipped_elsewhere_at, runs, failures, timeouts,
-  lock_lost, overruns, skipped_elsewhere, NULLIF(invalid_schedule, ''), paused, updated_at
-FROM unnest($2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::bool[], $7::timestamptz[], $8::timestamptz[],
-  $9::text[], $10::text[], $11::timestamptz[], $12::timestamptz[], $13::bigint[], $14::bigint[], $15::bigint[], $16::bigint[],
-  $17::bigint[], $18::bigint[], $19::text[], $20::bool[], $21::timestamptz[])
-  AS t(job_id, scope, schedule, next_fire_at, running, last_started_at, last_finished_at, last_outcome, last_error,
-  last_success_at, last_skipped_elsewhere_at, runs, failures, timeouts, lock_lost, overruns, skipped_elsewhere,
-  invalid_schedule, paused, updated_at)
-ON CONFLICT (replica_id, job_id) DO UPDATE SET scope = EXCLUDED.scope, schedule = EXCLUDED.schedule,
-  next_fire_at = EXCLUDED.next_fire_at, running = EXCLUDED.running, last_started_at = EXCLUDED.last_started_at,
-  last_finished_at = EXCLUDED.last_finished_at, last_outcome = EXCLUDED.last_outcome, last_error = EXCLUDED.last_error,
-  last_success_at = EXCLUDED.last_success_at, last_skipped_elsewhere_at = EXCLUDED.last_skipped_elsewhere_at,
-  runs = EXCLUDED.runs, failures = EXCLUDED.failures, timeouts = EXCLUDED.timeouts, lock_lost = EXCLUDED.lock_lost,
-  overruns = EXCLUDED.overruns, skipped_elsewhere = EXCLUDED.skipped_elsewhere,
-  invalid_schedule = EXCLUDED.invalid_schedule, paused = EXCLUDED.paused, updated_at = EXCLUDED.updated_at`
-
 func (s *Store) write(ctx context.Context, runs map[int64]jobs.Run, status map[string]jobs.Status) error {
 	tx, err := s.q.Begin(ctx)
 	if err != nil {
@@ -292,27 +271,7 @@ func (s *Store) write(ctx context.Context, runs map[int64]jobs.Run, status map[s
 		stmts++
 	}
 	if len(status) > 0 {
-		n := len(status)
-		var (
-			job, scope, sched, lastOut, lastErr, invalid = make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
-			next, lStart, lFin, lSucc, lSkip             = make([]*time.Time, 0, n), make([]*time.Time, 0, n), make([]*time.Time, 0, n), make([]*time.Time, 0, n), make([]*time.Time, 0, n)
-			running, paused                              = make([]bool, 0, n), make([]bool, 0, n)
-			runsN, fails, touts, lost, overruns, skipped = make([]int64, 0, n), make([]int64, 0, n), make([]int64, 0, n), make([]int64, 0, n), make([]int64, 0, n), make([]int64, 0, n)
-			updated                                      = make([]time.Time, 0, n)
-		)
-		for _, st := range status {
-			job, scope, sched = append(job, st.JobID), append(scope, string(st.Scope)), append(sched, st.Schedule)
-			next, running = append(next, st.NextFireAt), append(running, st.Running)
-			lStart, lFin = append(lStart, st.LastStartedAt), append(lFin, st.LastFinishedAt)
-			lastOut, lastErr = append(lastOut, string(st.LastOutcome)), append(lastErr, st.LastError)
-			lSucc, lSkip = append(lSucc, st.LastSuccessAt), append(lSkip, st.LastSkippedElsewhereAt)
-			runsN, fails, touts, lost = append(runsN, st.Runs), append(fails, st.Failures), append(touts, st.Timeouts), append(lost, st.LockLost)
-			overruns, skipped = append(overruns, st.Overruns), append(skipped, st.SkippedElsewhere)
-			invalid, paused, updated = append(invalid, st.InvalidSchedule), append(paused, st.Paused), append(updated, st.UpdatedAt)
-		}
-		_, err := tx.Exec(ctx, upsertStatusSQL, s.replicaID, job, scope, sched, next, running, lStart, lFin, lastOut, lastErr,
-			lSucc, lSkip, runsN, fails, touts, lost, overruns, skipped, invalid, paused, updated)
-		if err != nil {
+		if _, err := tx.Exec(ctx, upsertStatusSQL, statusArgs(s.replicaID, status)...); err != nil {
 			return fmt.Errorf("write job status: %w", err)
 		}
 		stmts++

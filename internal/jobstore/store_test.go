@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -653,5 +654,47 @@ func TestOneUnstorableRunDoesNotBlockTheWriter(t *testing.T) {
 	}
 	if r := runRow(t, pool, 1); r.Outcome != jobs.OutcomeFailed {
 		t.Errorf("run = %+v, want it stored as failed", r)
+	}
+}
+
+// Every column of studio_job_status round-trips through the one column
+// list: a value written by the upsert reads back the same.
+func TestAStatusRowRoundTripsEveryColumn(t *testing.T) {
+	t.Parallel()
+	pool, _ := newPool(t)
+	s := jobstore.NewStore(pool, "replica-1", nil)
+	at := func(sec int) *time.Time { v := time.Date(2026, 1, 2, 3, 4, sec, 0, time.UTC); return &v }
+	want := jobs.Status{
+		ReplicaID: "replica-1", JobID: "all-columns", Scope: jobs.ScopeInstallation, Schedule: "every 30s",
+		NextFireAt: at(1), Running: true, LastStartedAt: at(2), LastFinishedAt: at(3), LastOutcome: jobs.OutcomeFailed,
+		LastError: "boom", LastSuccessAt: at(4), LastSkippedElsewhereAt: at(5), Runs: 6, Failures: 7, Timeouts: 8,
+		LockLost: 9, Overruns: 10, SkippedElsewhere: 11, InvalidSchedule: "bad cron", Paused: true, UpdatedAt: *at(12),
+	}
+	s.PutStatus(want)
+	if err := s.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.LoadStatus(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got["all-columns"], want) {
+		t.Fatalf("read back\n %+v\nwant\n %+v", got["all-columns"], want)
+	}
+	// Empty text is stored as NULL and read back as "".
+	want.LastOutcome, want.LastError, want.InvalidSchedule = "", "", ""
+	s.PutStatus(want)
+	if err := s.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	var nulls int
+	if err := pool.QueryRow(t.Context(), `SELECT num_nulls(last_outcome, last_error, invalid_schedule) FROM studio_job_status WHERE job_id = 'all-columns'`).Scan(&nulls); err != nil {
+		t.Fatal(err)
+	}
+	if nulls != 3 {
+		t.Errorf("%d of the empty text columns are NULL, want 3", nulls)
+	}
+	if got, err = s.LoadStatus(t.Context()); err != nil || !reflect.DeepEqual(got["all-columns"], want) {
+		t.Fatalf("read back %+v, %v", got["all-columns"], err)
 	}
 }
