@@ -28,7 +28,7 @@ const (
 
 func TestARunThatOutlastsItsIntervalNeverOverlapsItself(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := newMemEnv(t)
 	ft := e.task()
 	r := e.start(e.options(e.job("slow", jobs.ScopeInstance, 10*time.Second, ft)))
 
@@ -67,7 +67,7 @@ func TestARunThatOutlastsItsIntervalNeverOverlapsItself(t *testing.T) {
 
 func TestAFixedDelayCountsFromTheEndOfARun(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := newMemEnv(t)
 	ft := e.task()
 	r := e.start(e.options(e.job("delay", jobs.ScopeInstance, 10*time.Second, ft)))
 
@@ -146,7 +146,7 @@ func TestARunThatEndsAfterItsNextFireWasDueCountsAsAnOverrun(t *testing.T) {
 
 func TestARunIsCancelledAtItsTimeoutAndTheJobWaitsForItsGoroutine(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := newMemEnv(t)
 	ft := e.task()
 	ft.linger = true // it returns only when released, well after its context is done
 	j := e.job("stuck", jobs.ScopeInstance, 10*time.Second, ft)
@@ -535,7 +535,7 @@ func TestStopWaitsForRunsWithinTheShutdownWaitAndInterruptsTheRest(t *testing.T)
 
 	t.Run("a run that ends within the wait is waited for", func(t *testing.T) {
 		t.Parallel()
-		e := newEnv(t)
+		e := newMemEnv(t)
 		ft := e.task()
 		o := e.options(e.job("graceful", jobs.ScopeInstance, 10*time.Second, ft))
 		o.ShutdownWait = 5 * time.Second // ample: the run is released at once
@@ -574,7 +574,7 @@ func TestStopWaitsForRunsWithinTheShutdownWaitAndInterruptsTheRest(t *testing.T)
 
 	t.Run("a run that outlasts the wait is interrupted", func(t *testing.T) {
 		t.Parallel()
-		e := newEnv(t)
+		e := newMemEnv(t)
 		ft := e.task()
 		o := e.options(e.job("stubborn", jobs.ScopeInstance, 10*time.Second, ft))
 		const wait = 300 * time.Millisecond // real time: Stop's wait uses a real timer
@@ -611,7 +611,7 @@ func TestStopWaitsForRunsWithinTheShutdownWaitAndInterruptsTheRest(t *testing.T)
 
 	t.Run("interrupt cancels runs at once", func(t *testing.T) {
 		t.Parallel()
-		e := newEnv(t)
+		e := newMemEnv(t)
 		ft := e.task()
 		o := e.options(e.job("cut", jobs.ScopeInstance, 10*time.Second, ft))
 		o.ShutdownWait = time.Hour
@@ -632,7 +632,7 @@ func TestStopWaitsForRunsWithinTheShutdownWaitAndInterruptsTheRest(t *testing.T)
 
 	t.Run("stop without start is safe", func(t *testing.T) {
 		t.Parallel()
-		e := newEnv(t)
+		e := newMemEnv(t)
 		r, err := runner.New(e.options(e.job("idle", jobs.ScopeInstance, 10*time.Second, e.task())))
 		if err != nil {
 			t.Fatal(err)
@@ -645,7 +645,7 @@ func TestStopWaitsForRunsWithinTheShutdownWaitAndInterruptsTheRest(t *testing.T)
 
 func TestTriggerFiresAWaitingJobAtOnceAndIgnoresARunningOne(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := newMemEnv(t)
 	ft := e.task()
 	o := e.options(e.job("manual", jobs.ScopeInstance, time.Hour, ft))
 	o.InitialDelay = func(jobs.Job) time.Duration { return time.Hour }
@@ -687,7 +687,7 @@ func TestTriggerFiresAWaitingJobAtOnceAndIgnoresARunningOne(t *testing.T) {
 
 func TestOnlyTheFirstFailureAndTheRecoveryAreLogged(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := newMemEnv(t)
 	ft := e.task()
 	e.start(e.options(e.job("flaky", jobs.ScopeInstance, 10*time.Second, ft)))
 
