@@ -387,9 +387,8 @@ func exhaustPool(t *testing.T, hold time.Duration) poolResult {
 	ready := make(chan string, 1)
 	h, err := host.New(host.Options{
 		ConnString: dbURL, ID: id, Version: "test", DrainDelay: -1,
-		Logger:          slog.New(slog.NewJSONHandler(logs, nil)),
-		OnReady:         func(addr string) { ready <- addr },
-		DisableHTTPLogs: true,
+		Logger:  slog.New(slog.NewJSONHandler(logs, nil)),
+		OnReady: func(addr string) { ready <- addr },
 	})
 	if err != nil {
 		t.Fatal(err)

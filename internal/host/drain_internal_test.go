@@ -84,3 +84,29 @@ func TestHTTPServerRefusesATakenAddressAndStopsItsServeGoroutine(t *testing.T) {
 		t.Error("Start after Stop succeeded")
 	}
 }
+
+// The claimer refuses to start without the parts it claims for, and then
+// counts as stopped; Stop is safe without Start and twice.
+func TestTheRequestClaimerFailsToStartWithoutItsPartsAndStopsSafely(t *testing.T) {
+	h, err := New(Options{ID: "claimer"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.req.Start(context.Background()); err == nil {
+		t.Fatal("the claimer started without a pool, registry and runner")
+	}
+	select {
+	case <-h.req.Stopped():
+	default:
+		t.Error("a failed Start must leave the claimer stopped")
+	}
+	h.req.Stop()
+	h.req.Stop()
+	fresh := newRequests()
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Add(1)
+		go func() { defer wg.Done(); fresh.Stop() }()
+	}
+	wg.Wait()
+}

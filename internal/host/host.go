@@ -83,12 +83,11 @@ type Options struct {
 	ShutdownWait   time.Duration
 
 	// Tests may shorten intervals; the defaults stay as SPEC says.
-	HeartbeatEvery  time.Duration
-	BusPingEvery    time.Duration
-	BusPingTimeout  time.Duration
-	OnReady         func(addr string) // called once ready, with the HTTP address
-	PoolConfigHook  func(*pgxpool.Config)
-	DisableHTTPLogs bool
+	HeartbeatEvery time.Duration
+	BusPingEvery   time.Duration
+	BusPingTimeout time.Duration
+	OnReady        func(addr string) // called once ready, with the HTTP address
+	PoolConfigHook func(*pgxpool.Config)
 }
 
 func (o Options) clock() clock.Clock {
