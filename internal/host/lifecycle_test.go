@@ -11,6 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/studioctl/studioctl/internal/host"
+	"github.com/studioctl/studioctl/internal/jobs"
 	"github.com/studioctl/studioctl/internal/locks"
 	"github.com/studioctl/studioctl/internal/pgtest"
 	"github.com/studioctl/studioctl/internal/startstop"
@@ -117,5 +118,32 @@ func TestHostStopWithoutStart(t *testing.T) {
 	}
 	if err := h.Start(context.Background()); err == nil || !strings.Contains(err.Error(), "already stopped") {
 		t.Errorf("Start after Stop = %v, want already stopped", err)
+	}
+}
+
+// The runner checks the jobs (here two installation jobs on one lock)
+// before the replica registers: the start fails with no row at all. Before
+// issue 8 the runner was built after registering.
+func TestJobsTheRunnerRefusesFailTheStartBeforeRegistering(t *testing.T) {
+	url := pgtest.NewDB(t)
+	pool := openPool(t, url)
+	every, err := jobs.Every(time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list := []jobs.Job{
+		{ID: "a", Scope: jobs.ScopeInstallation, Schedule: every, Lock: "shared", Spec: jobs.TaskSpec{Command: []string{"true"}}},
+		{ID: "b", Scope: jobs.ScopeInstallation, Schedule: every, Lock: "shared", Spec: jobs.TaskSpec{Command: []string{"true"}}},
+	}
+	h, err := host.New(host.Options{ConnString: url, ID: "one-lock", Jobs: list})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = h.Start(context.Background())
+	if err == nil || !strings.Contains(err.Error(), `lock "shared" is already taken`) {
+		t.Fatalf("Start = %v, want the shared lock refused", err)
+	}
+	if s := replicaState(t, pool, "one-lock"); s != "" {
+		t.Fatalf("a start refused for its jobs left a row in state %q", s)
 	}
 }
