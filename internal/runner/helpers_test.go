@@ -219,8 +219,8 @@ type env struct {
 }
 
 // newMemEnv is an env without PostgreSQL, for the runner's timing tests:
-// runs and status are kept in memory, no setting is ever made, and there
-// is no lock provider (instance jobs only).
+// runs, status and settings are kept in memory, and there is no lock
+// provider (instance jobs only).
 func newMemEnv(t *testing.T) *env {
 	t.Helper()
 	return &env{t: t, clk: clock.NewFake(t0), mem: newMemStore(), reg: prometheus.NewRegistry(), logs: &syncBuffer{}}
@@ -417,15 +417,16 @@ var errBoom = errors.New("boom")
 
 // memStore is the runner's Recorder and Settings in memory.
 type memStore struct {
-	mu      sync.Mutex
-	seq     int64
-	runs    map[int64]jobs.Run
-	status  map[string]jobs.Status
-	loadErr error // LoadStatus fails with it
+	mu       sync.Mutex
+	seq      int64
+	runs     map[int64]jobs.Run
+	status   map[string]jobs.Status
+	settings map[string]jobs.Setting
+	loadErr  error // LoadStatus fails with it
 }
 
 func newMemStore() *memStore {
-	return &memStore{runs: map[int64]jobs.Run{}, status: map[string]jobs.Status{}}
+	return &memStore{runs: map[int64]jobs.Run{}, status: map[string]jobs.Status{}, settings: map[string]jobs.Setting{}}
 }
 
 func (m *memStore) LoadStatus(context.Context) (map[string]jobs.Status, error) {
@@ -461,7 +462,19 @@ func (m *memStore) PutStatus(st jobs.Status) {
 }
 
 func (m *memStore) Get(_ context.Context, job string) (jobs.Setting, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if s, ok := m.settings[job]; ok {
+		return s, nil
+	}
 	return jobs.Setting{JobID: job}, nil
+}
+
+// set makes an operator setting (the test then signals the runner).
+func (m *memStore) set(s jobs.Setting) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.settings[s.JobID] = s
 }
 func (m *memStore) Invalidate(string) {}
 func (m *memStore) InvalidateAll()    {}

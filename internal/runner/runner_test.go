@@ -354,19 +354,15 @@ func TestANormalEndUnlocksWithLockAtLeastFor(t *testing.T) {
 
 func TestAPausedJobDoesNotRunAndResumesWithoutARestart(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := newMemEnv(t)
 	ft := e.task()
 	r := e.start(e.options(e.job("pausable", jobs.ScopeInstance, 10*time.Second, ft)))
 
 	ft.waitStarts(t, 1)
 	ft.finish(t, tasks.Result{})
 	e.waitIdle("pausable", t0.Add(10*time.Second))
-	e.flush() // the status row that ApplyChange looks for
 
-	pause, resume := true, false
-	if _, err := jobstore.ApplyChange(t.Context(), e.pool, "pausable", jobstore.Change{Pause: &pause, Actor: "test", Reason: "maintenance"}); err != nil {
-		t.Fatal(err)
-	}
+	e.mem.set(jobs.Setting{JobID: "pausable", Paused: true})
 	r.SettingsChanged("pausable")
 	eventually(t, "the job to be paused", func() bool { return status(t, r, "pausable").Paused })
 
@@ -381,9 +377,7 @@ func TestAPausedJobDoesNotRunAndResumesWithoutARestart(t *testing.T) {
 		}
 	}
 
-	if _, err := jobstore.ApplyChange(t.Context(), e.pool, "pausable", jobstore.Change{Pause: &resume, Actor: "test"}); err != nil {
-		t.Fatal(err)
-	}
+	e.mem.set(jobs.Setting{JobID: "pausable", Paused: false})
 	r.SettingsChanged("pausable")
 	// Its next fire (end + 10s) is long past: it runs at once.
 	ft.waitStarts(t, 2)
