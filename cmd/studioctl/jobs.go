@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/studioctl/studioctl/internal/jobs"
+	"github.com/studioctl/studioctl/internal/jobstore"
 	"github.com/studioctl/studioctl/internal/output"
 )
 
@@ -82,7 +83,7 @@ func outcomeTone(o jobs.Outcome) output.Tone {
 	return output.Plain
 }
 
-func jobRow(p *output.Printer, v jobs.View) []output.Cell {
+func jobRow(p *output.Printer, v jobstore.View) []output.Cell {
 	errText := v.LastError
 	if v.InvalidSchedule != "" {
 		errText = v.InvalidSchedule
@@ -99,8 +100,8 @@ func jobRow(p *output.Printer, v jobs.View) []output.Cell {
 	}
 }
 
-func printJobViews(p *output.Printer, views []jobs.View) error {
-	data := make([]jobs.ViewJSON, 0, len(views))
+func printJobViews(p *output.Printer, views []jobstore.View) error {
+	data := make([]jobstore.ViewJSON, 0, len(views))
 	rows := make([][]output.Cell, 0, len(views))
 	for _, v := range views {
 		data = append(data, v.JSON())
@@ -110,19 +111,19 @@ func printJobViews(p *output.Printer, views []jobs.View) error {
 }
 
 // jobViews reads the status rows (one job's with an id) and merges them.
-func jobViews(ctx context.Context, d deps, id string) ([]jobs.View, []jobs.ReplicaStatus, time.Time, error) {
+func jobViews(ctx context.Context, d deps, id string) ([]jobstore.View, []jobstore.ReplicaStatus, time.Time, error) {
 	pool, err := d.DB(ctx)
 	if err != nil {
 		return nil, nil, time.Time{}, err
 	}
-	rows, now, err := jobs.ReadStatus(ctx, pool, id)
+	rows, now, err := jobstore.ReadStatus(ctx, pool, id)
 	if err != nil {
 		return nil, nil, now, err
 	}
 	if id != "" && len(rows) == 0 {
-		return nil, nil, now, fmt.Errorf("job %q: %w (no replica has reported it)", id, jobs.ErrUnknownJob)
+		return nil, nil, now, fmt.Errorf("job %q: %w (no replica has reported it)", id, jobstore.ErrUnknownJob)
 	}
-	return jobs.Merge(rows, now), rows, now, nil
+	return jobstore.Merge(rows, now), rows, now, nil
 }
 
 // jobsStatusOptions are the argument and dependencies of jobs list and jobs
@@ -195,14 +196,14 @@ func jobsStatusRun(ctx context.Context, o *jobsStatusOptions) error {
 
 // printJobDetail is jobs status ID as a table: the merged job, one row per
 // replica, and the last runs.
-func printJobDetail(ctx context.Context, d deps, p *output.Printer, v jobs.View, rows []jobs.ReplicaStatus, now time.Time) error {
+func printJobDetail(ctx context.Context, d deps, p *output.Printer, v jobstore.View, rows []jobstore.ReplicaStatus, now time.Time) error {
 	if err := p.Print(nil, jobColumns, [][]output.Cell{jobRow(p, v)}); err != nil {
 		return err
 	}
 	fmt.Fprintln(d.IO.Out)
 	per := make([][]output.Cell, 0, len(rows))
 	for _, r := range rows {
-		single := jobs.Merge([]jobs.ReplicaStatus{{Status: r.Status, Live: true}}, now)[0]
+		single := jobstore.Merge([]jobstore.ReplicaStatus{{Status: r.Status, Live: true}}, now)[0]
 		replica := r.ReplicaID
 		if !r.Live {
 			replica += " (gone)"
@@ -220,7 +221,7 @@ func printJobDetail(ctx context.Context, d deps, p *output.Printer, v jobs.View,
 	if err != nil {
 		return err
 	}
-	runs, err := jobs.History(ctx, pool, v.ID, statusRecentRuns)
+	runs, err := jobstore.History(ctx, pool, v.ID, statusRecentRuns)
 	if err != nil {
 		return err
 	}
@@ -314,12 +315,12 @@ func jobsHistoryRun(ctx context.Context, o *jobsHistoryOptions) error {
 	if err != nil {
 		return err
 	}
-	runs, err := jobs.History(ctx, pool, o.ID, o.Limit)
+	runs, err := jobstore.History(ctx, pool, o.ID, o.Limit)
 	if err != nil {
 		return err
 	}
 	if len(runs) == 0 {
-		if err := jobs.Known(ctx, pool, o.ID); err != nil {
+		if err := jobstore.Known(ctx, pool, o.ID); err != nil {
 			return err
 		}
 	}
@@ -335,7 +336,7 @@ type jobChangeOptions struct {
 	Yes    bool
 	// What is the verb the question names; Change is what it does.
 	What   string
-	Change jobs.Change
+	Change jobstore.Change
 }
 
 func (o *jobChangeOptions) flags(cmd *cobra.Command) {
@@ -349,7 +350,7 @@ func jobChangeRun(ctx context.Context, o *jobChangeOptions) error {
 	if err != nil {
 		return err
 	}
-	if err := jobs.Known(ctx, pool, o.ID); err != nil {
+	if err := jobstore.Known(ctx, pool, o.ID); err != nil {
 		return err
 	}
 	ok, err := o.IO.confirm(fmt.Sprintf("%s job %q?", o.What, o.ID), o.Yes)
@@ -361,8 +362,8 @@ func jobChangeRun(ctx context.Context, o *jobChangeOptions) error {
 	}
 	c := o.Change
 	c.Actor, c.Reason = o.Actor(), o.Reason
-	s, err := jobs.ApplyChange(ctx, pool, o.ID, c)
-	unchanged := errors.Is(err, jobs.ErrUnchanged)
+	s, err := jobstore.ApplyChange(ctx, pool, o.ID, c)
+	unchanged := errors.Is(err, jobstore.ErrUnchanged)
 	if err != nil && !unchanged {
 		return err
 	}
@@ -395,7 +396,7 @@ func newJobsPauseCmd(a *app, pause bool, runF func(context.Context, *jobChangeOp
 			if err := jobs.ValidateID(o.ID); err != nil {
 				return usageErrorf("job id: %v", err)
 			}
-			o.What, o.Change = verb, jobs.Change{Pause: &pause}
+			o.What, o.Change = verb, jobstore.Change{Pause: &pause}
 			if runF != nil {
 				return runF(cmd.Context(), o)
 			}
@@ -453,7 +454,7 @@ nothing. Cron is always read in UTC (a CRON_TZ= prefix is refused).`,
 				}
 				sched = s
 			}
-			o.What, o.Change = "reschedule", jobs.Change{Schedule: &sched}
+			o.What, o.Change = "reschedule", jobstore.Change{Schedule: &sched}
 			if runF != nil {
 				return runF(cmd.Context(), o)
 			}
@@ -502,7 +503,7 @@ func jobsTriggerRun(ctx context.Context, o *jobChangeOptions) error {
 	if err != nil {
 		return err
 	}
-	if err := jobs.Known(ctx, pool, o.ID); err != nil {
+	if err := jobstore.Known(ctx, pool, o.ID); err != nil {
 		return err
 	}
 	ok, err := o.IO.confirm(fmt.Sprintf("trigger job %q?", o.ID), o.Yes)
@@ -512,7 +513,7 @@ func jobsTriggerRun(ctx context.Context, o *jobChangeOptions) error {
 		}
 		return err
 	}
-	if _, err := jobs.Trigger(ctx, pool, o.ID, o.Actor(), o.Reason); err != nil {
+	if _, err := jobstore.Trigger(ctx, pool, o.ID, o.Actor(), o.Reason); err != nil {
 		return err
 	}
 	fmt.Fprintf(o.IO.Out, "triggered job %q\n", o.ID)

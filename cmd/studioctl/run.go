@@ -124,7 +124,9 @@ func (a *app) runReplica(ctx context.Context) error {
 	if err != nil {
 		return &usageError{err: err}
 	}
-	err = h.Run(ctx, sigs)
+	if err = h.Start(ctx); err == nil {
+		err = serveUntilDone(h, sigs)
+	}
 	// A live duplicate and a lock table that does not fit are the
 	// configuration's fault (exit 2); the operator commands keep exit 1 for
 	// a missing lock table, as their scripts expect.
@@ -132,4 +134,23 @@ func (a *app) runReplica(ctx context.Context) error {
 		return &usageError{err: err}
 	}
 	return err
+}
+
+// serveUntilDone turns signals into the host's stops until it has ended:
+// the first drains, a second stops at once.
+func serveUntilDone(h *host.Host, sigs <-chan os.Signal) error {
+	draining := false
+	for {
+		select {
+		case s := <-sigs:
+			if !draining {
+				draining = true
+				h.Drain("signal " + s.String())
+				continue
+			}
+			h.StopNow()
+		case <-h.Done():
+			return h.Wait()
+		}
+	}
 }

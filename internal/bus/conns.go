@@ -94,14 +94,6 @@ func (t *netConns) stop() {
 	}
 }
 
-// reset undoes stop, for a listener whose Start failed and may be tried
-// again. Nothing runs in the background after stop, so nothing is missed.
-func (t *netConns) reset() {
-	t.mu.Lock()
-	t.stopped = false
-	t.mu.Unlock()
-}
-
 type trackedConn struct {
 	net.Conn
 	owner *netConns

@@ -2,7 +2,6 @@ package bus
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -14,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/studioctl/studioctl/internal/db"
+	"github.com/studioctl/studioctl/internal/startstop"
 )
 
 // Listener timings. With the defaults a silently dead connection is
@@ -71,11 +71,7 @@ type Listener struct {
 	o          Options
 	log        *slog.Logger
 
-	runMu   sync.Mutex // serialises Start and Stop
-	started bool
-	stopped bool
-	cancel  context.CancelFunc
-	done    chan struct{} // closed when the loop goroutine has ended
+	startstop.Base
 
 	stateMu   sync.Mutex
 	connected bool
@@ -134,45 +130,30 @@ func NewListener(cfg *pgx.ConnConfig, connString string, o Options) *Listener {
 // Start connects and runs LISTEN, returning the error if that first attempt
 // fails (ctx bounds it), then receives in its own goroutine until Stop. The
 // goroutine does not end with ctx: the bus keeps working while a replica
-// drains, and only Stop ends it. A Stop that comes during Start waits for
-// it.
+// drains, and only Stop ends it. The first connect runs on the listener's
+// own goroutine, so a Stop that comes during Start ends the connect and
+// waits for it; a failed Start leaves no connection behind.
 func (l *Listener) Start(ctx context.Context) error {
-	l.runMu.Lock()
-	defer l.runMu.Unlock()
-	if l.stopped {
-		return errors.New("start bus listener: already stopped")
-	}
-	if l.started {
-		return errors.New("start bus listener: already started")
-	}
-	conn, err := l.connect(ctx)
+	runCtx, err := l.StartInit(ctx)
 	if err != nil {
-		l.conns.stop() // a failed LISTEN may leave pgx cleaning up
-		l.conns.reset()
 		return fmt.Errorf("start bus listener: %w", err)
 	}
-	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	l.started, l.cancel, l.done = true, cancel, make(chan struct{})
-	l.setConnected()
-	l.log.Info("bus: listening", "channel", Channel, "database", db.Describe(l.cfg))
-	go l.run(runCtx, conn)
+	first := make(chan error, 1)
+	if !l.Go(func() { l.run(ctx, runCtx, first) }) {
+		return fmt.Errorf("start bus listener: %w", startstop.ErrStopped)
+	}
+	if err := <-first; err != nil {
+		l.StartFailed()
+		return fmt.Errorf("start bus listener: %w", err)
+	}
+	l.MarkStarted()
 	return nil
 }
 
 // Stop ends the listener and waits for its goroutine, which closes the
 // connection. It is safe to call more than once, concurrently, and without
 // Start; a stopped listener cannot be started again.
-func (l *Listener) Stop() {
-	l.runMu.Lock()
-	l.stopped = true
-	cancel, done := l.cancel, l.done
-	l.runMu.Unlock()
-	if cancel == nil {
-		return
-	}
-	cancel()
-	<-done
-}
+func (l *Listener) Stop() { l.Base.Stop() }
 
 // Connected reports whether the listener connection is up and listening.
 func (l *Listener) Connected() bool {
@@ -246,11 +227,23 @@ func (l *Listener) closeConn(conn *pgx.Conn) {
 	l.conns.closed(conn.PgConn())
 }
 
-// run is the loop goroutine: receive until the connection fails, then
-// reconnect, until ctx ends.
-func (l *Listener) run(ctx context.Context, conn *pgx.Conn) {
-	defer close(l.done)
+// run is the loop goroutine: the first connect (bounded by startCtx and
+// runCtx, its result sent on first), then receive until the connection
+// fails, then reconnect, until runCtx ends.
+func (l *Listener) run(startCtx, ctx context.Context, first chan<- error) {
 	defer l.conns.stop()
+	connectCtx, cancel := context.WithCancelCause(startCtx)
+	unhook := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
+	conn, err := l.connect(connectCtx)
+	unhook()
+	cancel(nil)
+	if err != nil {
+		first <- err
+		return
+	}
+	l.setConnected()
+	l.log.Info("bus: listening", "channel", Channel, "database", db.Describe(l.cfg))
+	first <- nil
 	defer l.setStopped()
 	for {
 		healthyAt, err := l.receive(ctx, conn)

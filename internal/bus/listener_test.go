@@ -616,3 +616,43 @@ func TestMeasureLatency(t *testing.T) {
 			s.d[n/2], s.d[n*99/100], s.d[n-1])
 	}
 }
+
+// A Stop during Start ends the first connect (here a dial that hangs until
+// its context ends) and waits for it; the Start fails, and nothing of the
+// listener is left.
+func TestStopDuringStartEndsTheConnectAndLeavesNoGoroutines(t *testing.T) {
+	url, _, cfg := setup(t)
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	dialing := make(chan struct{})
+	var once sync.Once
+	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		once.Do(func() { close(dialing) })
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	l := bus.NewListener(cfg, url, bus.Options{Logger: testLogger(t)})
+	started := make(chan error, 1)
+	go func() { started <- l.Start(context.Background()) }()
+	select {
+	case <-dialing:
+	case <-time.After(waitFor):
+		t.Fatal("Start never dialled")
+	}
+	l.Stop()
+	select {
+	case err := <-started:
+		if err == nil {
+			t.Fatal("Start succeeded although Stop came first")
+		}
+	case <-time.After(waitFor):
+		t.Fatal("Start did not return after Stop")
+	}
+	select {
+	case <-l.Started():
+		t.Error("Started closed after a failed Start")
+	default:
+	}
+	if l.Connected() {
+		t.Error("Connected after a failed Start")
+	}
+}

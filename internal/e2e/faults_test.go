@@ -387,16 +387,15 @@ func exhaustPool(t *testing.T, hold time.Duration) poolResult {
 	ready := make(chan string, 1)
 	h, err := host.New(host.Options{
 		ConnString: dbURL, ID: id, Version: "test", DrainDelay: -1,
-		Logger:          slog.New(slog.NewJSONHandler(logs, nil)),
-		OnReady:         func(addr string) { ready <- addr },
-		DisableHTTPLogs: true,
+		Logger:  slog.New(slog.NewJSONHandler(logs, nil)),
+		OnReady: func(addr string) { ready <- addr },
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	sigs := make(chan os.Signal, 2)
 	done := make(chan error, 1)
-	go func() { done <- h.Run(context.Background(), sigs) }()
+	go func() { done <- runHost(h, context.Background(), sigs) }()
 	stop := sync.OnceValue(func() error {
 		sigs <- os.Interrupt
 		select {

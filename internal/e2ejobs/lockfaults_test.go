@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/studioctl/studioctl/internal/jobs"
+	"github.com/studioctl/studioctl/internal/jobstore"
 	"github.com/studioctl/studioctl/internal/liveness"
 	"github.com/studioctl/studioctl/internal/replicaproc"
 )
@@ -230,7 +231,7 @@ func testPausedHolder(t *testing.T, housekeep bool) {
 
 	if housekeep {
 		f.waitGone(holder.ID(), liveness.GoneAfter+expiryMargin)
-		_, n, _, err := jobs.Housekeep(context.Background(), f.pool)
+		_, n, _, err := jobstore.Housekeep(context.Background(), f.pool)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -279,7 +280,7 @@ func testPausedHolder(t *testing.T, housekeep bool) {
 		return nil
 	})
 	t.Logf("%s counted lock_lost %s after SIGCONT (status: lock_lost %d, last outcome %s)", holder.ID(), time.Since(contAt).Round(time.Millisecond), st.LockLost, st.LastOutcome)
-	lost, err := f.pollOutcome(job, first.Seq, "lock_lost", 2*time.Second+jobs.FlushEvery)
+	lost, err := f.pollOutcome(job, first.Seq, "lock_lost", 2*time.Second+jobstore.FlushEvery)
 	if err != nil {
 		t.Errorf("run %d: %v, although %s's status counts the lost lock (last outcome %s): the history must say lock_lost too. "+
 			"The run store updates a history row only while it is 'running' (internal/jobs/store.go, upsertRunsSQL), "+
@@ -403,7 +404,7 @@ SELECT (SELECT count(*) FROM exp WHERE job_id = $1 AND seq <> $2 AND started_at 
 
 	// Housekeeping marks the killed run interrupted once its replica is gone.
 	f.waitGone(holder.ID(), liveness.GoneAfter+expiryMargin)
-	_, n, _, err := jobs.Housekeep(ctx, f.pool)
+	_, n, _, err := jobstore.Housekeep(ctx, f.pool)
 	if err != nil {
 		t.Fatal(err)
 	}

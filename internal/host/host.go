@@ -1,6 +1,8 @@
-// Package host is the replica process of SPEC §8: it wires the registry,
-// the bus, the HTTP probes and (in later issues) the runner and the lease
-// loop, and runs the drain sequence.
+// Package host is the replica process of SPEC §8: it wires the registry
+// heartbeat, the bus listener, the run store, the runner, the control
+// request claimer and the HTTP server (each a startstop service), starts
+// them in a checked order and stops them in the drain order. See
+// docs/services.md.
 package host
 
 import (
@@ -8,9 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,10 +23,12 @@ import (
 	"github.com/studioctl/studioctl/internal/clock"
 	"github.com/studioctl/studioctl/internal/db"
 	"github.com/studioctl/studioctl/internal/jobs"
+	"github.com/studioctl/studioctl/internal/jobstore"
 	"github.com/studioctl/studioctl/internal/locks"
 	"github.com/studioctl/studioctl/internal/migrate"
 	"github.com/studioctl/studioctl/internal/replicas"
 	"github.com/studioctl/studioctl/internal/runner"
+	"github.com/studioctl/studioctl/internal/startstop"
 )
 
 // Defaults of SPEC §6 and §8.
@@ -59,7 +61,7 @@ func heartbeatFresh(every time.Duration) time.Duration {
 	return every + every*4/5
 }
 
-// ErrInterrupted: a second signal stopped the drain at once.
+// ErrInterrupted: StopNow (a second signal) stopped the replica at once.
 var ErrInterrupted = errors.New("stopped at once by a second signal")
 
 // Options configure a Host.
@@ -81,12 +83,11 @@ type Options struct {
 	ShutdownWait   time.Duration
 
 	// Tests may shorten intervals; the defaults stay as SPEC says.
-	HeartbeatEvery  time.Duration
-	BusPingEvery    time.Duration
-	BusPingTimeout  time.Duration
-	OnReady         func(addr string) // called once ready, with the HTTP address
-	PoolConfigHook  func(*pgxpool.Config)
-	DisableHTTPLogs bool
+	HeartbeatEvery time.Duration
+	BusPingEvery   time.Duration
+	BusPingTimeout time.Duration
+	OnReady        func(addr string) // called once ready, with the HTTP address
+	PoolConfigHook func(*pgxpool.Config)
 }
 
 func (o Options) clock() clock.Clock {
@@ -96,29 +97,41 @@ func (o Options) clock() clock.Clock {
 	return o.Clock
 }
 
-// Host is one replica process.
+// Host is one replica process, and a startstop service: Start runs the
+// checked start sequence and leaves the replica ready; Drain, StopNow and
+// Stop end it through the drain sequence; Done and Wait tell when and why
+// it ended. Signals are the command's business (cmd/studioctl run.go).
 type Host struct {
-	o   Options
-	log *slog.Logger
+	startstop.Base // the supervisor goroutine
+	o              Options
+	log            *slog.Logger
 
 	pool     *pgxpool.Pool
+	provider *locks.Provider
 	registry *replicas.Registry
 	listener *bus.Listener
 	runner   *runner.Runner
-	store    *jobs.Store
-	httpSrv  *http.Server
-	httpLn   net.Listener
+	store    *jobstore.Store
+	http     *httpServer
 	metrics  *prometheus.Registry
+	req      *requests // claims control requests (requests.go)
 
-	state    atomic.Value // replicas.State
-	drainReq chan string  // reasons to drain (a claimed drain request)
-	req      *requests    // claims control requests (requests.go)
-	lostCh   chan error   // incarnation lost
-	handlers []func(bus.Message)
-	mu       sync.Mutex
+	state       atomic.Value // replicas.State
+	registered  atomic.Bool  // this process wrote its row: stopped is written at the end
+	startCalled atomic.Bool
+	lost        atomic.Bool // another process took the id: nothing more is written
+	drainReq    chan string // reasons to drain (Drain, a claimed drain request)
+	lostCh      chan error  // incarnation lost
+	now         chan struct{}
+	nowOnce     sync.Once
+	done        chan struct{}
+	doneOnce    sync.Once
+	err         error // why the host ended; set before done is closed
+	lostErr     error
+	lostNotice  chan struct{} // closed by loseID
 }
 
-// New validates options; Run does the work.
+// New validates options; Start does the work.
 func New(o Options) (*Host, error) {
 	if o.ID == "" {
 		o.ID = replicas.DefaultID()
@@ -138,7 +151,9 @@ func New(o Options) (*Host, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	h := &Host{o: o, log: o.Logger.With("replica_id", o.ID), drainReq: make(chan string, 1), lostCh: make(chan error, 1), req: newRequests()}
+	h := &Host{o: o, log: o.Logger.With("replica_id", o.ID), drainReq: make(chan string, 1), lostCh: make(chan error, 1),
+		now: make(chan struct{}), done: make(chan struct{}), lostNotice: make(chan struct{}), req: newRequests()}
+	h.req.h = h
 	h.state.Store(replicas.StateStarting)
 	return h, nil
 }
@@ -146,54 +161,62 @@ func New(o Options) (*Host, error) {
 // ID is the replica id.
 func (h *Host) ID() string { return h.o.ID }
 
-// Addr is the HTTP address once Run has started listening.
+// Addr is the HTTP address once Start is listening.
 func (h *Host) Addr() string {
-	if h.httpLn == nil {
+	if h.http == nil {
 		return ""
 	}
-	return h.httpLn.Addr().String()
+	return h.http.Addr()
 }
 
-// Pool is the replica's connection pool (nil before Run has connected).
+// Pool is the replica's connection pool (nil before Start has connected).
 // Components that plug into the host, and fault tests, use it.
 func (h *Host) Pool() *pgxpool.Pool { return h.pool }
 
 // State is the replica's current state.
 func (h *Host) State() replicas.State { return h.state.Load().(replicas.State) }
 
-// Run hosts the replica until a signal on sigs (drain, then exit nil), a
-// replica.drain signal on the bus for this id (the same), or the loss of
-// its id to another process (ErrIncarnationLost). A second signal during the
-// drain returns ErrInterrupted at once.
-func (h *Host) Run(ctx context.Context, sigs <-chan os.Signal) (err error) {
-	// Cleanup runs on every path; it must not depend on ctx.
-	defer h.close()
+// Start runs the start sequence (docs/services.md): everything that can be
+// checked is checked before the replica registers (the database and its
+// schema version, the lock table, the jobs, the HTTP address; the id was
+// checked in New), so that a bad start leaves no row. Any failure after
+// registering runs the same stops as a drain, which record stopped, so
+// the row neither looks live nor blocks a corrected restart with the same
+// id. On success the replica is ready and serves until Drain, StopNow,
+// Stop, or the loss of its id.
+func (h *Host) Start(ctx context.Context) error {
+	runCtx, err := h.StartInit(ctx)
+	if err != nil {
+		return fmt.Errorf("start replica: %w", err)
+	}
+	h.startCalled.Store(true)
 	if err := h.start(ctx); err != nil {
+		if h.registered.Load() && !h.lost.Load() {
+			h.log.Error("start failed after registering; recording stopped", "error", err)
+		}
+		h.stopAll(h.stops(false))
+		h.StartFailed()
+		h.finish(err)
 		return err
 	}
+	if !h.Go(func() { h.supervise(runCtx) }) {
+		// Stop came during the start: drain what started.
+		h.stopAll(h.stops(true))
+		h.finish(nil)
+		return fmt.Errorf("start replica: %w", startstop.ErrStopped)
+	}
 	h.log.Info("replica ready", "listen", h.Addr(), "version", h.o.Version)
+	h.MarkStarted()
 	if h.o.OnReady != nil {
 		h.o.OnReady(h.Addr())
 	}
-	var why string
-	select {
-	case s := <-sigs:
-		why = "signal " + s.String()
-	case reason := <-h.drainReq:
-		why = reason
-	case err := <-h.lostCh:
-		return h.abort(err)
-	case <-ctx.Done():
-		why = "context done"
-	}
-	return h.drain(ctx, why, sigs)
+	return nil
 }
 
-// start checks everything it can before it registers (the schema version,
-// the lock table, the HTTP address; the id was checked in New), so that a
-// bad start leaves no row. A failure after registering records stopped, so
-// the row neither looks live nor blocks a corrected restart with the same id.
+// start is the start sequence; whatever it started, stops() stops.
 func (h *Host) start(ctx context.Context) (err error) {
+	// (1) The database, its schema version (or the migrations), the lock
+	// table.
 	pcfg, err := db.ParsePoolConfig(h.o.ConnString)
 	if err != nil {
 		return err
@@ -217,7 +240,7 @@ func (h *Host) start(ctx context.Context) (err error) {
 	if table == (locks.Table{}) {
 		table = locks.DefaultTable()
 	}
-	provider, err := locks.NewProvider(h.pool, table, h.o.ID)
+	h.provider, err = locks.NewProvider(h.pool, table, h.o.ID)
 	if err != nil {
 		return err
 	}
@@ -228,9 +251,15 @@ func (h *Host) start(ctx context.Context) (err error) {
 	for _, w := range warnings {
 		h.log.Warn(w)
 	}
-	h.httpLn, err = net.Listen("tcp", h.o.Listen)
+	// (2) The jobs: bound, and checked by the runner (ids, lock names).
+	h.metrics = h.newMetrics()
+	if err := h.newRunner(); err != nil {
+		return err
+	}
+	// (3) The HTTP address, which the row records.
+	h.http, err = listenHTTP(h.o.Listen, h.routes(), h.log)
 	if err != nil {
-		return fmt.Errorf("replica.listen %q: %w", h.o.Listen, err)
+		return err
 	}
 	ccfg, err := db.ParseConnConfig(h.o.ConnString)
 	if err != nil {
@@ -240,6 +269,7 @@ func (h *Host) start(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	// (4) Register, and heartbeat. From here on a failure records stopped.
 	h.registry = replicas.NewRegistry(ccfg, h.o.ConnString, replicas.Options{
 		ID: h.o.ID, Version: h.o.Version, HTTPAddr: h.Addr(), HeartbeatEvery: h.o.HeartbeatEvery, Logger: h.log,
 		OnLost: func(err error) {
@@ -255,35 +285,60 @@ func (h *Host) start(ctx context.Context) (err error) {
 		}
 		return err
 	}
-	defer func() {
-		// The row is this process's unless another took the id over.
-		if err != nil && !errors.Is(err, replicas.ErrIncarnationLost) {
-			h.log.Error("start failed after registering; recording stopped", "error", err)
-			h.writeStopped()
-		}
-	}()
-	if err := h.registry.Start(context.WithoutCancel(ctx)); err != nil {
+	h.registered.Store(true)
+	if err := h.registry.Start(ctx); err != nil {
 		return err
 	}
+	// (5) The bus, the run store, the runner, the control requests, HTTP.
 	h.listener = bus.NewListener(lcfg, h.o.ConnString, bus.Options{
 		Logger: h.log, Handler: h.onMessage, OnResync: h.onResync,
 		PingEvery: h.o.BusPingEvery, PingTimeout: h.o.BusPingTimeout,
 	})
-	if err := h.listener.Start(context.WithoutCancel(ctx)); err != nil {
+	if err := h.listener.Start(ctx); err != nil {
 		return err
 	}
-	h.metrics = h.newMetrics()
-	if err := h.startRunner(ctx, provider); err != nil {
+	if err := h.store.Start(ctx); err != nil {
 		return err
 	}
-	h.req.start(h)
-	h.httpSrv = &http.Server{Handler: h.routes(), ReadHeaderTimeout: 5 * time.Second}
-	go h.httpSrv.Serve(h.httpLn)
+	if err := h.runner.Start(ctx); err != nil {
+		return err
+	}
+	h.log.Info("runner started", "jobs", len(h.runner.JobIDs()))
+	if err := h.req.Start(ctx); err != nil {
+		return err
+	}
+	if err := h.http.Start(ctx); err != nil {
+		return err
+	}
+	// (6) Ready.
 	if err := h.registry.SetState(ctx, replicas.StateReady); err != nil {
+		if errors.Is(err, replicas.ErrIncarnationLost) {
+			h.lost.Store(true)
+		}
 		return err
 	}
 	h.state.Store(replicas.StateReady)
 	return nil
+}
+
+// newRunner binds the jobs and builds the runner and its store; New
+// checks the jobs, so a bad job fails before the replica registers.
+func (h *Host) newRunner() (err error) {
+	list := make([]jobs.Job, 0, len(h.o.Jobs)+1)
+	if !h.o.NoHousekeeping {
+		list = append(list, jobstore.Housekeeping(h.pool))
+	}
+	for _, j := range h.o.Jobs {
+		j.Bind(h.pool)
+		list = append(list, j)
+	}
+	h.store = jobstore.NewStore(h.pool, h.o.ID, h.log)
+	h.runner, err = runner.New(runner.Options{
+		ReplicaID: h.o.ID, Jobs: list, Locks: runner.LocksOf(h.provider), Store: h.store, Settings: jobstore.NewSettingsCache(h.pool),
+		Clock: h.o.Clock, Logger: h.log, Metrics: h.metrics, ShutdownWait: h.o.ShutdownWait,
+		Secrets: []string{h.pool.Config().ConnConfig.Password}, // from the URL, PGPASSWORD or the passfile
+	})
+	return err
 }
 
 // onMessage is the bus handler: it runs on the listener goroutine and must
@@ -291,29 +346,17 @@ func (h *Host) start(ctx context.Context) (err error) {
 // replica acts on a studio_request row it claims, never on the signal
 // alone, since any role that can connect can NOTIFY.
 func (h *Host) onMessage(m bus.Message) {
-	if m.Type == bus.TypeSignal {
-		switch {
-		case m.Kind == bus.KindReplicaDrain && m.Key == h.o.ID:
-			h.req.wantDrain()
-		case m.Kind == bus.KindJobTrigger:
-			h.req.wantJob(m.Key)
-		case m.Kind == bus.KindJobSettings && h.runner != nil:
-			h.runner.SettingsChanged(m.Key)
-		}
+	if m.Type != bus.TypeSignal {
+		return // seqs and frames are for the live stream (docs/bus.md)
 	}
-	h.mu.Lock()
-	hs := h.handlers
-	h.mu.Unlock()
-	for _, f := range hs {
-		f(m)
+	switch {
+	case m.Kind == bus.KindReplicaDrain && m.Key == h.o.ID:
+		h.req.wantDrain()
+	case m.Kind == bus.KindJobTrigger:
+		h.req.wantJob(m.Key)
+	case m.Kind == bus.KindJobSettings && h.runner != nil:
+		h.runner.SettingsChanged(m.Key)
 	}
-}
-
-// Subscribe adds a bus handler (later: runner, leases, stream hub).
-func (h *Host) Subscribe(f func(bus.Message)) {
-	h.mu.Lock()
-	h.handlers = append(h.handlers, f)
-	h.mu.Unlock()
 }
 
 func (h *Host) onResync() {
@@ -326,140 +369,121 @@ func (h *Host) onResync() {
 	h.req.wantAll()
 }
 
-// startRunner binds the jobs and starts the runner and its store.
-// The lock table was checked before registering.
-func (h *Host) startRunner(ctx context.Context, provider *locks.Provider) (err error) {
-	list := make([]jobs.Job, 0, len(h.o.Jobs)+1)
-	if !h.o.NoHousekeeping {
-		list = append(list, jobs.Housekeeping(h.pool))
-	}
-	for _, j := range h.o.Jobs {
-		j.Bind(h.pool)
-		list = append(list, j)
-	}
-	h.store = jobs.NewStore(h.pool, h.o.ID, h.log)
-	h.runner, err = runner.New(runner.Options{
-		ReplicaID: h.o.ID, Jobs: list, Locks: provider, Store: h.store, Settings: jobs.NewSettingsCache(h.pool),
-		Clock: h.o.Clock, Logger: h.log, Metrics: h.metrics, ShutdownWait: h.o.ShutdownWait,
-		Secrets: []string{h.pool.Config().ConnConfig.Password}, // from the URL, PGPASSWORD or the passfile
-	})
-	if err != nil {
-		return err
-	}
-	prior, err := h.store.LoadStatus(ctx)
-	if err != nil {
-		return err
-	}
-	h.store.Start(context.WithoutCancel(ctx))
-	if err := h.runner.Start(ctx, prior); err != nil {
-		return err
-	}
-	h.log.Info("runner started", "jobs", len(list))
-	return nil
-}
-
-// drain is the sequence of SPEC §8.
-func (h *Host) drain(ctx context.Context, why string, sigs <-chan os.Signal) error {
-	h.log.Info("draining", "reason", why, "drain_delay", h.o.DrainDelay.String())
-	// (1) draining: readiness fails at once; leases are released (later).
-	h.state.Store(replicas.StateDraining)
-	if err := h.registry.SetState(context.WithoutCancel(ctx), replicas.StateDraining); err != nil {
-		if errors.Is(err, replicas.ErrIncarnationLost) {
-			return h.abort(err)
-		}
-		h.log.Warn("could not record state draining", "error", err)
-	}
-	if h.o.DrainDelay > 0 {
-		t := time.NewTimer(h.o.DrainDelay)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case s := <-sigs:
-			h.log.Warn("second signal: stopping at once", "signal", s.String())
-			h.interruptServices()
-			h.writeStopped()
-			return ErrInterrupted
-		case err := <-h.lostCh:
-			return h.abort(err)
-		}
-	}
-	// (2) stream clients get reconnect (later); (3) runner shutdown (later).
-	stopped := make(chan struct{})
-	go func() { h.stopServices(); close(stopped) }()
+// Drain asks for the drain sequence (the first signal, a claimed drain
+// request). Later calls, and calls once draining, do nothing more.
+func (h *Host) Drain(reason string) {
 	select {
-	case <-stopped:
-	case s := <-sigs:
-		h.log.Warn("second signal: stopping at once", "signal", s.String())
-		h.interruptServices()
-		h.writeStopped()
-		return ErrInterrupted
-	}
-	// (4) stopped.
-	h.writeStopped()
-	h.log.Info("stopped")
-	return nil
-}
-
-func (h *Host) writeStopped() {
-	h.state.Store(replicas.StateStopped)
-	ctx, cancel := context.WithTimeout(context.Background(), stopStateTimeout)
-	defer cancel()
-	if err := h.registry.SetState(ctx, replicas.StateStopped); err != nil {
-		h.log.Warn("could not record state stopped", "error", err)
+	case h.drainReq <- reason:
+	default:
 	}
 }
 
-// abort stops every duty at once after the id was taken over; it writes
-// nothing more to the registry, which now belongs to another process.
-func (h *Host) abort(err error) error {
+// StopNow stops at once (the second signal): the drain delay is cut, runs
+// in progress are interrupted (recorded interrupted), and Wait returns
+// ErrInterrupted. stopped is still recorded.
+func (h *Host) StopNow() {
+	h.nowOnce.Do(func() {
+		h.log.Warn("stopping at once")
+		close(h.now)
+	})
+}
+
+// Stop drains and waits for the end; safe twice, concurrently, and
+// without Start.
+func (h *Host) Stop() {
+	h.Base.Stop()
+	if !h.startCalled.Load() {
+		h.finish(nil) // nothing ran
+	}
+}
+
+// Done is closed when the replica has ended: drained, stopped at once,
+// lost its id, or failed to start.
+func (h *Host) Done() <-chan struct{} { return h.done }
+
+// Wait waits for the end and says why: nil after a drain, ErrInterrupted
+// after StopNow, an error wrapping replicas.ErrIncarnationLost when
+// another process took the id, or the error of a failed Start.
+func (h *Host) Wait() error {
+	<-h.done
+	return h.err
+}
+
+func (h *Host) finish(err error) {
+	h.doneOnce.Do(func() {
+		h.err = err
+		close(h.done)
+	})
+}
+
+// supervise waits, while the replica is ready, for a reason to end, then
+// runs the drain sequence.
+func (h *Host) supervise(ctx context.Context) {
+	var why string
+	select {
+	case why = <-h.drainReq:
+	case <-h.now:
+		why = "stop at once"
+		h.runner.Interrupt()
+	case err := <-h.lostCh:
+		h.loseID(err)
+	case <-ctx.Done():
+		why = "stopped"
+	}
+	if !h.lost.Load() {
+		h.log.Info("draining", "reason", why, "drain_delay", h.o.DrainDelay.String())
+	}
+	// The stops run on their own goroutine, so that a loss of the id that
+	// comes meanwhile still interrupts the runner at once.
+	stopped := make(chan struct{})
+	go func() { h.stopAll(h.stops(true)); close(stopped) }()
+	now := h.now
+	if isClosed(now) {
+		now = nil // the runner was interrupted above
+	}
+	for waiting := true; waiting; {
+		select {
+		case <-stopped:
+			waiting = false
+		case err := <-h.lostCh:
+			h.loseID(err)
+		case <-now:
+			now = nil
+			h.runner.Interrupt() // runs in progress are recorded interrupted
+		}
+	}
+	switch {
+	case h.lost.Load():
+		h.finish(h.lostErr)
+	case isClosed(h.now):
+		h.finish(ErrInterrupted)
+	default:
+		h.log.Info("stopped")
+		h.finish(nil)
+	}
+}
+
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+// loseID stops every duty at once after the id was taken over; nothing
+// more is written to the registry, which now belongs to another process.
+func (h *Host) loseID(err error) {
+	if h.lost.Swap(true) {
+		return
+	}
+	h.lostErr = err
 	h.log.Error("another process took this replica id; stopping all duties", "error", err)
 	h.state.Store(replicas.StateStopped)
-	h.interruptServices()
-	return err
-}
-
-// interruptServices cancels runs in progress at once (recorded interrupted)
-// instead of waiting for them.
-func (h *Host) interruptServices() {
+	close(h.lostNotice)
 	if h.runner != nil {
 		h.runner.Interrupt()
-	}
-	h.stopServices()
-}
-
-// stopServices stops the components that take part in the drain (the
-// runner with its shutdown wait, its store's last flush, the bus; leases
-// later), keeping the registry for the final state.
-func (h *Host) stopServices() {
-	// First stop claiming requests: a stopping runner would drop a claimed
-	// trigger, which another replica can still run.
-	h.req.stop()
-	if h.runner != nil {
-		h.runner.Stop()
-	}
-	if h.store != nil {
-		h.store.Stop()
-	}
-	if h.listener != nil {
-		h.listener.Stop()
-	}
-}
-
-// close releases everything; safe after a partial start.
-func (h *Host) close() {
-	if h.httpSrv != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), httpShutdownTimeout)
-		h.httpSrv.Shutdown(ctx)
-		cancel()
-	} else if h.httpLn != nil {
-		h.httpLn.Close()
-	}
-	h.stopServices()
-	if h.registry != nil {
-		h.registry.Stop()
-	}
-	if h.pool != nil {
-		h.pool.Close()
 	}
 }
 
@@ -534,13 +558,13 @@ func (h *Host) newMetrics() *prometheus.Registry {
 			ConstLabels: prometheus.Labels{"kind": replicas.RequestKindDrain}},
 			func() float64 { return float64(h.req.drainsClaimed.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "studio_control_requests_claimed_total", Help: "Control requests (studio_request rows) this replica claimed.",
-			ConstLabels: prometheus.Labels{"kind": jobs.RequestKindTrigger}},
+			ConstLabels: prometheus.Labels{"kind": jobstore.RequestKindTrigger}},
 			func() float64 { return float64(h.req.triggersClaimed.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "studio_control_signals_without_request_total", Help: "Drain or trigger signals that found no request for this replica to claim.",
 			ConstLabels: prometheus.Labels{"kind": replicas.RequestKindDrain}},
 			func() float64 { return float64(h.req.drainsEmpty.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "studio_control_signals_without_request_total", Help: "Drain or trigger signals that found no request for this replica to claim.",
-			ConstLabels: prometheus.Labels{"kind": jobs.RequestKindTrigger}},
+			ConstLabels: prometheus.Labels{"kind": jobstore.RequestKindTrigger}},
 			func() float64 { return float64(h.req.triggersEmpty.Load()) }),
 	)
 	reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))

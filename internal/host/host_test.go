@@ -68,7 +68,7 @@ jobs:
 	}
 	sigs := make(chan os.Signal, 2)
 	done := make(chan error, 1)
-	go func() { done <- h.Run(context.Background(), sigs) }()
+	go func() { done <- runHost(h, context.Background(), sigs) }()
 	var addr string
 	select {
 	case addr = <-ready:
@@ -132,7 +132,7 @@ func TestHostRefusesTheIdOfALiveReplica(t *testing.T) {
 		t.Fatal(err)
 	}
 	h, _ := host.New(host.Options{ConnString: url, ID: "dup"})
-	err = h.Run(context.Background(), make(chan os.Signal))
+	err = runHost(h, context.Background(), make(chan os.Signal))
 	if !errors.Is(err, replicas.ErrLiveDuplicate) {
 		t.Fatalf("got %v, want ErrLiveDuplicate", err)
 	}
@@ -144,7 +144,7 @@ func TestSecondSignalStopsAtOnce(t *testing.T) {
 	h, _ := host.New(host.Options{ConnString: url, ID: "impatient", DrainDelay: time.Hour, OnReady: func(a string) { ready <- a }})
 	sigs := make(chan os.Signal, 2)
 	done := make(chan error, 1)
-	go func() { done <- h.Run(context.Background(), sigs) }()
+	go func() { done <- runHost(h, context.Background(), sigs) }()
 	select {
 	case <-ready:
 	case err := <-done:

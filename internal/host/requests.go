@@ -8,8 +8,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/studioctl/studioctl/internal/jobs"
+	"github.com/studioctl/studioctl/internal/jobstore"
 	"github.com/studioctl/studioctl/internal/replicas"
+	"github.com/studioctl/studioctl/internal/startstop"
 )
 
 const (
@@ -37,11 +38,9 @@ type requests struct {
 	jobs  map[string]bool // job.trigger signals for these jobs arrived
 	all   bool            // poll everything (start, bus resync, retry)
 
-	kick    chan struct{}
-	cancel  context.CancelFunc
-	done    chan struct{}
-	started bool
-	stopped bool
+	kick chan struct{}
+	h    *Host
+	startstop.Base
 
 	claims          atomic.Int64 // claim passes (each one or two statements)
 	drainsClaimed   atomic.Int64
@@ -86,37 +85,27 @@ func (q *requests) wantAll() {
 	q.wake()
 }
 
-// start runs the claim loop for h, whose pool, registry and runner are set;
-// the first pass looks for everything, so a request made while the replica
-// was starting is not lost.
-func (q *requests) start(h *Host) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.started || q.stopped {
-		return
+// Start runs the claim loop of the host, whose pool, registry and runner
+// are set; the first pass looks for everything, so a request made while
+// the replica was starting is not lost.
+func (q *requests) Start(ctx context.Context) error {
+	runCtx, err := q.StartInit(ctx)
+	if err != nil {
+		return fmt.Errorf("start control requests: %w", err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	q.started, q.cancel, q.done = true, cancel, make(chan struct{})
-	q.all = true
-	q.wake()
-	go q.loop(ctx, h)
-}
-
-// stop ends the loop and waits for it; safe before start and twice.
-func (q *requests) stop() {
-	q.mu.Lock()
-	q.stopped = true
-	cancel, done := q.cancel, q.done
-	q.mu.Unlock()
-	if cancel == nil {
-		return
+	if q.h == nil || q.h.pool == nil || q.h.registry == nil || q.h.runner == nil {
+		q.StartFailed()
+		return fmt.Errorf("start control requests: the pool, registry and runner must be set first")
 	}
-	cancel()
-	<-done
+	q.wantAll()
+	if !q.Go(func() { q.loop(runCtx, q.h) }) {
+		return fmt.Errorf("start control requests: %w", startstop.ErrStopped)
+	}
+	q.MarkStarted()
+	return nil
 }
 
 func (q *requests) loop(ctx context.Context, h *Host) {
-	defer close(q.done)
 	var retry <-chan time.Time
 	for {
 		select {
@@ -167,10 +156,7 @@ func (q *requests) claim(ctx context.Context, h *Host, drain, all bool, signalle
 			q.drainsClaimed.Add(int64(len(got)))
 			d := got[len(got)-1]
 			h.log.Info("drain requested", "request_seq", d.Seq, "requested_by", d.RequestedBy, "reason", d.Reason, "requests", len(got))
-			select {
-			case h.drainReq <- fmt.Sprintf("drain requested by %s (request %d)", d.RequestedBy, d.Seq):
-			default:
-			}
+			h.Drain(fmt.Sprintf("drain requested by %s (request %d)", d.RequestedBy, d.Seq))
 		case drain:
 			q.drainsEmpty.Add(1)
 			h.log.Debug("replica.drain signal without a drain request; ignored")
@@ -190,7 +176,7 @@ func (q *requests) claim(ctx context.Context, h *Host, drain, all bool, signalle
 		return firstErr
 	}
 	sort.Strings(ids)
-	got, err := jobs.ClaimTriggers(ctx, h.pool, ids, h.o.ID, h.registry.Incarnation())
+	got, err := jobstore.ClaimTriggers(ctx, h.pool, ids, h.o.ID, h.registry.Incarnation())
 	if err != nil {
 		if firstErr == nil {
 			firstErr = err

@@ -20,6 +20,7 @@ import (
 	"github.com/studioctl/studioctl/internal/db"
 	"github.com/studioctl/studioctl/internal/host"
 	"github.com/studioctl/studioctl/internal/jobs"
+	"github.com/studioctl/studioctl/internal/jobstore"
 	"github.com/studioctl/studioctl/internal/pgtest"
 	"github.com/studioctl/studioctl/internal/replicas"
 )
@@ -65,7 +66,7 @@ func startReplica(t *testing.T, url, id string) *replica {
 		t.Fatal(err)
 	}
 	r := &replica{h: h, done: make(chan error, 1), sigs: make(chan os.Signal, 2)}
-	go func() { r.done <- h.Run(context.Background(), r.sigs) }()
+	go func() { r.done <- runHost(h, context.Background(), r.sigs) }()
 	select {
 	case r.addr = <-ready:
 	case err := <-r.done:
@@ -188,7 +189,7 @@ SELECT 'replica.drain', id, id, incarnation, 'mallory', now() + interval '1 minu
 	if _, _, err := replicas.RequestDrain(ctx, peekPool, "web-1", "mallory", ""); err == nil || !strings.Contains(err.Error(), "permission denied") {
 		t.Errorf("RequestDrain as the SELECT-only role = %v, want permission denied", err)
 	}
-	if _, err := jobs.Trigger(ctx, peekPool, "manual", "mallory", ""); err == nil || !strings.Contains(err.Error(), "permission denied") {
+	if _, err := jobstore.Trigger(ctx, peekPool, "manual", "mallory", ""); err == nil || !strings.Contains(err.Error(), "permission denied") {
 		t.Errorf("Trigger as the SELECT-only role = %v, want permission denied", err)
 	}
 
@@ -214,7 +215,7 @@ SELECT 'replica.drain', id, id, incarnation, 'mallory', now() + interval '1 minu
 
 	// The operator path: a request row with its audit row; each job runs once.
 	for _, job := range []string{"manual", "each"} {
-		if n, err := jobs.Trigger(ctx, admin, job, "ana@ops", "rerun"); err != nil || n != 1 {
+		if n, err := jobstore.Trigger(ctx, admin, job, "ana@ops", "rerun"); err != nil || n != 1 {
 			t.Fatalf("Trigger(%s) = %d, %v", job, n, err)
 		}
 	}
@@ -282,7 +283,7 @@ func TestTriggerRunsAnInstallationJobOnceAndAnInstanceJobOnEveryReplica(t *testi
 		return count(t, admin, `SELECT count(*) FROM studio_job_status WHERE job_id IN ('manual', 'each')`) == 4
 	})
 	for _, job := range []string{"manual", "each"} {
-		if _, err := jobs.Trigger(ctx, admin, job, "ana@ops", ""); err != nil {
+		if _, err := jobstore.Trigger(ctx, admin, job, "ana@ops", ""); err != nil {
 			t.Fatalf("Trigger(%s): %v", job, err)
 		}
 	}
@@ -299,7 +300,7 @@ func TestTriggerRunsAnInstallationJobOnceAndAnInstanceJobOnEveryReplica(t *testi
 	if n := runs(t, admin, "manual"); n != 1 {
 		t.Errorf("%d runs of the installation job, want 1", n)
 	}
-	if _, err := jobs.Trigger(ctx, admin, "nosuch", "ana@ops", ""); !errors.Is(err, jobs.ErrUnknownJob) {
+	if _, err := jobstore.Trigger(ctx, admin, "nosuch", "ana@ops", ""); !errors.Is(err, jobstore.ErrUnknownJob) {
 		t.Errorf("Trigger(nosuch) = %v, want ErrUnknownJob", err)
 	}
 }
@@ -355,14 +356,14 @@ func TestOperatorRoleWithTheDocumentedGrantsCanDrainTriggerChangeAndForget(t *te
 		t.Errorf("drain: %v", err)
 	}
 	for _, job := range []string{"manual", "each"} {
-		if _, err := jobs.Trigger(ctx, op, job, "op", ""); err != nil {
+		if _, err := jobstore.Trigger(ctx, op, job, "op", ""); err != nil {
 			t.Errorf("trigger %s: %v", job, err)
 		}
 	}
 	every := jobs.Schedule{Every: time.Hour}
-	for _, c := range []jobs.Change{{Pause: ptr(true)}, {Pause: ptr(false)}, {Schedule: &every}} {
+	for _, c := range []jobstore.Change{{Pause: ptr(true)}, {Pause: ptr(false)}, {Schedule: &every}} {
 		c.Actor = "op"
-		if _, err := jobs.ApplyChange(ctx, op, "manual", c); err != nil {
+		if _, err := jobstore.ApplyChange(ctx, op, "manual", c); err != nil {
 			t.Errorf("change %+v: %v", c, err)
 		}
 	}
@@ -415,7 +416,7 @@ FROM generate_series($1::int, $1::int + 499) AS n`, i); err != nil {
 	}
 	// A real trigger, notified after the flood: once it has run, the
 	// listener has handed every signal of the flood to the claim loop.
-	if _, err := jobs.Trigger(ctx, admin, "manual", "tester", "after the flood"); err != nil {
+	if _, err := jobstore.Trigger(ctx, admin, "manual", "tester", "after the flood"); err != nil {
 		t.Fatal(err)
 	}
 	waitUntil(t, 30*time.Second, "the real trigger to run", func() bool { return runs(t, admin, "manual") == 1 })

@@ -47,7 +47,7 @@ jobs:
 	}
 	sigs := make(chan os.Signal, 2)
 	done := make(chan error, 1)
-	go func() { done <- h.Run(ctx, sigs) }()
+	go func() { done <- runHost(h, ctx, sigs) }()
 	var addr string
 	select {
 	case addr = <-ready:
@@ -116,6 +116,13 @@ jobs:
 		t.Fatal(err)
 	}
 	if running != 0 || failed != 0 {
+		rows, _ := check.Query(ctx, `SELECT outcome, error FROM studio_job_run WHERE job_id = 'poison' AND outcome <> 'succeeded'`)
+		for rows.Next() {
+			var o, e string
+			rows.Scan(&o, &e)
+			t.Logf("run %s: %s", o, e)
+		}
+		rows.Close()
 		t.Errorf("after the drain: %d runs still running, %d not succeeded", running, failed)
 	}
 	in, err := replicas.Get(ctx, check, "sql-poison")

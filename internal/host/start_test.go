@@ -52,7 +52,7 @@ func runUntilReady(t *testing.T, o host.Options) {
 	}
 	sigs := make(chan os.Signal, 1)
 	done := make(chan error, 1)
-	go func() { done <- h.Run(context.Background(), sigs) }()
+	go func() { done <- runHost(h, context.Background(), sigs) }()
 	select {
 	case <-ready:
 	case err := <-done:
@@ -95,7 +95,7 @@ func TestAMissingLockTableFailsBeforeRegistering(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = h.Run(context.Background(), make(chan os.Signal))
+	err = runHost(h, context.Background(), make(chan os.Signal))
 	if !errors.Is(err, locks.ErrSchema) {
 		t.Fatalf("Run = %v, want locks.ErrSchema", err)
 	}
@@ -121,7 +121,7 @@ func TestAStartThatFailsAfterRegisteringRecordsStopped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = h.Run(context.Background(), make(chan os.Signal))
+	err = runHost(h, context.Background(), make(chan os.Signal))
 	if err == nil || !strings.Contains(err.Error(), "studio_job_status") {
 		t.Fatalf("Run = %v, want the job status read to fail", err)
 	}
@@ -152,7 +152,7 @@ func TestASchemaNewerThanTheBinaryStopsTheStartBeforeRegistering(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			err = h.Run(context.Background(), make(chan os.Signal))
+			err = runHost(h, context.Background(), make(chan os.Signal))
 			if !errors.Is(err, migrate.ErrNewerSchema) || !strings.Contains(err.Error(), "00099") {
 				t.Fatalf("Run = %v, want ErrNewerSchema naming 00099", err)
 			}
@@ -173,7 +173,7 @@ func TestRegisteringOnAReadOnlyDatabaseSaysSo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = h.Run(context.Background(), make(chan os.Signal))
+	err = runHost(h, context.Background(), make(chan os.Signal))
 	if !errors.Is(err, db.ErrReadOnly) || !strings.HasPrefix(err.Error(), "cannot register replica: the database is read-only") {
 		t.Fatalf("Run = %v, want it to say the database is read-only", err)
 	}

@@ -1,6 +1,7 @@
 // Package jobs is the job model of SPEC §5: scopes, schedules, the timing
-// rules, configuration, health, and the stores for status, history and
-// operator settings.
+// rules, configuration, health, and the shapes of a status row, a run and
+// an operator setting. It reads no database: internal/jobstore keeps
+// status, history and settings in PostgreSQL.
 package jobs
 
 import (

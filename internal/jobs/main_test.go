@@ -4,16 +4,15 @@ import (
 	"os"
 	"testing"
 
-	"github.com/studioctl/studioctl/internal/pgtest"
+	"go.uber.org/goleak"
 )
 
-// TestMain runs the tests against the harness's PostgreSQL (a database per
-// test, cloned from a migrated template), then fails the binary if any
-// goroutine (a Store's writer, a pool's health check) outlived them.
+// TestMain: the job model needs no database; goroutines must not outlive
+// the tests.
 func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
-		// A child process of runInChild: one test, no database.
+		// A child process of runInChild: one test.
 		os.Exit(m.Run())
 	}
-	os.Exit(pgtest.MainNoLeaks(m))
+	goleak.VerifyTestMain(m)
 }

@@ -99,11 +99,6 @@ func (m *Migrator) Status(ctx context.Context) ([]Status, error) {
 	return append(out, u...), nil
 }
 
-// Pending reports whether migrations are waiting to be applied.
-func (m *Migrator) Pending(ctx context.Context) (bool, error) {
-	return m.provider.HasPending(ctx)
-}
-
 func baseName(path string) string {
 	for i := len(path) - 1; i >= 0; i-- {
 		if path[i] == '/' {

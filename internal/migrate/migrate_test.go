@@ -122,7 +122,7 @@ func TestStatusListsAppliedAndPendingMigrations(t *testing.T) {
 				t.Errorf("status[%d].AppliedAt = %v for a pending migration", i, s.AppliedAt)
 			}
 		}
-		pending, err := m.Pending(ctx)
+		pending, err := anyPending(ctx, m)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -218,11 +218,25 @@ func TestConcurrentUpAppliesEachMigrationExactlyOnce(t *testing.T) {
 		t.Errorf("goose_db_version records %d versions, want %d", recorded, len(want))
 	}
 
-	pending, err := newMigrator(t, pools[1]).Pending(ctx)
+	pending, err := anyPending(ctx, newMigrator(t, pools[1]))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if pending {
 		t.Error("migrations still pending after concurrent Up")
 	}
+}
+
+// anyPending reports whether Status lists a migration not applied.
+func anyPending(ctx context.Context, m *migrate.Migrator) (bool, error) {
+	st, err := m.Status(ctx)
+	if err != nil {
+		return false, err
+	}
+	for _, s := range st {
+		if !s.Applied {
+			return true, nil
+		}
+	}
+	return false, nil
 }

@@ -24,6 +24,7 @@ import (
 
 	"github.com/studioctl/studioctl/internal/db"
 	"github.com/studioctl/studioctl/internal/liveness"
+	"github.com/studioctl/studioctl/internal/startstop"
 )
 
 // HeartbeatEvery is how often a replica writes heartbeat_at.
@@ -127,9 +128,9 @@ type Registry struct {
 	mu   sync.Mutex // guards conn: the heartbeat goroutine and SetState share it
 	conn *pgx.Conn
 
-	stop    context.CancelFunc
-	done    chan struct{}
-	stopped sync.Once
+	startstop.Base
+	registered atomic.Bool   // Register succeeded
+	loopDone   chan struct{} // closed when the heartbeat goroutine returns (Stop, or the id lost)
 
 	beats    atomic.Int64
 	failures atomic.Int64
@@ -150,7 +151,7 @@ func NewRegistry(cfg *pgx.ConnConfig, connString string, o Options) *Registry {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	// The caller's logger names the replica (the host's carries replica_id).
-	return &Registry{cfg: cfg, connString: connString, o: o, log: o.Logger, incarn: uuid.New(), epoch: time.Now(), done: make(chan struct{})}
+	return &Registry{cfg: cfg, connString: connString, o: o, log: o.Logger, incarn: uuid.New(), epoch: time.Now(), loopDone: make(chan struct{})}
 }
 
 // ID is the replica id.
@@ -218,6 +219,7 @@ func (r *Registry) Register(ctx context.Context) error {
 		return fmt.Errorf("register replica %q: %w (its heartbeat is less than %s old); stop it first, or choose another replica.id", r.o.ID, ErrLiveDuplicate, GoneAfter)
 	}
 	r.lastBeat.Store(int64(time.Since(r.epoch)))
+	r.registered.Store(true)
 	return nil
 }
 
@@ -245,29 +247,46 @@ WHERE id = $1 AND incarnation = $2`, r.o.ID, r.incarn, string(s))
 	return nil
 }
 
-// Start runs the heartbeat goroutine until Stop.
+// Start registers the replica (unless Register already did) and runs the
+// heartbeat goroutine until Stop. It fails for real: with the error of
+// Register (a live replica has the id, a read-only database), and then
+// nothing runs and the connection is closed.
 func (r *Registry) Start(ctx context.Context) error {
-	ctx, r.stop = context.WithCancel(ctx)
-	go r.loop(ctx)
+	runCtx, err := r.StartInit(ctx)
+	if err != nil {
+		return fmt.Errorf("start replica heartbeat: %w", err)
+	}
+	if !r.registered.Load() {
+		if err := r.Register(ctx); err != nil {
+			r.StartFailed()
+			r.closeConn()
+			return err
+		}
+	}
+	if !r.Go(func() { r.loop(runCtx) }) {
+		r.closeConn() // Stop came during Register
+		return fmt.Errorf("start replica heartbeat: %w", startstop.ErrStopped)
+	}
+	r.MarkStarted()
 	return nil
 }
 
 // Stop ends the heartbeat goroutine and closes the connection. Safe to
-// call twice, and without Start.
+// call twice, concurrently, and without Start. SetState still works after
+// Stop (it connects again), so the host can record stopped last.
 func (r *Registry) Stop() {
-	r.stopped.Do(func() {
-		if r.stop != nil {
-			r.stop()
-			<-r.done
-		}
-		r.mu.Lock()
-		r.dropConnLocked()
-		r.mu.Unlock()
-	})
+	r.Base.Stop()
+	r.closeConn()
+}
+
+func (r *Registry) closeConn() {
+	r.mu.Lock()
+	r.dropConnLocked()
+	r.mu.Unlock()
 }
 
 func (r *Registry) loop(ctx context.Context) {
-	defer close(r.done)
+	defer close(r.loopDone)
 	t := time.NewTicker(r.o.HeartbeatEvery)
 	defer t.Stop()
 	failing := false

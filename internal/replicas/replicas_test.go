@@ -161,7 +161,7 @@ func TestATakenOverRegistryLosesItsIncarnationAndStops(t *testing.T) {
 	}
 	// The heartbeat goroutine has returned: done is closed without Stop.
 	select {
-	case <-old.done:
+	case <-old.loopDone:
 	case <-time.After(waitFor):
 		t.Fatal("heartbeat goroutine still running after OnLost")
 	}

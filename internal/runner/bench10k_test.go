@@ -39,6 +39,7 @@ import (
 
 	"github.com/studioctl/studioctl/internal/db"
 	"github.com/studioctl/studioctl/internal/jobs"
+	"github.com/studioctl/studioctl/internal/jobstore"
 	"github.com/studioctl/studioctl/internal/locks"
 	"github.com/studioctl/studioctl/internal/pgtest"
 	"github.com/studioctl/studioctl/internal/runner"
@@ -180,20 +181,18 @@ func TestBench10k(t *testing.T) {
 		t.Fatal(err)
 	}
 	flushes := &bench10kFlushes{}
-	store := jobs.NewStore(bench10kPool{pool, flushes}, bench10kReplica, nil)
+	store := jobstore.NewStore(bench10kPool{pool, flushes}, bench10kReplica, nil)
 	r, err := runner.New(runner.Options{
-		ReplicaID: bench10kReplica, Jobs: list, Locks: provider, Store: store,
-		Settings: jobs.NewSettingsCache(pool), Metrics: prometheus.NewRegistry(),
+		ReplicaID: bench10kReplica, Jobs: list, Locks: runner.LocksOf(provider), Store: store,
+		Settings: jobstore.NewSettingsCache(pool), Metrics: prometheus.NewRegistry(),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	prior, err := store.LoadStatus(ctx)
-	if err != nil {
+	if err := store.Start(context.WithoutCancel(ctx)); err != nil {
 		t.Fatal(err)
 	}
-	store.Start(context.WithoutCancel(ctx))
-	if err := r.Start(ctx, prior); err != nil {
+	if err := r.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
 	stopped := false

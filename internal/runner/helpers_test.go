@@ -2,9 +2,11 @@ package runner_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -16,6 +18,7 @@ import (
 	"github.com/studioctl/studioctl/internal/clock"
 	"github.com/studioctl/studioctl/internal/db"
 	"github.com/studioctl/studioctl/internal/jobs"
+	"github.com/studioctl/studioctl/internal/jobstore"
 	"github.com/studioctl/studioctl/internal/locks"
 	"github.com/studioctl/studioctl/internal/pgtest"
 	"github.com/studioctl/studioctl/internal/runner"
@@ -203,13 +206,24 @@ type env struct {
 	t        *testing.T
 	pool     *pgxpool.Pool
 	clk      *clock.Fake
-	store    *jobs.Store
-	settings *jobs.SettingsCache
+	store    *jobstore.Store
+	settings *jobstore.SettingsCache
 	locks    *locks.Provider
 	reg      *prometheus.Registry
 	logs     *syncBuffer
 	tasks    []*fakeTask
 	r        *runner.Runner
+	// mem, when set, stands in for the store and the settings: the env
+	// has no database (newMemEnv).
+	mem *memStore
+}
+
+// newMemEnv is an env without PostgreSQL, for the runner's timing tests:
+// runs, status and settings are kept in memory, and there is no lock
+// provider (instance jobs only).
+func newMemEnv(t *testing.T) *env {
+	t.Helper()
+	return &env{t: t, clk: clock.NewFake(t0), mem: newMemStore(), reg: prometheus.NewRegistry(), logs: &syncBuffer{}}
 }
 
 func newEnv(t *testing.T) *env {
@@ -224,10 +238,12 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store := jobs.NewStore(pool, replicaID, nil)
-	store.Start(context.Background())
+	store := jobstore.NewStore(pool, replicaID, nil)
 	t.Cleanup(store.Stop)
-	return &env{t: t, pool: pool, clk: clock.NewFake(t0), store: store, settings: jobs.NewSettingsCache(pool),
+	if err := store.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return &env{t: t, pool: pool, clk: clock.NewFake(t0), store: store, settings: jobstore.NewSettingsCache(pool),
 		locks: provider, reg: prometheus.NewRegistry(), logs: &syncBuffer{}}
 }
 
@@ -245,8 +261,13 @@ func (e *env) job(id string, scope jobs.Scope, d time.Duration, ft *fakeTask) jo
 
 // options are the runner options of env; tests adjust them before start.
 func (e *env) options(js ...jobs.Job) runner.Options {
+	var store runner.Recorder = e.store
+	var settings runner.Settings = e.settings
+	if e.mem != nil {
+		store, settings = e.mem, e.mem
+	}
 	return runner.Options{
-		ReplicaID: replicaID, Jobs: js, Locks: e.locks, Store: e.store, Settings: e.settings,
+		ReplicaID: replicaID, Jobs: js, Locks: runner.LocksOf(e.locks), Store: store, Settings: settings,
 		Clock: e.clk, Logger: slog.New(slog.NewTextHandler(e.logs, nil)), Metrics: e.reg,
 		ShutdownWait: 5 * time.Second,
 		InitialDelay: func(jobs.Job) time.Duration { return 0 },
@@ -261,7 +282,7 @@ func (e *env) start(o runner.Options) *runner.Runner {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	if err := r.Start(e.t.Context(), nil); err != nil {
+	if err := r.Start(e.t.Context()); err != nil {
 		e.t.Fatal(err)
 	}
 	e.r = r
@@ -308,6 +329,9 @@ func (e *env) waitPending(n int) {
 // flush writes what the store holds.
 func (e *env) flush() {
 	e.t.Helper()
+	if e.mem != nil {
+		return
+	}
 	if err := e.store.Flush(e.t.Context()); err != nil {
 		e.t.Fatal(err)
 	}
@@ -316,8 +340,11 @@ func (e *env) flush() {
 // history is job's run history, oldest first, after a flush.
 func (e *env) history(id string) []jobs.Run {
 	e.t.Helper()
+	if e.mem != nil {
+		return e.mem.history(id)
+	}
 	e.flush()
-	runs, err := jobs.History(e.t.Context(), e.pool, id, 100)
+	runs, err := jobstore.History(e.t.Context(), e.pool, id, 100)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -387,3 +414,81 @@ func (e *env) otherHolder(lockedBy string) *locks.Provider {
 func causeIs(err error, text string) bool { return err != nil && err.Error() == text }
 
 var errBoom = errors.New("boom")
+
+// memStore is the runner's Recorder and Settings in memory.
+type memStore struct {
+	mu       sync.Mutex
+	seq      int64
+	runs     map[int64]jobs.Run
+	status   map[string]jobs.Status
+	settings map[string]jobs.Setting
+	loadErr  error // LoadStatus fails with it
+}
+
+func newMemStore() *memStore {
+	return &memStore{runs: map[int64]jobs.Run{}, status: map[string]jobs.Status{}, settings: map[string]jobs.Setting{}}
+}
+
+func (m *memStore) LoadStatus(context.Context) (map[string]jobs.Status, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.loadErr != nil {
+		return nil, m.loadErr
+	}
+	out := map[string]jobs.Status{}
+	for k, v := range m.status {
+		out[k] = v
+	}
+	return out, nil
+}
+
+func (m *memStore) NextSeq(context.Context) (int64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.seq++
+	return m.seq, nil
+}
+
+func (m *memStore) PutRun(r jobs.Run) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.runs[r.Seq] = r
+}
+
+func (m *memStore) PutStatus(st jobs.Status) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.status[st.JobID] = st
+}
+
+func (m *memStore) Get(_ context.Context, job string) (jobs.Setting, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if s, ok := m.settings[job]; ok {
+		return s, nil
+	}
+	return jobs.Setting{JobID: job}, nil
+}
+
+// set makes an operator setting (the test then signals the runner).
+func (m *memStore) set(s jobs.Setting) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.settings[s.JobID] = s
+}
+func (m *memStore) Invalidate(string) {}
+func (m *memStore) InvalidateAll()    {}
+
+// history is job's runs, oldest first.
+func (m *memStore) history(id string) []jobs.Run {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []jobs.Run
+	for _, r := range m.runs {
+		if r.JobID == id {
+			out = append(out, r)
+		}
+	}
+	slices.SortFunc(out, func(a, b jobs.Run) int { return cmp.Compare(a.Seq, b.Seq) })
+	return out
+}

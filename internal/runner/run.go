@@ -18,7 +18,7 @@ import (
 // run executes one tick of js under schedule sched that fired at fire.
 func (r *Runner) run(js *jobState, sched jobs.Schedule, fire time.Time) {
 	id := js.job.ID
-	var lock *locks.Lock
+	var lock Lock
 	if js.job.Scope == jobs.ScopeInstallation {
 		ctx, cancel := context.WithTimeout(r.runsCtx, lockStatementTimeout)
 		// The lock is the job's lock: name, or its id (SPEC §5.3).
@@ -251,7 +251,7 @@ func (r *Runner) recordNoRun(js *jobState, sched jobs.Schedule, now time.Time, e
 	r.finish(js, sched.Next(now))
 }
 
-func (r *Runner) unlock(l *locks.Lock, id string) {
+func (r *Runner) unlock(l Lock, id string) {
 	if l == nil {
 		return
 	}

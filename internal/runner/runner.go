@@ -18,6 +18,7 @@ import (
 	"github.com/studioctl/studioctl/internal/clock"
 	"github.com/studioctl/studioctl/internal/jobs"
 	"github.com/studioctl/studioctl/internal/locks"
+	"github.com/studioctl/studioctl/internal/startstop"
 )
 
 const (
@@ -43,10 +44,10 @@ var (
 // Options configure a Runner.
 type Options struct {
 	ReplicaID string
-	Jobs      []jobs.Job // bound: each has a Task
-	Locks     *locks.Provider
-	Store     *jobs.Store
-	Settings  *jobs.SettingsCache
+	Jobs      []jobs.Job   // bound: each has a Task
+	Locks     Locker       // LocksOf(a *locks.Provider); needed by installation jobs
+	Store     Recorder     // the run store (jobstore.Store)
+	Settings  Settings     // operator settings (jobstore.SettingsCache)
 	Clock     clock.Clock  // default clock.Real
 	Logger    *slog.Logger // default discard
 	Metrics   prometheus.Registerer
@@ -73,14 +74,16 @@ type Runner struct {
 	queue    timerHeap
 	stopping bool
 
-	wake    chan struct{}
-	quit    chan struct{}
-	timerWG sync.WaitGroup
-	runWG   sync.WaitGroup // tick goroutines and reschedules
-	runsCtx context.Context
-	cancel  context.CancelCauseFunc
-	started time.Time
-	stopped sync.Once
+	// The timer goroutine is the Base's; runs (tick goroutines and
+	// reschedules) are counted in runWG, and their context is not the
+	// Base's, since Stop lets them finish within ShutdownWait.
+	startstop.Base
+	wake     chan struct{}
+	runWG    sync.WaitGroup
+	runsCtx  context.Context
+	cancel   context.CancelCauseFunc
+	started  time.Time
+	stopOnce sync.Once
 }
 
 type jobState struct {
@@ -108,7 +111,7 @@ func New(o Options) (*Runner, error) {
 	if o.InitialDelay == nil {
 		o.InitialDelay = randomInitialDelay
 	}
-	r := &Runner{o: o, log: o.Logger, jobs: map[string]*jobState{}, wake: make(chan struct{}, 1), quit: make(chan struct{})}
+	r := &Runner{o: o, log: o.Logger, jobs: map[string]*jobState{}, wake: make(chan struct{}, 1)}
 	lockOwner := map[string]string{} // lock name -> installation job id
 	for _, j := range o.Jobs {
 		if j.Task == nil {
@@ -146,10 +149,20 @@ func randomInitialDelay(j jobs.Job) time.Duration {
 	return time.Duration(rand.Int64N(int64(j.Schedule.Every)))
 }
 
-// Start schedules every job and starts the timer goroutine. prior holds
-// status rows of a previous process with the same replica id, so counters
-// carry on.
-func (r *Runner) Start(ctx context.Context, prior map[string]jobs.Status) error {
+// Start reads the status rows a previous process with the same replica id
+// left (so counters carry on), schedules every job and starts the timer
+// goroutine. It fails for real when the status cannot be read, and then
+// nothing runs.
+func (r *Runner) Start(ctx context.Context) error {
+	baseCtx, err := r.StartInit(ctx)
+	if err != nil {
+		return fmt.Errorf("start runner: %w", err)
+	}
+	prior, err := r.o.Store.LoadStatus(ctx)
+	if err != nil {
+		r.StartFailed()
+		return fmt.Errorf("start runner: %w", err)
+	}
 	now := r.o.Clock.Now()
 	r.mu.Lock()
 	r.runsCtx, r.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
@@ -173,8 +186,10 @@ func (r *Runner) Start(ctx context.Context, prior map[string]jobs.Status) error 
 		r.putStatusLocked(js)
 	}
 	r.mu.Unlock()
-	r.timerWG.Add(1)
-	go r.timerLoop()
+	if !r.Go(func() { r.timerLoop(baseCtx) }) {
+		return fmt.Errorf("start runner: %w", startstop.ErrStopped)
+	}
+	r.MarkStarted()
 	return nil
 }
 
@@ -200,8 +215,7 @@ func (r *Runner) kick() {
 // timerLoop is the one timer goroutine: it waits for the earliest due job
 // and launches a tick goroutine for every job that is due. It does nothing
 // else.
-func (r *Runner) timerLoop() {
-	defer r.timerWG.Done()
+func (r *Runner) timerLoop(ctx context.Context) {
 	t := r.o.Clock.NewTimer(time.Hour)
 	defer t.Stop()
 	for {
@@ -214,7 +228,7 @@ func (r *Runner) timerLoop() {
 		t.Stop()
 		t.Reset(max(wait, 0))
 		select {
-		case <-r.quit:
+		case <-ctx.Done():
 			return
 		case <-r.wake:
 			continue
@@ -383,15 +397,15 @@ func (r *Runner) finish(js *jobState, next time.Time) {
 
 // Stop stops every timer, waits up to ShutdownWait for runs in progress,
 // then interrupts the rest (recorded interrupted) and waits for them. Safe
-// to call twice, and without Start.
+// to call twice, concurrently, and without Start.
 func (r *Runner) Stop() {
-	r.stopped.Do(func() {
+	r.stopOnce.Do(func() {
 		r.mu.Lock()
 		r.stopping = true
+		cancel := r.cancel
 		r.mu.Unlock()
-		close(r.quit)
-		r.timerWG.Wait()
-		if r.cancel == nil {
+		r.Base.Stop() // the timer goroutine
+		if cancel == nil {
 			return
 		}
 		done := make(chan struct{})
@@ -402,10 +416,10 @@ func (r *Runner) Stop() {
 		case <-done:
 		case <-t.C:
 			r.log.Warn("runner: runs still in progress after the shutdown wait; interrupting them", "wait", r.o.ShutdownWait.String())
-			r.cancel(errShutdown)
+			cancel(errShutdown)
 			<-done
 		}
-		r.cancel(errShutdown)
+		cancel(errShutdown)
 	})
 }
 
@@ -439,9 +453,10 @@ func (r *Runner) tick(js *jobState, fire time.Time) {
 func (r *Runner) Interrupt() {
 	r.mu.Lock()
 	r.stopping = true
+	cancel := r.cancel
 	r.mu.Unlock()
-	if r.cancel != nil {
-		r.cancel(errShutdown)
+	if cancel != nil {
+		cancel(errShutdown)
 	}
 	r.Stop()
 }

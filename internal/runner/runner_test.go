@@ -11,6 +11,7 @@ import (
 
 	"github.com/studioctl/studioctl/internal/clock"
 	"github.com/studioctl/studioctl/internal/jobs"
+	"github.com/studioctl/studioctl/internal/jobstore"
 	"github.com/studioctl/studioctl/internal/locks"
 	"github.com/studioctl/studioctl/internal/runner"
 	"github.com/studioctl/studioctl/internal/tasks"
@@ -27,7 +28,7 @@ const (
 
 func TestARunThatOutlastsItsIntervalNeverOverlapsItself(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := newMemEnv(t)
 	ft := e.task()
 	r := e.start(e.options(e.job("slow", jobs.ScopeInstance, 10*time.Second, ft)))
 
@@ -66,7 +67,7 @@ func TestARunThatOutlastsItsIntervalNeverOverlapsItself(t *testing.T) {
 
 func TestAFixedDelayCountsFromTheEndOfARun(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := newMemEnv(t)
 	ft := e.task()
 	r := e.start(e.options(e.job("delay", jobs.ScopeInstance, 10*time.Second, ft)))
 
@@ -134,7 +135,7 @@ func TestARunThatEndsAfterItsNextFireWasDueCountsAsAnOverrun(t *testing.T) {
 	}
 
 	e.flush()
-	rows, _, err := jobs.ReadStatus(t.Context(), e.pool, "overrun")
+	rows, _, err := jobstore.ReadStatus(t.Context(), e.pool, "overrun")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +146,7 @@ func TestARunThatEndsAfterItsNextFireWasDueCountsAsAnOverrun(t *testing.T) {
 
 func TestARunIsCancelledAtItsTimeoutAndTheJobWaitsForItsGoroutine(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := newMemEnv(t)
 	ft := e.task()
 	ft.linger = true // it returns only when released, well after its context is done
 	j := e.job("stuck", jobs.ScopeInstance, 10*time.Second, ft)
@@ -242,7 +243,7 @@ func TestAnInstallationJobSkipsTicksWhileAnotherHolderHasItsLock(t *testing.T) {
 		t.Fatalf("lock held by %q; want replica-b", row.LockedBy)
 	}
 	e.flush()
-	rows, _, err := jobs.ReadStatus(t.Context(), e.pool, "shared")
+	rows, _, err := jobstore.ReadStatus(t.Context(), e.pool, "shared")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -353,19 +354,15 @@ func TestANormalEndUnlocksWithLockAtLeastFor(t *testing.T) {
 
 func TestAPausedJobDoesNotRunAndResumesWithoutARestart(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := newMemEnv(t)
 	ft := e.task()
 	r := e.start(e.options(e.job("pausable", jobs.ScopeInstance, 10*time.Second, ft)))
 
 	ft.waitStarts(t, 1)
 	ft.finish(t, tasks.Result{})
 	e.waitIdle("pausable", t0.Add(10*time.Second))
-	e.flush() // the status row that ApplyChange looks for
 
-	pause, resume := true, false
-	if _, err := jobs.ApplyChange(t.Context(), e.pool, "pausable", jobs.Change{Pause: &pause, Actor: "test", Reason: "maintenance"}); err != nil {
-		t.Fatal(err)
-	}
+	e.mem.set(jobs.Setting{JobID: "pausable", Paused: true})
 	r.SettingsChanged("pausable")
 	eventually(t, "the job to be paused", func() bool { return status(t, r, "pausable").Paused })
 
@@ -380,9 +377,7 @@ func TestAPausedJobDoesNotRunAndResumesWithoutARestart(t *testing.T) {
 		}
 	}
 
-	if _, err := jobs.ApplyChange(t.Context(), e.pool, "pausable", jobs.Change{Pause: &resume, Actor: "test"}); err != nil {
-		t.Fatal(err)
-	}
+	e.mem.set(jobs.Setting{JobID: "pausable", Paused: false})
 	r.SettingsChanged("pausable")
 	// Its next fire (end + 10s) is long past: it runs at once.
 	ft.waitStarts(t, 2)
@@ -423,7 +418,7 @@ func TestAScheduleOverrideAppliesWithoutARestartAndAMalformedOneIsRetriedEveryMi
 
 	// every 30s, from the end of the last run.
 	thirty := every(t, 30*time.Second)
-	if _, err := jobs.ApplyChange(t.Context(), e.pool, "report", jobs.Change{Schedule: &thirty, Actor: "test"}); err != nil {
+	if _, err := jobstore.ApplyChange(t.Context(), e.pool, "report", jobstore.Change{Schedule: &thirty, Actor: "test"}); err != nil {
 		t.Fatal(err)
 	}
 	r.SettingsChanged("report")
@@ -461,7 +456,7 @@ ON CONFLICT (job_id) DO UPDATE SET schedule = EXCLUDED.schedule`, "report", bad)
 		t.Errorf("health %q; want %q", h, jobs.HealthInvalidSchedule)
 	}
 	e.flush()
-	rows, _, err := jobs.ReadStatus(t.Context(), e.pool, "report")
+	rows, _, err := jobstore.ReadStatus(t.Context(), e.pool, "report")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -534,7 +529,7 @@ func TestStopWaitsForRunsWithinTheShutdownWaitAndInterruptsTheRest(t *testing.T)
 
 	t.Run("a run that ends within the wait is waited for", func(t *testing.T) {
 		t.Parallel()
-		e := newEnv(t)
+		e := newMemEnv(t)
 		ft := e.task()
 		o := e.options(e.job("graceful", jobs.ScopeInstance, 10*time.Second, ft))
 		o.ShutdownWait = 5 * time.Second // ample: the run is released at once
@@ -573,7 +568,7 @@ func TestStopWaitsForRunsWithinTheShutdownWaitAndInterruptsTheRest(t *testing.T)
 
 	t.Run("a run that outlasts the wait is interrupted", func(t *testing.T) {
 		t.Parallel()
-		e := newEnv(t)
+		e := newMemEnv(t)
 		ft := e.task()
 		o := e.options(e.job("stubborn", jobs.ScopeInstance, 10*time.Second, ft))
 		const wait = 300 * time.Millisecond // real time: Stop's wait uses a real timer
@@ -610,7 +605,7 @@ func TestStopWaitsForRunsWithinTheShutdownWaitAndInterruptsTheRest(t *testing.T)
 
 	t.Run("interrupt cancels runs at once", func(t *testing.T) {
 		t.Parallel()
-		e := newEnv(t)
+		e := newMemEnv(t)
 		ft := e.task()
 		o := e.options(e.job("cut", jobs.ScopeInstance, 10*time.Second, ft))
 		o.ShutdownWait = time.Hour
@@ -631,7 +626,7 @@ func TestStopWaitsForRunsWithinTheShutdownWaitAndInterruptsTheRest(t *testing.T)
 
 	t.Run("stop without start is safe", func(t *testing.T) {
 		t.Parallel()
-		e := newEnv(t)
+		e := newMemEnv(t)
 		r, err := runner.New(e.options(e.job("idle", jobs.ScopeInstance, 10*time.Second, e.task())))
 		if err != nil {
 			t.Fatal(err)
@@ -644,7 +639,7 @@ func TestStopWaitsForRunsWithinTheShutdownWaitAndInterruptsTheRest(t *testing.T)
 
 func TestTriggerFiresAWaitingJobAtOnceAndIgnoresARunningOne(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := newMemEnv(t)
 	ft := e.task()
 	o := e.options(e.job("manual", jobs.ScopeInstance, time.Hour, ft))
 	o.InitialDelay = func(jobs.Job) time.Duration { return time.Hour }
@@ -686,7 +681,7 @@ func TestTriggerFiresAWaitingJobAtOnceAndIgnoresARunningOne(t *testing.T) {
 
 func TestOnlyTheFirstFailureAndTheRecoveryAreLogged(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := newMemEnv(t)
 	ft := e.task()
 	e.start(e.options(e.job("flaky", jobs.ScopeInstance, 10*time.Second, ft)))
 

@@ -1,4 +1,4 @@
-package jobs_test
+package jobstore_test
 
 import (
 	"context"
@@ -14,12 +14,13 @@ import (
 
 	"github.com/studioctl/studioctl/internal/bus"
 	"github.com/studioctl/studioctl/internal/jobs"
+	"github.com/studioctl/studioctl/internal/jobstore"
 )
 
 // reportJob makes job known: a replica has reported it.
 func reportJob(t testing.TB, pool *pgxpool.Pool, job string) {
 	t.Helper()
-	s := jobs.NewStore(pool, "replica-1", nil)
+	s := jobstore.NewStore(pool, "replica-1", nil)
 	s.PutStatus(jobs.Status{JobID: job, Scope: jobs.ScopeInstallation, Schedule: "every 1m"})
 	mustFlush(t, s)
 }
@@ -37,7 +38,7 @@ ON CONFLICT (job_id) DO UPDATE SET schedule = EXCLUDED.schedule, paused = EXCLUD
 	}
 }
 
-func mustGet(t testing.TB, c *jobs.SettingsCache, job string) jobs.Setting {
+func mustGet(t testing.TB, c *jobstore.SettingsCache, job string) jobs.Setting {
 	t.Helper()
 	s, err := c.Get(t.Context(), job)
 	if err != nil {
@@ -52,7 +53,7 @@ func TestSettingsCacheLoadsEverySettingInOneQueryThenAnswersFromMemory(t *testin
 	setSetting(t, pool, "report", "every 45s", false)
 	setSetting(t, pool, "reaper", "", true)
 	q := &countingQuerier{Querier: pool}
-	c := jobs.NewSettingsCache(q)
+	c := jobstore.NewSettingsCache(q)
 
 	if s := mustGet(t, c, "report"); s.JobID != "report" || s.Schedule != "every 45s" || s.Paused || s.UpdatedBy != "test" || s.UpdatedAt.IsZero() {
 		t.Errorf("Get(report) = %+v", s)
@@ -170,26 +171,26 @@ func TestApplyChangeWritesTheSettingAnAuditRowAndASignal(t *testing.T) {
 
 	steps := []struct {
 		name         string
-		change       jobs.Change
+		change       jobstore.Change
 		wantSchedule string
 		wantPaused   bool
 		action       string
 		detail       map[string]any
 	}{
-		{"pause", jobs.Change{Pause: ptr(true), Actor: "ana@ops", Reason: "incident 42"}, "", true, "jobs.pause",
+		{"pause", jobstore.Change{Pause: ptr(true), Actor: "ana@ops", Reason: "incident 42"}, "", true, "jobs.pause",
 			map[string]any{"schedule_before": "", "paused_before": false, "schedule_after": "", "paused_after": true}},
-		{"set every 45s", jobs.Change{Schedule: &every45, Actor: "ana@ops", Reason: "slower"}, "every 45s", true, "jobs.set",
+		{"set every 45s", jobstore.Change{Schedule: &every45, Actor: "ana@ops", Reason: "slower"}, "every 45s", true, "jobs.set",
 			map[string]any{"schedule_before": "", "paused_before": true, "schedule_after": "every 45s", "paused_after": true}},
-		{"resume", jobs.Change{Pause: ptr(false), Actor: "bo@ops", Reason: "fixed"}, "every 45s", false, "jobs.resume",
+		{"resume", jobstore.Change{Pause: ptr(false), Actor: "bo@ops", Reason: "fixed"}, "every 45s", false, "jobs.resume",
 			map[string]any{"schedule_before": "every 45s", "paused_before": true, "schedule_after": "every 45s", "paused_after": false}},
-		{"set a cron", jobs.Change{Schedule: &daily, Actor: "bo@ops"}, "cron 0 2 * * *", false, "jobs.set",
+		{"set a cron", jobstore.Change{Schedule: &daily, Actor: "bo@ops"}, "cron 0 2 * * *", false, "jobs.set",
 			map[string]any{"schedule_before": "every 45s", "paused_before": false, "schedule_after": "cron 0 2 * * *", "paused_after": false}},
-		{"clear", jobs.Change{Schedule: &jobs.Schedule{}, Actor: "bo@ops", Reason: "back to config"}, "", false, "jobs.set",
+		{"clear", jobstore.Change{Schedule: &jobs.Schedule{}, Actor: "bo@ops", Reason: "back to config"}, "", false, "jobs.set",
 			map[string]any{"schedule_before": "cron 0 2 * * *", "paused_before": false, "schedule_after": "", "paused_after": false}},
 	}
 	for i, st := range steps {
 		before := dbNow(t, pool)
-		got, err := jobs.ApplyChange(t.Context(), pool, "report", st.change)
+		got, err := jobstore.ApplyChange(t.Context(), pool, "report", st.change)
 		if err != nil {
 			t.Fatalf("%s: ApplyChange: %v", st.name, err)
 		}
@@ -240,11 +241,11 @@ func TestApplyChangeAndTriggerChangeNothingWhenTheirTransactionFails(t *testing.
 	reportJob(t, pool, "report")
 	insertReplica(t, pool, "replica-1", "ready", 0)
 
-	_, err := jobs.ApplyChange(t.Context(), failingCommit{pool}, "report", jobs.Change{Pause: ptr(true), Actor: "ana@ops"})
+	_, err := jobstore.ApplyChange(t.Context(), failingCommit{pool}, "report", jobstore.Change{Pause: ptr(true), Actor: "ana@ops"})
 	if !errors.Is(err, errCommit) {
 		t.Errorf("ApplyChange = %v, want the commit error", err)
 	}
-	_, err = jobs.Trigger(t.Context(), failingCommit{pool}, "report", "ana@ops", "now")
+	_, err = jobstore.Trigger(t.Context(), failingCommit{pool}, "report", "ana@ops", "now")
 	if !errors.Is(err, errCommit) {
 		t.Errorf("Trigger = %v, want the commit error", err)
 	}
@@ -266,13 +267,13 @@ func TestApplyChangeAndTriggerOnAnUnknownJobChangeNothing(t *testing.T) {
 	conn := listen(t, url)
 	reportJob(t, pool, "report")
 
-	_, err := jobs.ApplyChange(t.Context(), pool, "nope", jobs.Change{Pause: ptr(true), Actor: "ana@ops"})
-	if !errors.Is(err, jobs.ErrUnknownJob) {
+	_, err := jobstore.ApplyChange(t.Context(), pool, "nope", jobstore.Change{Pause: ptr(true), Actor: "ana@ops"})
+	if !errors.Is(err, jobstore.ErrUnknownJob) {
 		t.Errorf("ApplyChange(nope) = %v, want ErrUnknownJob", err)
 	} else if want := `job "nope": no such job (no replica has reported it)`; err.Error() != want {
 		t.Errorf("ApplyChange(nope) = %q, want %q", err, want)
 	}
-	if _, err := jobs.Trigger(t.Context(), pool, "nope", "ana@ops", "now"); !errors.Is(err, jobs.ErrUnknownJob) {
+	if _, err := jobstore.Trigger(t.Context(), pool, "nope", "ana@ops", "now"); !errors.Is(err, jobstore.ErrUnknownJob) {
 		t.Errorf("Trigger(nope) = %v, want ErrUnknownJob", err)
 	}
 	if n := count(t, pool, `SELECT count(*) FROM studio_job_setting`); n != 0 {
@@ -283,7 +284,7 @@ func TestApplyChangeAndTriggerOnAnUnknownJobChangeNothing(t *testing.T) {
 	}
 	expectNoMessage(t, pool, conn)
 
-	if err := jobs.Known(t.Context(), pool, "report"); err != nil {
+	if err := jobstore.Known(t.Context(), pool, "report"); err != nil {
 		t.Errorf("Known(report) = %v, want nil", err)
 	}
 }
@@ -295,7 +296,7 @@ func TestTriggerSendsASignalAndAnAuditRow(t *testing.T) {
 	reportJob(t, pool, "report")
 	insertReplica(t, pool, "replica-1", "ready", 0)
 
-	if n, err := jobs.Trigger(t.Context(), pool, "report", "ana@ops", "rerun after fix"); err != nil || n != 1 {
+	if n, err := jobstore.Trigger(t.Context(), pool, "report", "ana@ops", "rerun after fix"); err != nil || n != 1 {
 		t.Fatalf("Trigger = %d, %v; want one request row", n, err)
 	}
 	if m := nextMessage(t, conn); m.Type != bus.TypeSignal || m.Kind != bus.KindJobTrigger || m.Key != "report" {

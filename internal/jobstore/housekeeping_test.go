@@ -1,4 +1,4 @@
-package jobs_test
+package jobstore_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/studioctl/studioctl/internal/jobs"
+	"github.com/studioctl/studioctl/internal/jobstore"
 	"github.com/studioctl/studioctl/internal/tasks"
 )
 
@@ -56,7 +57,7 @@ func TestHousekeep(t *testing.T) {
 
 	statusOf := map[string]bool{}
 	for _, r := range []string{"live", "crashed", "crashed-long-ago", "stopped-long-ago", "stopped-recently", "stopped-late"} {
-		s := jobs.NewStore(pool, r, nil)
+		s := jobstore.NewStore(pool, r, nil)
 		s.PutStatus(jobs.Status{JobID: "report", Scope: jobs.ScopeInstallation, Schedule: "every 1m"})
 		s.PutStatus(jobs.Status{JobID: "cache", Scope: jobs.ScopeInstance, Schedule: "every 10s"})
 		mustFlush(t, s)
@@ -78,7 +79,7 @@ func TestHousekeep(t *testing.T) {
 		"running on crashed long ago": insertRun(t, pool, "crashed-long-ago", "running", 26*time.Hour),
 	}
 
-	pruned, interrupted, dropped, err := jobs.Housekeep(t.Context(), pool)
+	pruned, interrupted, dropped, err := jobstore.Housekeep(t.Context(), pool)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +152,7 @@ func TestHousekeep(t *testing.T) {
 	}
 
 	// A second pass finds nothing more to do.
-	pruned, interrupted, dropped, err = jobs.Housekeep(t.Context(), pool)
+	pruned, interrupted, dropped, err = jobstore.Housekeep(t.Context(), pool)
 	if err != nil || pruned != 0 || interrupted != 0 || dropped != 0 {
 		t.Errorf("second Housekeep = %d, %d, %d, %v; want nothing", pruned, interrupted, dropped, err)
 	}
@@ -161,7 +162,7 @@ func TestTheBuiltInHousekeepingJob(t *testing.T) {
 	t.Parallel()
 	pool, _ := newPool(t)
 	insertRun(t, pool, "nobody", "running", time.Minute)
-	j := jobs.Housekeeping(pool)
+	j := jobstore.Housekeeping(pool)
 	if j.ID != "studio-housekeeping" || j.Scope != jobs.ScopeInstallation || j.Schedule.String() != "every 1m" || !j.Builtin || j.Task == nil {
 		t.Errorf("Housekeeping() = %+v", j)
 	}
@@ -177,11 +178,11 @@ func TestHousekeepDropsOldStatusRowsOfReplicasThatHaveNoRow(t *testing.T) {
 	// "forgotten" was removed with `replicas forget` (which deletes only the
 	// replica row) two days ago; "new" writes its first status just now.
 	for replica, age := range map[string]time.Duration{"forgotten": 48 * time.Hour, "new": 0} {
-		s := jobs.NewStore(pool, replica, nil)
+		s := jobstore.NewStore(pool, replica, nil)
 		s.PutStatus(jobs.Status{JobID: "report", Scope: jobs.ScopeInstallation, Schedule: "every 1m", UpdatedAt: dbNow(t, pool).Add(-age)})
 		mustFlush(t, s)
 	}
-	if _, _, _, err := jobs.Housekeep(t.Context(), pool); err != nil {
+	if _, _, _, err := jobstore.Housekeep(t.Context(), pool); err != nil {
 		t.Fatal(err)
 	}
 	if n := count(t, pool, `SELECT count(*) FROM studio_job_status WHERE replica_id = 'new'`); n != 1 {

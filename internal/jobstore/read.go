@@ -1,4 +1,4 @@
-package jobs
+package jobstore
 
 import (
 	"context"
@@ -6,50 +6,14 @@ import (
 	"sort"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
+	"github.com/studioctl/studioctl/internal/jobs"
 	"github.com/studioctl/studioctl/internal/liveness"
 )
-
-// statusColumns are the studio_job_status columns scanStatus reads, from the
-// table aliased s.
-const statusColumns = `s.replica_id, s.job_id, s.scope, s.schedule, s.next_fire_at, s.running, s.last_started_at,
-  s.last_finished_at, coalesce(s.last_outcome, ''), coalesce(s.last_error, ''), s.last_success_at,
-  s.last_skipped_elsewhere_at, s.runs, s.failures, s.timeouts, s.lock_lost, s.overruns, s.skipped_elsewhere,
-  coalesce(s.invalid_schedule, ''), s.paused, s.updated_at`
-
-// scanStatus reads rows that start with statusColumns; extra receives the
-// columns after them, and each is called once per row.
-func scanStatus(rows pgx.Rows, extra []any, each func(Status)) error {
-	for rows.Next() {
-		var st Status
-		var scope, outcome string
-		dest := []any{&st.ReplicaID, &st.JobID, &scope, &st.Schedule, &st.NextFireAt, &st.Running, &st.LastStartedAt,
-			&st.LastFinishedAt, &outcome, &st.LastError, &st.LastSuccessAt, &st.LastSkippedElsewhereAt, &st.Runs, &st.Failures,
-			&st.Timeouts, &st.LockLost, &st.Overruns, &st.SkippedElsewhere, &st.InvalidSchedule, &st.Paused, &st.UpdatedAt}
-		if err := rows.Scan(append(dest, extra...)...); err != nil {
-			return fmt.Errorf("read job status: %w", err)
-		}
-		st.Scope, st.LastOutcome = Scope(scope), Outcome(outcome)
-		for _, p := range []**time.Time{&st.NextFireAt, &st.LastStartedAt, &st.LastFinishedAt, &st.LastSuccessAt, &st.LastSkippedElsewhereAt} {
-			if *p != nil {
-				t := (*p).UTC()
-				*p = &t
-			}
-		}
-		st.UpdatedAt = st.UpdatedAt.UTC()
-		each(st)
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("read job status: %w", err)
-	}
-	return nil
-}
 
 // ReplicaStatus is one replica's status row of a job, with whether that
 // replica is live now.
 type ReplicaStatus struct {
-	Status
+	jobs.Status
 	Live bool
 }
 
@@ -72,7 +36,7 @@ FROM studio_job_status s LEFT JOIN studio_replica r ON r.id = s.replica_id`
 	var out []ReplicaStatus
 	var live bool
 	var now time.Time
-	err = scanStatus(rows, []any{&live, &now}, func(st Status) {
+	err = scanStatus(rows, []any{&live, &now}, func(st jobs.Status) {
 		out = append(out, ReplicaStatus{Status: st, Live: live})
 	})
 	if err != nil {
@@ -91,10 +55,10 @@ FROM studio_job_status s LEFT JOIN studio_replica r ON r.id = s.replica_id`
 // run wherever it happened, summed counters, and the health of the whole.
 type View struct {
 	ID               string
-	Scope            Scope
+	Scope            jobs.Scope
 	Schedule         string
-	Health           Health
-	LastOutcome      Outcome
+	Health           jobs.Health
+	LastOutcome      jobs.Outcome
 	LastError        string
 	LastStartedAt    *time.Time
 	LastFinishedAt   *time.Time
@@ -131,8 +95,8 @@ func Merge(rows []ReplicaStatus, now time.Time) []View {
 			use = rs
 		}
 		v := View{ID: id, Scope: use[0].Scope, Schedule: use[0].Schedule}
-		var merged Status
-		var lastDone Outcome
+		var merged jobs.Status
+		var lastDone jobs.Outcome
 		merged.Schedule, merged.Scope = v.Schedule, v.Scope
 		for _, r := range use {
 			if r.Live {
@@ -156,7 +120,7 @@ func Merge(rows []ReplicaStatus, now time.Time) []View {
 				v.LastOutcome, v.LastError = r.LastOutcome, r.LastError
 				lastDone = r.LastOutcome // the last completed outcome judges health
 				if r.Running {
-					v.LastOutcome = OutcomeRunning
+					v.LastOutcome = jobs.OutcomeRunning
 				}
 			}
 			if r.LastFinishedAt != nil && (merged.LastFinishedAt == nil || r.LastFinishedAt.After(*merged.LastFinishedAt)) {
@@ -174,7 +138,7 @@ func Merge(rows []ReplicaStatus, now time.Time) []View {
 				merged.Since = *v.LastStartedAt
 			}
 		}
-		v.Health = JudgeHealth(merged, now)
+		v.Health = jobs.JudgeHealth(merged, now)
 		out = append(out, v)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
@@ -182,21 +146,21 @@ func Merge(rows []ReplicaStatus, now time.Time) []View {
 }
 
 // History returns the last limit runs of job, newest first.
-func History(ctx context.Context, q Querier, job string, limit int) ([]Run, error) {
+func History(ctx context.Context, q Querier, job string, limit int) ([]jobs.Run, error) {
 	rows, err := q.Query(ctx, `SELECT seq, job_id, replica_id, coalesce(cluster, ''), started_at, finished_at, outcome,
   coalesce(error, ''), coalesce(output_tail, '') FROM studio_job_run WHERE job_id = $1 ORDER BY started_at DESC, seq DESC LIMIT $2`, job, limit)
 	if err != nil {
 		return nil, fmt.Errorf("read history of job %q: %w", job, err)
 	}
 	defer rows.Close()
-	var out []Run
+	var out []jobs.Run
 	for rows.Next() {
-		var r Run
+		var r jobs.Run
 		var outcome string
 		if err := rows.Scan(&r.Seq, &r.JobID, &r.ReplicaID, &r.Cluster, &r.StartedAt, &r.FinishedAt, &outcome, &r.Error, &r.OutputTail); err != nil {
 			return nil, fmt.Errorf("read history of job %q: %w", job, err)
 		}
-		r.Outcome = Outcome(outcome)
+		r.Outcome = jobs.Outcome(outcome)
 		r.StartedAt = r.StartedAt.UTC()
 		if r.FinishedAt != nil {
 			t := r.FinishedAt.UTC()

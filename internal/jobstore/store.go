@@ -1,14 +1,19 @@
-package jobs
+// Package jobstore keeps the job model of internal/jobs in PostgreSQL: the
+// batching writer of status and history (Store, a startstop service), the
+// reads behind jobs list/status/history and /v1/jobs, operator settings and
+// trigger requests, and the built-in housekeeping job's statements.
+package jobstore
 
 import (
 	"context"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/studioctl/studioctl/internal/bus"
+	"github.com/studioctl/studioctl/internal/jobs"
+	"github.com/studioctl/studioctl/internal/startstop"
 )
 
 // The batching writer of SPEC §3: per-run writes (status, history) are
@@ -25,34 +30,20 @@ const (
 	flushTimeout = 10 * time.Second
 )
 
-// Run is one execution (a studio_job_run row).
-type Run struct {
-	Seq        int64
-	JobID      string
-	ReplicaID  string
-	Cluster    string
-	StartedAt  time.Time
-	FinishedAt *time.Time
-	Outcome    Outcome
-	Error      string
-	OutputTail string
-}
-
 // Store writes status and history for one replica through a batching writer.
 type Store struct {
 	q         Querier
 	replicaID string
 	log       *slog.Logger
 
-	mu      sync.Mutex
-	runs    map[int64]Run
-	status  map[string]Status
-	kick    chan struct{}
-	seqs    []int64
-	seqMu   sync.Mutex
-	stop    context.CancelFunc
-	done    chan struct{}
-	once    sync.Once
+	mu     sync.Mutex
+	runs   map[int64]jobs.Run
+	status map[string]jobs.Status
+	kick   chan struct{}
+	seqs   []int64
+	seqMu  sync.Mutex
+	startstop.Base
+	final   sync.Once // the last flush, after the writer ended
 	failing bool
 
 	flushes, statements int64 // for measurements
@@ -63,23 +54,34 @@ func NewStore(q Querier, replicaID string, log *slog.Logger) *Store {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Store{q: q, replicaID: replicaID, log: log, runs: map[int64]Run{}, status: map[string]Status{},
-		kick: make(chan struct{}, 1), done: make(chan struct{})}
+	return &Store{q: q, replicaID: replicaID, log: log, runs: map[int64]jobs.Run{}, status: map[string]jobs.Status{},
+		kick: make(chan struct{}, 1)}
 }
 
-// Start runs the writer goroutine until Stop.
-func (s *Store) Start(ctx context.Context) {
-	ctx, s.stop = context.WithCancel(ctx)
-	go s.loop(ctx)
+// Start takes the first block of run seqs, which fails for real when the
+// database cannot be written (a standby, a missing grant), then runs the
+// writer goroutine until Stop.
+func (s *Store) Start(ctx context.Context) error {
+	runCtx, err := s.StartInit(ctx)
+	if err != nil {
+		return fmt.Errorf("start run store: %w", err)
+	}
+	if err := s.fillSeqs(ctx); err != nil {
+		s.StartFailed()
+		return fmt.Errorf("start run store: %w", err)
+	}
+	if !s.Go(func() { s.loop(runCtx) }) {
+		return fmt.Errorf("start run store: %w", startstop.ErrStopped)
+	}
+	s.MarkStarted()
+	return nil
 }
 
-// Stop flushes what is pending and ends the writer. Safe to call twice.
+// Stop ends the writer, then flushes what is pending. Safe to call twice,
+// concurrently, and without Start (it still flushes).
 func (s *Store) Stop() {
-	s.once.Do(func() {
-		if s.stop != nil {
-			s.stop()
-			<-s.done
-		}
+	s.Base.Stop()
+	s.final.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
 		defer cancel()
 		if err := s.Flush(ctx); err != nil {
@@ -89,7 +91,6 @@ func (s *Store) Stop() {
 }
 
 func (s *Store) loop(ctx context.Context) {
-	defer close(s.done)
 	t := time.NewTicker(FlushEvery)
 	defer t.Stop()
 	for {
@@ -125,40 +126,50 @@ func (s *Store) loop(ctx context.Context) {
 func (s *Store) NextSeq(ctx context.Context) (int64, error) {
 	s.seqMu.Lock()
 	defer s.seqMu.Unlock()
-	if len(s.seqs) == 0 {
-		rows, err := s.q.Query(ctx, `SELECT nextval(pg_get_serial_sequence('studio_job_run', 'seq')) FROM generate_series(1, $1)`, seqBlock)
-		if err != nil {
-			return 0, fmt.Errorf("allocate run seqs: %w", err)
-		}
-		for rows.Next() {
-			var n int64
-			if err := rows.Scan(&n); err != nil {
-				rows.Close()
-				return 0, fmt.Errorf("allocate run seqs: %w", err)
-			}
-			s.seqs = append(s.seqs, n)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return 0, fmt.Errorf("allocate run seqs: %w", err)
-		}
-		if len(s.seqs) == 0 {
-			return 0, fmt.Errorf("allocate run seqs: the sequence returned no values")
-		}
+	if err := s.fillSeqsLocked(ctx); err != nil {
+		return 0, err
 	}
 	n := s.seqs[0]
 	s.seqs = s.seqs[1:]
 	return n, nil
 }
 
-// Storable makes text fit a text column: valid UTF-8, no NUL bytes.
-func Storable(t string) string {
-	return strings.ToValidUTF8(strings.ReplaceAll(t, "\x00", ""), "\uFFFD")
+// fillSeqs takes a block of run seqs unless some are left.
+func (s *Store) fillSeqs(ctx context.Context) error {
+	s.seqMu.Lock()
+	defer s.seqMu.Unlock()
+	return s.fillSeqsLocked(ctx)
+}
+
+func (s *Store) fillSeqsLocked(ctx context.Context) error {
+	if len(s.seqs) > 0 {
+		return nil
+	}
+	rows, err := s.q.Query(ctx, `SELECT nextval(pg_get_serial_sequence('studio_job_run', 'seq')) FROM generate_series(1, $1)`, seqBlock)
+	if err != nil {
+		return fmt.Errorf("allocate run seqs: %w", err)
+	}
+	for rows.Next() {
+		var n int64
+		if err := rows.Scan(&n); err != nil {
+			rows.Close()
+			return fmt.Errorf("allocate run seqs: %w", err)
+		}
+		s.seqs = append(s.seqs, n)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("allocate run seqs: %w", err)
+	}
+	if len(s.seqs) == 0 {
+		return fmt.Errorf("allocate run seqs: the sequence returned no values")
+	}
+	return nil
 }
 
 // PutRun queues a run row (the latest version of a seq wins).
-func (s *Store) PutRun(r Run) {
-	r.Error, r.OutputTail = Storable(r.Error), Storable(r.OutputTail)
+func (s *Store) PutRun(r jobs.Run) {
+	r.Error, r.OutputTail = jobs.Storable(r.Error), jobs.Storable(r.OutputTail)
 	s.mu.Lock()
 	s.runs[r.Seq] = r
 	n := len(s.runs) + len(s.status)
@@ -167,8 +178,8 @@ func (s *Store) PutRun(r Run) {
 }
 
 // PutStatus queues a status snapshot (the latest per job wins).
-func (s *Store) PutStatus(st Status) {
-	st.LastError, st.InvalidSchedule = Storable(st.LastError), Storable(st.InvalidSchedule)
+func (s *Store) PutStatus(st jobs.Status) {
+	st.LastError, st.InvalidSchedule = jobs.Storable(st.LastError), jobs.Storable(st.InvalidSchedule)
 	s.mu.Lock()
 	s.status[st.JobID] = st
 	n := len(s.runs) + len(s.status)
@@ -197,7 +208,7 @@ func (s *Store) Stats() (flushes, statements int64) {
 func (s *Store) Flush(ctx context.Context) error {
 	s.mu.Lock()
 	runs, status := s.runs, s.status
-	s.runs, s.status = map[int64]Run{}, map[string]Status{}
+	s.runs, s.status = map[int64]jobs.Run{}, map[string]jobs.Status{}
 	s.mu.Unlock()
 	if len(runs) == 0 && len(status) == 0 {
 		return nil
@@ -234,28 +245,7 @@ WHERE studio_job_run.outcome = 'running'
    OR (studio_job_run.outcome = 'interrupted' AND EXCLUDED.outcome <> 'running'
        AND studio_job_run.replica_id = EXCLUDED.replica_id)`
 
-const upsertStatusSQL = `
-INSERT INTO studio_job_status (replica_id, job_id, scope, schedule, next_fire_at, running, last_started_at, last_finished_at,
-  last_outcome, last_error, last_success_at, last_skipped_elsewhere_at, runs, failures, timeouts, lock_lost, overruns,
-  skipped_elsewhere, invalid_schedule, paused, updated_at)
-SELECT $1, job_id, scope, schedule, next_fire_at, running, last_started_at, last_finished_at,
-  NULLIF(last_outcome, ''), NULLIF(last_error, ''), last_success_at, last_skipped_elsewhere_at, runs, failures, timeouts,
-  lock_lost, overruns, skipped_elsewhere, NULLIF(invalid_schedule, ''), paused, updated_at
-FROM unnest($2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::bool[], $7::timestamptz[], $8::timestamptz[],
-  $9::text[], $10::text[], $11::timestamptz[], $12::timestamptz[], $13::bigint[], $14::bigint[], $15::bigint[], $16::bigint[],
-  $17::bigint[], $18::bigint[], $19::text[], $20::bool[], $21::timestamptz[])
-  AS t(job_id, scope, schedule, next_fire_at, running, last_started_at, last_finished_at, last_outcome, last_error,
-  last_success_at, last_skipped_elsewhere_at, runs, failures, timeouts, lock_lost, overruns, skipped_elsewhere,
-  invalid_schedule, paused, updated_at)
-ON CONFLICT (replica_id, job_id) DO UPDATE SET scope = EXCLUDED.scope, schedule = EXCLUDED.schedule,
-  next_fire_at = EXCLUDED.next_fire_at, running = EXCLUDED.running, last_started_at = EXCLUDED.last_started_at,
-  last_finished_at = EXCLUDED.last_finished_at, last_outcome = EXCLUDED.last_outcome, last_error = EXCLUDED.last_error,
-  last_success_at = EXCLUDED.last_success_at, last_skipped_elsewhere_at = EXCLUDED.last_skipped_elsewhere_at,
-  runs = EXCLUDED.runs, failures = EXCLUDED.failures, timeouts = EXCLUDED.timeouts, lock_lost = EXCLUDED.lock_lost,
-  overruns = EXCLUDED.overruns, skipped_elsewhere = EXCLUDED.skipped_elsewhere,
-  invalid_schedule = EXCLUDED.invalid_schedule, paused = EXCLUDED.paused, updated_at = EXCLUDED.updated_at`
-
-func (s *Store) write(ctx context.Context, runs map[int64]Run, status map[string]Status) error {
+func (s *Store) write(ctx context.Context, runs map[int64]jobs.Run, status map[string]jobs.Status) error {
 	tx, err := s.q.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("write job history: %w", err)
@@ -281,27 +271,7 @@ func (s *Store) write(ctx context.Context, runs map[int64]Run, status map[string
 		stmts++
 	}
 	if len(status) > 0 {
-		n := len(status)
-		var (
-			job, scope, sched, lastOut, lastErr, invalid = make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
-			next, lStart, lFin, lSucc, lSkip             = make([]*time.Time, 0, n), make([]*time.Time, 0, n), make([]*time.Time, 0, n), make([]*time.Time, 0, n), make([]*time.Time, 0, n)
-			running, paused                              = make([]bool, 0, n), make([]bool, 0, n)
-			runsN, fails, touts, lost, overruns, skipped = make([]int64, 0, n), make([]int64, 0, n), make([]int64, 0, n), make([]int64, 0, n), make([]int64, 0, n), make([]int64, 0, n)
-			updated                                      = make([]time.Time, 0, n)
-		)
-		for _, st := range status {
-			job, scope, sched = append(job, st.JobID), append(scope, string(st.Scope)), append(sched, st.Schedule)
-			next, running = append(next, st.NextFireAt), append(running, st.Running)
-			lStart, lFin = append(lStart, st.LastStartedAt), append(lFin, st.LastFinishedAt)
-			lastOut, lastErr = append(lastOut, string(st.LastOutcome)), append(lastErr, st.LastError)
-			lSucc, lSkip = append(lSucc, st.LastSuccessAt), append(lSkip, st.LastSkippedElsewhereAt)
-			runsN, fails, touts, lost = append(runsN, st.Runs), append(fails, st.Failures), append(touts, st.Timeouts), append(lost, st.LockLost)
-			overruns, skipped = append(overruns, st.Overruns), append(skipped, st.SkippedElsewhere)
-			invalid, paused, updated = append(invalid, st.InvalidSchedule), append(paused, st.Paused), append(updated, st.UpdatedAt)
-		}
-		_, err := tx.Exec(ctx, upsertStatusSQL, s.replicaID, job, scope, sched, next, running, lStart, lFin, lastOut, lastErr,
-			lSucc, lSkip, runsN, fails, touts, lost, overruns, skipped, invalid, paused, updated)
-		if err != nil {
+		if _, err := tx.Exec(ctx, upsertStatusSQL, statusArgs(s.replicaID, status)...); err != nil {
 			return fmt.Errorf("write job status: %w", err)
 		}
 		stmts++
@@ -318,14 +288,14 @@ func (s *Store) write(ctx context.Context, runs map[int64]Run, status map[string
 
 // LoadStatus reads this replica's status rows, so counters survive a
 // restart with the same replica id.
-func (s *Store) LoadStatus(ctx context.Context) (map[string]Status, error) {
+func (s *Store) LoadStatus(ctx context.Context) (map[string]jobs.Status, error) {
 	rows, err := s.q.Query(ctx, `SELECT `+statusColumns+` FROM studio_job_status s WHERE s.replica_id = $1`, s.replicaID)
 	if err != nil {
 		return nil, fmt.Errorf("read job status: %w", err)
 	}
 	defer rows.Close()
-	out := map[string]Status{}
-	if err := scanStatus(rows, nil, func(st Status) { out[st.JobID] = st }); err != nil {
+	out := map[string]jobs.Status{}
+	if err := scanStatus(rows, nil, func(st jobs.Status) { out[st.JobID] = st }); err != nil {
 		return nil, err
 	}
 	return out, nil

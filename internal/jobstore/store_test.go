@@ -1,9 +1,10 @@
-package jobs_test
+package jobstore_test
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/studioctl/studioctl/internal/bus"
 	"github.com/studioctl/studioctl/internal/jobs"
+	"github.com/studioctl/studioctl/internal/jobstore"
 )
 
 // usec is a time PostgreSQL stores exactly (microseconds), in a zone that is
@@ -72,14 +74,14 @@ func count(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) int {
 	return n
 }
 
-func mustFlush(t testing.TB, s *jobs.Store) {
+func mustFlush(t testing.TB, s *jobstore.Store) {
 	t.Helper()
 	if err := s.Flush(t.Context()); err != nil {
 		t.Fatalf("Flush: %v", err)
 	}
 }
 
-func mustSeq(t testing.TB, s *jobs.Store) int64 {
+func mustSeq(t testing.TB, s *jobstore.Store) int64 {
 	t.Helper()
 	n, err := s.NextSeq(t.Context())
 	if err != nil {
@@ -92,7 +94,7 @@ func TestNextSeqGivesIncreasingUniqueSeqsAcrossBlocks(t *testing.T) {
 	t.Parallel()
 	pool, _ := newPool(t)
 	q := &countingQuerier{Querier: pool}
-	s := jobs.NewStore(q, "replica-1", nil)
+	s := jobstore.NewStore(q, "replica-1", nil)
 	var prev int64
 	for i := range 2500 {
 		n := mustSeq(t, s)
@@ -119,7 +121,7 @@ VALUES ('j', 'r', now(), 'running') RETURNING seq`).Scan(&next); err != nil {
 func TestNextSeqFromTwoStoresConcurrentlyGivesNoDuplicates(t *testing.T) {
 	t.Parallel()
 	pool, _ := newPool(t)
-	stores := []*jobs.Store{jobs.NewStore(pool, "replica-1", nil), jobs.NewStore(pool, "replica-2", nil)}
+	stores := []*jobstore.Store{jobstore.NewStore(pool, "replica-1", nil), jobstore.NewStore(pool, "replica-2", nil)}
 	const workers, each = 4, 80 // per store: 320 seqs, more than three blocks
 	var (
 		mu   sync.Mutex
@@ -168,7 +170,7 @@ func TestNextSeqFromTwoStoresConcurrentlyGivesNoDuplicates(t *testing.T) {
 func TestPutRunTwiceInOneFlushWritesTheFinalRow(t *testing.T) {
 	t.Parallel()
 	pool, _ := newPool(t)
-	s := jobs.NewStore(pool, "replica-1", nil)
+	s := jobstore.NewStore(pool, "replica-1", nil)
 	seq := mustSeq(t, s)
 	started := usec(t, "2026-11-30T01:00:00.123456")
 	finished := started.Add(1500 * time.Millisecond)
@@ -191,7 +193,7 @@ func TestPutRunTwiceInOneFlushWritesTheFinalRow(t *testing.T) {
 func TestAFinishedRunIsNotOverwrittenBackToRunning(t *testing.T) {
 	t.Parallel()
 	pool, _ := newPool(t)
-	s := jobs.NewStore(pool, "replica-1", nil)
+	s := jobstore.NewStore(pool, "replica-1", nil)
 	seq := mustSeq(t, s)
 	started := usec(t, "2026-11-30T01:00:00")
 	finished := started.Add(time.Second)
@@ -221,13 +223,13 @@ func TestARunMarkedInterruptedByHousekeeping(t *testing.T) {
 	t.Parallel()
 	pool, _ := newPool(t)
 	// replica-1 has no studio_replica row: housekeeping takes it for gone.
-	s := jobs.NewStore(pool, "replica-1", nil)
+	s := jobstore.NewStore(pool, "replica-1", nil)
 	seq := mustSeq(t, s)
 	started := usec(t, "2026-11-30T01:00:00")
 	running := jobs.Run{Seq: seq, JobID: "report", ReplicaID: "replica-1", StartedAt: started, Outcome: jobs.OutcomeRunning}
 	s.PutRun(running)
 	mustFlush(t, s)
-	if _, interrupted, _, err := jobs.Housekeep(t.Context(), pool); err != nil || interrupted != 1 {
+	if _, interrupted, _, err := jobstore.Housekeep(t.Context(), pool); err != nil || interrupted != 1 {
 		t.Fatalf("Housekeep = %d interrupted, %v; want 1", interrupted, err)
 	}
 	isInterrupted := func(when string) {
@@ -244,7 +246,7 @@ func TestARunMarkedInterruptedByHousekeeping(t *testing.T) {
 	isInterrupted("after a stale running version")
 
 	finished := started.Add(time.Minute)
-	other := jobs.NewStore(pool, "replica-2", nil)
+	other := jobstore.NewStore(pool, "replica-2", nil)
 	other.PutRun(jobs.Run{Seq: seq, JobID: "report", ReplicaID: "replica-2", StartedAt: started, FinishedAt: &finished,
 		Outcome: jobs.OutcomeSucceeded, OutputTail: "not mine"})
 	mustFlush(t, other)
@@ -275,7 +277,7 @@ func fullStatus(t testing.TB, job string, n int64) jobs.Status {
 func TestPutStatusCoalescesAndFlushWritesOneRowPerJobWithEveryColumn(t *testing.T) {
 	t.Parallel()
 	pool, _ := newPool(t)
-	s := jobs.NewStore(pool, "replica-1", nil)
+	s := jobstore.NewStore(pool, "replica-1", nil)
 	for i := range int64(5) {
 		s.PutStatus(fullStatus(t, "report", i))
 	}
@@ -319,7 +321,7 @@ func TestPutStatusCoalescesAndFlushWritesOneRowPerJobWithEveryColumn(t *testing.
 func TestLoadStatusReturnsOnlyThisReplicasRows(t *testing.T) {
 	t.Parallel()
 	pool, _ := newPool(t)
-	a, b := jobs.NewStore(pool, "replica-a", nil), jobs.NewStore(pool, "replica-b", nil)
+	a, b := jobstore.NewStore(pool, "replica-a", nil), jobstore.NewStore(pool, "replica-b", nil)
 	a.PutStatus(jobs.Status{JobID: "report", Scope: jobs.ScopeInstallation, Schedule: "every 1m", Runs: 1})
 	b.PutStatus(jobs.Status{JobID: "report", Scope: jobs.ScopeInstallation, Schedule: "every 1m", Runs: 2})
 	b.PutStatus(jobs.Status{JobID: "cache", Scope: jobs.ScopeInstance, Schedule: "every 10s", Runs: 3})
@@ -346,7 +348,7 @@ func TestFlushSendsOneSeqsMessageWithTheFlushedSeqs(t *testing.T) {
 	t.Parallel()
 	pool, url := newPool(t)
 	conn := listen(t, url)
-	s := jobs.NewStore(pool, "replica-1", nil)
+	s := jobstore.NewStore(pool, "replica-1", nil)
 	started := usec(t, "2026-11-30T01:00:00")
 	var want []int64
 	for range 3 {
@@ -376,17 +378,17 @@ func TestFlushSendsOneSeqsMessageWithTheFlushedSeqs(t *testing.T) {
 // onBegin runs before each Begin.
 type switchQuerier struct {
 	mu      sync.Mutex
-	q       jobs.Querier
+	q       jobstore.Querier
 	onBegin func()
 }
 
-func (s *switchQuerier) get() jobs.Querier {
+func (s *switchQuerier) get() jobstore.Querier {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.q
 }
 
-func (s *switchQuerier) set(q jobs.Querier, onBegin func()) {
+func (s *switchQuerier) set(q jobstore.Querier, onBegin func()) {
 	s.mu.Lock()
 	s.q, s.onBegin = q, onBegin
 	s.mu.Unlock()
@@ -420,7 +422,7 @@ func TestAFailedFlushKeepsThePendingItemsForTheNextFlush(t *testing.T) {
 	closed := openPool(t, url)
 	closed.Close()
 	sq := &switchQuerier{q: closed}
-	s := jobs.NewStore(sq, "replica-1", nil)
+	s := jobstore.NewStore(sq, "replica-1", nil)
 
 	started := usec(t, "2026-11-30T01:00:00")
 	s.PutRun(jobs.Run{Seq: 41, JobID: "report", ReplicaID: "replica-1", StartedAt: started, Outcome: jobs.OutcomeRunning})
@@ -472,7 +474,7 @@ func TestAFailedFlushKeepsThePendingItemsForTheNextFlush(t *testing.T) {
 func TestFlushingAThousandRunsAndStatusesTakesABoundedNumberOfStatements(t *testing.T) {
 	t.Parallel()
 	pool, _ := newPool(t)
-	s := jobs.NewStore(pool, "replica-1", nil)
+	s := jobstore.NewStore(pool, "replica-1", nil)
 	resetStatements(t, pool)
 
 	const n = 1000
@@ -570,8 +572,10 @@ WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())`)
 func TestTheWriterFlushesOnItsOwnAndStopFlushesWhatIsLeft(t *testing.T) {
 	t.Parallel()
 	pool, _ := newPool(t)
-	s := jobs.NewStore(pool, "replica-1", nil)
-	s.Start(context.Background())
+	s := jobstore.NewStore(pool, "replica-1", nil)
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	stopped := false
 	defer func() {
 		if !stopped {
@@ -601,7 +605,7 @@ func TestTheWriterFlushesOnItsOwnAndStopFlushesWhatIsLeft(t *testing.T) {
 func TestStopWithoutStartFlushes(t *testing.T) {
 	t.Parallel()
 	pool, _ := newPool(t)
-	s := jobs.NewStore(pool, "replica-1", nil)
+	s := jobstore.NewStore(pool, "replica-1", nil)
 	s.PutStatus(jobs.Status{JobID: "report", Scope: jobs.ScopeInstallation, Schedule: "every 1m"})
 	s.Stop()
 	s.Stop()
@@ -613,7 +617,7 @@ func TestStopWithoutStartFlushes(t *testing.T) {
 func TestAFlushThatFailsRollsBackEverything(t *testing.T) {
 	t.Parallel()
 	pool, _ := newPool(t)
-	s := jobs.NewStore(pool, "replica-1", nil)
+	s := jobstore.NewStore(pool, "replica-1", nil)
 	started := usec(t, "2026-11-30T01:00:00")
 	s.PutRun(jobs.Run{Seq: 1, JobID: "report", ReplicaID: "replica-1", StartedAt: started, Outcome: jobs.OutcomeRunning})
 	// A scope the table's CHECK refuses makes the status upsert fail after
@@ -635,7 +639,7 @@ func TestAFlushThatFailsRollsBackEverything(t *testing.T) {
 func TestOneUnstorableRunDoesNotBlockTheWriter(t *testing.T) {
 	t.Parallel()
 	pool, _ := newPool(t)
-	s := jobs.NewStore(pool, "replica-1", nil)
+	s := jobstore.NewStore(pool, "replica-1", nil)
 	started := usec(t, "2026-11-30T01:00:00")
 	// Output with a NUL byte and invalid UTF-8, as a command may print.
 	s.PutRun(jobs.Run{Seq: 1, JobID: "report", ReplicaID: "replica-1", StartedAt: started, FinishedAt: &started,
@@ -650,5 +654,47 @@ func TestOneUnstorableRunDoesNotBlockTheWriter(t *testing.T) {
 	}
 	if r := runRow(t, pool, 1); r.Outcome != jobs.OutcomeFailed {
 		t.Errorf("run = %+v, want it stored as failed", r)
+	}
+}
+
+// Every column of studio_job_status round-trips through the one column
+// list: a value written by the upsert reads back the same.
+func TestAStatusRowRoundTripsEveryColumn(t *testing.T) {
+	t.Parallel()
+	pool, _ := newPool(t)
+	s := jobstore.NewStore(pool, "replica-1", nil)
+	at := func(sec int) *time.Time { v := time.Date(2026, 1, 2, 3, 4, sec, 0, time.UTC); return &v }
+	want := jobs.Status{
+		ReplicaID: "replica-1", JobID: "all-columns", Scope: jobs.ScopeInstallation, Schedule: "every 30s",
+		NextFireAt: at(1), Running: true, LastStartedAt: at(2), LastFinishedAt: at(3), LastOutcome: jobs.OutcomeFailed,
+		LastError: "boom", LastSuccessAt: at(4), LastSkippedElsewhereAt: at(5), Runs: 6, Failures: 7, Timeouts: 8,
+		LockLost: 9, Overruns: 10, SkippedElsewhere: 11, InvalidSchedule: "bad cron", Paused: true, UpdatedAt: *at(12),
+	}
+	s.PutStatus(want)
+	if err := s.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.LoadStatus(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got["all-columns"], want) {
+		t.Fatalf("read back\n %+v\nwant\n %+v", got["all-columns"], want)
+	}
+	// Empty text is stored as NULL and read back as "".
+	want.LastOutcome, want.LastError, want.InvalidSchedule = "", "", ""
+	s.PutStatus(want)
+	if err := s.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	var nulls int
+	if err := pool.QueryRow(t.Context(), `SELECT num_nulls(last_outcome, last_error, invalid_schedule) FROM studio_job_status WHERE job_id = 'all-columns'`).Scan(&nulls); err != nil {
+		t.Fatal(err)
+	}
+	if nulls != 3 {
+		t.Errorf("%d of the empty text columns are NULL, want 3", nulls)
+	}
+	if got, err = s.LoadStatus(t.Context()); err != nil || !reflect.DeepEqual(got["all-columns"], want) {
+		t.Fatalf("read back %+v, %v", got["all-columns"], err)
 	}
 }

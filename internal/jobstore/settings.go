@@ -1,4 +1,4 @@
-package jobs
+package jobstore
 
 import (
 	"context"
@@ -13,17 +13,9 @@ import (
 
 	"github.com/studioctl/studioctl/internal/audit"
 	"github.com/studioctl/studioctl/internal/bus"
+	"github.com/studioctl/studioctl/internal/jobs"
 	"github.com/studioctl/studioctl/internal/liveness"
 )
-
-// Setting is an operator override (a studio_job_setting row).
-type Setting struct {
-	JobID     string
-	Schedule  string // stored form ("every 30s", "cron ..."), "" for none
-	Paused    bool
-	UpdatedAt time.Time
-	UpdatedBy string
-}
 
 // Querier is the part of a pool the stores use.
 type Querier interface {
@@ -41,7 +33,7 @@ type SettingsCache struct {
 	q Querier
 
 	mu     sync.Mutex
-	all    map[string]Setting
+	all    map[string]jobs.Setting
 	loaded bool
 	stale  map[string]bool
 }
@@ -54,20 +46,20 @@ func NewSettingsCache(q Querier) *SettingsCache {
 // Get returns the setting of job (zero Setting when none). The first call
 // loads every setting in one query; later calls query only for a job whose
 // entry was invalidated.
-func (c *SettingsCache) Get(ctx context.Context, job string) (Setting, error) {
+func (c *SettingsCache) Get(ctx context.Context, job string) (jobs.Setting, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.loaded {
 		all, err := loadSettings(ctx, c.q, "", nil)
 		if err != nil {
-			return Setting{}, err
+			return jobs.Setting{}, err
 		}
 		c.all, c.loaded, c.stale = all, true, map[string]bool{}
 	}
 	if c.stale[job] {
 		one, err := loadSettings(ctx, c.q, " WHERE job_id = $1", []any{job})
 		if err != nil {
-			return Setting{}, err
+			return jobs.Setting{}, err
 		}
 		delete(c.all, job)
 		if s, ok := one[job]; ok {
@@ -92,15 +84,15 @@ func (c *SettingsCache) InvalidateAll() {
 	c.mu.Unlock()
 }
 
-func loadSettings(ctx context.Context, q Querier, where string, args []any) (map[string]Setting, error) {
+func loadSettings(ctx context.Context, q Querier, where string, args []any) (map[string]jobs.Setting, error) {
 	rows, err := q.Query(ctx, settingsSQL+where, args...)
 	if err != nil {
 		return nil, fmt.Errorf("read job settings: %w", err)
 	}
 	defer rows.Close()
-	out := map[string]Setting{}
+	out := map[string]jobs.Setting{}
 	for rows.Next() {
-		var s Setting
+		var s jobs.Setting
 		if err := rows.Scan(&s.JobID, &s.Schedule, &s.Paused, &s.UpdatedAt, &s.UpdatedBy); err != nil {
 			return nil, fmt.Errorf("read job settings: %w", err)
 		}
@@ -127,8 +119,8 @@ func Known(ctx context.Context, q Querier, job string) error {
 
 // Change is one operator change to a job's settings.
 type Change struct {
-	Pause    *bool     // set paused
-	Schedule *Schedule // set the override; a zero Schedule clears it
+	Pause    *bool          // set paused
+	Schedule *jobs.Schedule // set the override; a zero Schedule clears it
 	Actor    string
 	Reason   string
 }
@@ -147,16 +139,16 @@ var ErrUnchanged = errors.New("already so; nothing changed")
 // setting as it is writes nothing and returns the setting with
 // ErrUnchanged: of 20 concurrent `jobs pause X`, one pauses and is audited,
 // the other 19 change nothing.
-func ApplyChange(ctx context.Context, q Querier, job string, c Change) (Setting, error) {
+func ApplyChange(ctx context.Context, q Querier, job string, c Change) (jobs.Setting, error) {
 	if c.Pause == nil && c.Schedule == nil {
-		return Setting{}, fmt.Errorf("change job %q: nothing to change", job)
+		return jobs.Setting{}, fmt.Errorf("change job %q: nothing to change", job)
 	}
 	if err := Known(ctx, q, job); err != nil {
-		return Setting{}, err
+		return jobs.Setting{}, err
 	}
 	tx, err := q.Begin(ctx)
 	if err != nil {
-		return Setting{}, fmt.Errorf("change job %q: %w", job, err)
+		return jobs.Setting{}, fmt.Errorf("change job %q: %w", job, err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
 	// A job without a row yet gets one with the default values (no
@@ -166,15 +158,15 @@ func ApplyChange(ctx context.Context, q Querier, job string, c Change) (Setting,
 	// other's commit; a no-op rolls its row back.
 	if _, err := tx.Exec(ctx, `INSERT INTO studio_job_setting (job_id, schedule, paused, updated_by) VALUES ($1, NULL, false, '')
 ON CONFLICT (job_id) DO NOTHING`, job); err != nil {
-		return Setting{}, fmt.Errorf("change job %q: %w", job, err)
+		return jobs.Setting{}, fmt.Errorf("change job %q: %w", job, err)
 	}
 	before, err := loadSettings(ctx, tx, " WHERE job_id = $1 FOR UPDATE", []any{job})
 	if err != nil {
-		return Setting{}, err
+		return jobs.Setting{}, err
 	}
 	s, ok := before[job]
 	if !ok {
-		return Setting{}, fmt.Errorf("change job %q: its setting row vanished while it was changed; try again", job)
+		return jobs.Setting{}, fmt.Errorf("change job %q: its setting row vanished while it was changed; try again", job)
 	}
 	was := s
 	action := ""
@@ -204,18 +196,18 @@ UPDATE studio_job_setting SET schedule = $2, paused = $3, updated_at = now(), up
 WHERE job_id = $1
 RETURNING updated_at`, job, sched, s.Paused, c.Actor).Scan(&s.UpdatedAt)
 	if err != nil {
-		return Setting{}, fmt.Errorf("change job %q: %w", job, err)
+		return jobs.Setting{}, fmt.Errorf("change job %q: %w", job, err)
 	}
 	s.UpdatedAt = s.UpdatedAt.UTC()
 	s.UpdatedBy = c.Actor
 	if err := audit.Write(ctx, tx, audit.Entry{Actor: c.Actor, Action: action, Target: job, Reason: c.Reason, Detail: detail}); err != nil {
-		return Setting{}, err
+		return jobs.Setting{}, err
 	}
 	if err := bus.Notify(ctx, tx, bus.Signal(bus.KindJobSettings, job)); err != nil {
-		return Setting{}, fmt.Errorf("change job %q: %w", job, err)
+		return jobs.Setting{}, fmt.Errorf("change job %q: %w", job, err)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return Setting{}, fmt.Errorf("change job %q: %w", job, err)
+		return jobs.Setting{}, fmt.Errorf("change job %q: %w", job, err)
 	}
 	return s, nil
 }

@@ -1,14 +1,16 @@
-package jobs_test
+package jobstore_test
 
 import (
 	"encoding/json"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/studioctl/studioctl/internal/jobs"
+	"github.com/studioctl/studioctl/internal/jobstore"
 )
 
 func TestReadStatusAndMergeAcrossLiveReplicas(t *testing.T) {
@@ -22,7 +24,7 @@ func TestReadStatusAndMergeAcrossLiveReplicas(t *testing.T) {
 	const minute = "every 1m"
 
 	put := func(replica string, sts ...jobs.Status) {
-		s := jobs.NewStore(pool, replica, nil)
+		s := jobstore.NewStore(pool, replica, nil)
 		for _, st := range sts {
 			st.UpdatedAt = now
 			s.PutStatus(st)
@@ -57,7 +59,7 @@ func TestReadStatusAndMergeAcrossLiveReplicas(t *testing.T) {
 			LastStartedAt: at(-time.Hour), LastFinishedAt: at(-time.Hour + time.Second), LastOutcome: jobs.OutcomeSucceeded, Runs: 7},
 	)
 
-	rows, dbnow, err := jobs.ReadStatus(t.Context(), pool, "")
+	rows, dbnow, err := jobstore.ReadStatus(t.Context(), pool, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,9 +77,9 @@ func TestReadStatusAndMergeAcrossLiveReplicas(t *testing.T) {
 		t.Errorf("ReadStatus gave %d rows, want 8", len(rows))
 	}
 
-	views := map[string]jobs.View{}
+	views := map[string]jobstore.View{}
 	var order []string
-	for _, v := range jobs.Merge(rows, dbnow) {
+	for _, v := range jobstore.Merge(rows, dbnow) {
 		views[v.ID] = v
 		order = append(order, v.ID)
 	}
@@ -87,7 +89,7 @@ func TestReadStatusAndMergeAcrossLiveReplicas(t *testing.T) {
 
 	t.Run("counters of live replicas only, the latest run, the earliest next fire", func(t *testing.T) {
 		v := views["report"]
-		want := jobs.View{ID: "report", Scope: jobs.ScopeInstallation, Schedule: minute, Health: jobs.HealthOK,
+		want := jobstore.View{ID: "report", Scope: jobs.ScopeInstallation, Schedule: minute, Health: jobs.HealthOK,
 			LastOutcome: jobs.OutcomeSucceeded, LastStartedAt: at(-30 * time.Second), LastFinishedAt: at(-20 * time.Second),
 			LastReplica: "replica-1", NextFireAt: at(10 * time.Second),
 			Runs: 8, Failures: 3, Timeouts: 1, LockLost: 1, Overruns: 2, SkippedElsewhere: 7, Replicas: 2}
@@ -122,7 +124,7 @@ func TestReadStatusAndMergeAcrossLiveReplicas(t *testing.T) {
 		}
 	})
 
-	one, _, err := jobs.ReadStatus(t.Context(), pool, "report")
+	one, _, err := jobstore.ReadStatus(t.Context(), pool, "report")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,52 +137,52 @@ func TestMergeOfFailingPausedAndInvalidJobs(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	at := func(d time.Duration) *time.Time { return ptr(now.Add(d)) }
-	row := func(replica string, live bool, st jobs.Status) jobs.ReplicaStatus {
+	row := func(replica string, live bool, st jobs.Status) jobstore.ReplicaStatus {
 		st.ReplicaID, st.JobID, st.Scope, st.Schedule = replica, "j", jobs.ScopeInstallation, "every 1m"
-		return jobs.ReplicaStatus{Status: st, Live: live}
+		return jobstore.ReplicaStatus{Status: st, Live: live}
 	}
 	tests := []struct {
 		name string
-		rows []jobs.ReplicaStatus
+		rows []jobstore.ReplicaStatus
 		want jobs.Health
 	}{
-		{"the latest run failed on one replica: failing", []jobs.ReplicaStatus{
+		{"the latest run failed on one replica: failing", []jobstore.ReplicaStatus{
 			row("a", true, jobs.Status{LastStartedAt: at(-2 * time.Minute), LastFinishedAt: at(-2 * time.Minute), LastOutcome: jobs.OutcomeSucceeded}),
 			row("b", true, jobs.Status{LastStartedAt: at(-time.Minute), LastFinishedAt: at(-time.Minute), LastOutcome: jobs.OutcomeFailed}),
 		}, jobs.HealthFailing},
-		{"an older failure is healed by a later success elsewhere: ok", []jobs.ReplicaStatus{
+		{"an older failure is healed by a later success elsewhere: ok", []jobstore.ReplicaStatus{
 			row("a", true, jobs.Status{LastStartedAt: at(-time.Minute), LastFinishedAt: at(-time.Minute), LastOutcome: jobs.OutcomeSucceeded}),
 			row("b", true, jobs.Status{LastStartedAt: at(-2 * time.Minute), LastFinishedAt: at(-2 * time.Minute), LastOutcome: jobs.OutcomeLockLost}),
 		}, jobs.HealthOK},
-		{"paused on one live replica: paused", []jobs.ReplicaStatus{
+		{"paused on one live replica: paused", []jobstore.ReplicaStatus{
 			row("a", true, jobs.Status{Paused: true, LastFinishedAt: at(-time.Minute)}),
 			row("b", true, jobs.Status{LastFinishedAt: at(-time.Minute)}),
 		}, jobs.HealthPaused},
-		{"an invalid schedule on one live replica: invalid-schedule", []jobs.ReplicaStatus{
+		{"an invalid schedule on one live replica: invalid-schedule", []jobstore.ReplicaStatus{
 			row("a", true, jobs.Status{InvalidSchedule: "bad cron", LastFinishedAt: at(-time.Minute)}),
 			row("b", true, jobs.Status{LastFinishedAt: at(-time.Minute)}),
 		}, jobs.HealthInvalidSchedule},
-		{"paused only on a gone replica: ok", []jobs.ReplicaStatus{
+		{"paused only on a gone replica: ok", []jobstore.ReplicaStatus{
 			row("a", true, jobs.Status{LastFinishedAt: at(-time.Minute)}),
 			row("gone", false, jobs.Status{Paused: true, LastFinishedAt: at(-time.Minute)}),
 		}, jobs.HealthOK},
-		{"never completed, started 10m ago: stalled", []jobs.ReplicaStatus{
+		{"never completed, started 10m ago: stalled", []jobstore.ReplicaStatus{
 			row("a", true, jobs.Status{Running: true, LastStartedAt: at(-10 * time.Minute)}),
 		}, jobs.HealthStalled},
-		{"running now after a success: ok", []jobs.ReplicaStatus{
+		{"running now after a success: ok", []jobstore.ReplicaStatus{
 			row("a", true, jobs.Status{Running: true, LastStartedAt: at(-time.Second), LastFinishedAt: at(-time.Minute), LastOutcome: jobs.OutcomeSucceeded}),
 		}, jobs.HealthOK},
-		{"running now after a timeout: failing until it completes", []jobs.ReplicaStatus{
+		{"running now after a timeout: failing until it completes", []jobstore.ReplicaStatus{
 			row("a", true, jobs.Status{Running: true, LastStartedAt: at(-time.Second), LastFinishedAt: at(-time.Minute), LastOutcome: jobs.OutcomeTimedOut}),
 		}, jobs.HealthFailing},
-		{"never started anywhere: ok", []jobs.ReplicaStatus{
+		{"never started anywhere: ok", []jobstore.ReplicaStatus{
 			row("a", true, jobs.Status{}),
 		}, jobs.HealthOK},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			views := jobs.Merge(tt.rows, now)
+			views := jobstore.Merge(tt.rows, now)
 			if len(views) != 1 || views[0].Health != tt.want {
 				t.Errorf("Merge = %+v, want one view with health %s", views, tt.want)
 			}
@@ -188,15 +190,15 @@ func TestMergeOfFailingPausedAndInvalidJobs(t *testing.T) {
 	}
 }
 
-func viewText(v jobs.View) string {
+func viewText(v jobstore.View) string {
 	b, _ := json.Marshal(v.JSON())
-	return string(b) + " replicas=" + itoa(v.Replicas) + " last_error=" + v.LastError
+	return string(b) + " replicas=" + strconv.Itoa(v.Replicas) + " last_error=" + v.LastError
 }
 
 func TestHistoryReturnsTheNewestRunsFirst(t *testing.T) {
 	t.Parallel()
 	pool, _ := newPool(t)
-	s := jobs.NewStore(pool, "replica-1", nil)
+	s := jobstore.NewStore(pool, "replica-1", nil)
 	la, err := time.LoadLocation("America/Los_Angeles")
 	if err != nil {
 		t.Fatal(err)
@@ -209,7 +211,7 @@ func TestHistoryReturnsTheNewestRunsFirst(t *testing.T) {
 		started := start.Add(time.Duration(i) * time.Minute)
 		finished := started.Add(time.Second)
 		s.PutRun(jobs.Run{Seq: seq, JobID: "report", ReplicaID: "replica-1", StartedAt: started, FinishedAt: &finished,
-			Outcome: jobs.OutcomeSucceeded, OutputTail: "run " + itoa(i)})
+			Outcome: jobs.OutcomeSucceeded, OutputTail: "run " + strconv.Itoa(i)})
 		other := mustSeq(t, s)
 		s.PutRun(jobs.Run{Seq: other, JobID: "other", ReplicaID: "replica-1", StartedAt: started, Outcome: jobs.OutcomeRunning})
 	}
@@ -219,7 +221,7 @@ func TestHistoryReturnsTheNewestRunsFirst(t *testing.T) {
 		Outcome: jobs.OutcomeRunning})
 	mustFlush(t, s)
 
-	got, err := jobs.History(t.Context(), pool, "report", 3)
+	got, err := jobstore.History(t.Context(), pool, "report", 3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,11 +244,11 @@ func TestHistoryReturnsTheNewestRunsFirst(t *testing.T) {
 		!r.FinishedAt.Equal(start.Add(4*time.Minute+time.Second)) || r.Cluster != "" || r.Error != "" {
 		t.Errorf("History[1] = %+v, want run 4, succeeded", r)
 	}
-	all, err := jobs.History(t.Context(), pool, "report", 100)
+	all, err := jobstore.History(t.Context(), pool, "report", 100)
 	if err != nil || len(all) != 6 {
 		t.Errorf("History(limit 100) = %d runs, %v; want 6", len(all), err)
 	}
-	none, err := jobs.History(t.Context(), pool, "never-ran", 10)
+	none, err := jobstore.History(t.Context(), pool, "never-ran", 10)
 	if err != nil || len(none) != 0 {
 		t.Errorf("History(never-ran) = %+v, %v; want none", none, err)
 	}
@@ -259,14 +261,14 @@ func TestViewJSONHasStableKeysAndUTCTimes(t *testing.T) {
 		t.Fatal(err)
 	}
 	started := time.Date(2026, 11, 30, 1, 0, 0, 0, la)
-	full := jobs.View{ID: "report", Scope: jobs.ScopeInstallation, Schedule: "every 1m", Health: jobs.HealthFailing,
+	full := jobstore.View{ID: "report", Scope: jobs.ScopeInstallation, Schedule: "every 1m", Health: jobs.HealthFailing,
 		LastOutcome: jobs.OutcomeFailed, LastError: "exit status 1", LastStartedAt: &started, LastFinishedAt: ptr(started.Add(time.Second)),
 		LastReplica: "replica-1", NextFireAt: ptr(started.Add(time.Minute)), Runs: 1, Failures: 2, Timeouts: 3, LockLost: 4,
 		Overruns: 5, SkippedElsewhere: 6, InvalidSchedule: "bad", Paused: true, Replicas: 2}
 	wantKeys := []string{"failures", "health", "id", "invalid_schedule", "last_finished_at", "last_outcome", "last_replica",
 		"last_started_at", "lock_lost", "next_fire_at", "overruns", "paused", "runs", "schedule", "scope", "skipped_elsewhere", "timeouts"}
 
-	for _, v := range []jobs.View{full, {ID: "fresh", Scope: jobs.ScopeInstance, Schedule: "every 10s", Health: jobs.HealthOK}} {
+	for _, v := range []jobstore.View{full, {ID: "fresh", Scope: jobs.ScopeInstance, Schedule: "every 10s", Health: jobs.HealthOK}} {
 		b, err := json.Marshal(v.JSON())
 		if err != nil {
 			t.Fatal(err)
@@ -312,7 +314,7 @@ func TestHistoryOfAJobThatRunsOnTwoReplicasIsNewestFirst(t *testing.T) {
 	pool, _ := newPool(t)
 	// Each replica takes its seqs in blocks: replica-a's runs all have
 	// lower seqs than replica-b's, whenever they started.
-	a, b := jobs.NewStore(pool, "replica-a", nil), jobs.NewStore(pool, "replica-b", nil)
+	a, b := jobstore.NewStore(pool, "replica-a", nil), jobstore.NewStore(pool, "replica-b", nil)
 	seqA, seqB := mustSeq(t, a), mustSeq(t, b)
 	start := time.Date(2026, 11, 30, 1, 0, 0, 0, time.UTC)
 	var newestFirst []time.Time
@@ -332,7 +334,7 @@ func TestHistoryOfAJobThatRunsOnTwoReplicasIsNewestFirst(t *testing.T) {
 	mustFlush(t, a)
 	mustFlush(t, b)
 
-	got, err := jobs.History(t.Context(), pool, "report", 2)
+	got, err := jobstore.History(t.Context(), pool, "report", 2)
 	if err != nil {
 		t.Fatal(err)
 	}

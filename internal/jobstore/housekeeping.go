@@ -1,18 +1,17 @@
-package jobs
+package jobstore
 
 import (
 	"context"
 	"fmt"
 	"time"
 
+	"github.com/studioctl/studioctl/internal/jobs"
 	"github.com/studioctl/studioctl/internal/liveness"
 	"github.com/studioctl/studioctl/internal/tasks"
 )
 
-// The built-in housekeeping job.
+// What the built-in housekeeping job (jobs.HousekeepingID) keeps.
 const (
-	HousekeepingID    = "studio-housekeeping"
-	HousekeepingEvery = time.Minute
 	// HistoryRetention: runs older than this are pruned.
 	HistoryRetention = 7 * 24 * time.Hour
 	// ForgetStoppedAfter: replicas stopped or gone for this long are dropped,
@@ -23,10 +22,10 @@ const (
 // Housekeeping returns the built-in studio-housekeeping job (installation
 // scope): prune old run history and old control requests, mark runs of gone replicas interrupted,
 // drop long-stopped replicas.
-func Housekeeping(q Querier) Job {
-	return Job{
-		ID: HousekeepingID, Scope: ScopeInstallation, Schedule: Schedule{Every: HousekeepingEvery},
-		Task: housekeeping{q: q}, Builtin: true, Spec: TaskSpec{}, File: "(built in)",
+func Housekeeping(q Querier) jobs.Job {
+	return jobs.Job{
+		ID: jobs.HousekeepingID, Scope: jobs.ScopeInstallation, Schedule: jobs.Schedule{Every: jobs.HousekeepingEvery},
+		Task: housekeeping{q: q}, Builtin: true, Spec: jobs.TaskSpec{}, File: "(built in)",
 	}
 }
 

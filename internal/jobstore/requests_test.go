@@ -1,4 +1,4 @@
-package jobs_test
+package jobstore_test
 
 import (
 	"errors"
@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/studioctl/studioctl/internal/jobs"
+	"github.com/studioctl/studioctl/internal/jobstore"
 )
 
 // concurrently runs f(i) for i in [0, n) at once and waits for them all.
@@ -60,11 +61,11 @@ func TestConcurrentPausePairsChangeEachJobOnceWithOneAuditRow(t *testing.T) {
 	}
 	errs := make([]error, 2*pairs)
 	concurrently(2*pairs, func(i int) {
-		_, errs[i] = jobs.ApplyChange(t.Context(), pool, fmt.Sprintf("job-%d", i/2), jobs.Change{Pause: ptr(true), Actor: fmt.Sprintf("op-%d", i)})
+		_, errs[i] = jobstore.ApplyChange(t.Context(), pool, fmt.Sprintf("job-%d", i/2), jobstore.Change{Pause: ptr(true), Actor: fmt.Sprintf("op-%d", i)})
 	})
 	for p := range pairs {
 		a, b := errs[2*p], errs[2*p+1]
-		ok := (a == nil && errors.Is(b, jobs.ErrUnchanged)) || (b == nil && errors.Is(a, jobs.ErrUnchanged))
+		ok := (a == nil && errors.Is(b, jobstore.ErrUnchanged)) || (b == nil && errors.Is(a, jobstore.ErrUnchanged))
 		if !ok {
 			t.Errorf("job-%d: the pair returned %v and %v, want one nil and one ErrUnchanged", p, a, b)
 		}
@@ -92,13 +93,13 @@ func TestConcurrentIdenticalChangesOfOneJobAreAuditedOnce(t *testing.T) {
 		var okN, unchangedN int
 		var mu sync.Mutex
 		concurrently(20, func(i int) {
-			_, err := jobs.ApplyChange(t.Context(), pool, "report", jobs.Change{Pause: ptr(pause), Actor: "op"})
+			_, err := jobstore.ApplyChange(t.Context(), pool, "report", jobstore.Change{Pause: ptr(pause), Actor: "op"})
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
 			case err == nil:
 				okN++
-			case errors.Is(err, jobs.ErrUnchanged):
+			case errors.Is(err, jobstore.ErrUnchanged):
 				unchangedN++
 			default:
 				t.Errorf("pause=%v: %v", pause, err)
@@ -108,8 +109,8 @@ func TestConcurrentIdenticalChangesOfOneJobAreAuditedOnce(t *testing.T) {
 			t.Errorf("pause=%v: %d changed and %d unchanged, want 1 and 19", pause, okN, unchangedN)
 		}
 	}
-	got, err := jobs.ApplyChange(t.Context(), pool, "report", jobs.Change{Pause: ptr(false), Actor: "op"})
-	if !errors.Is(err, jobs.ErrUnchanged) || got.Paused {
+	got, err := jobstore.ApplyChange(t.Context(), pool, "report", jobstore.Change{Pause: ptr(false), Actor: "op"})
+	if !errors.Is(err, jobstore.ErrUnchanged) || got.Paused {
 		t.Errorf("a second resume = %+v, %v; want ErrUnchanged", got, err)
 	}
 	if a := auditRows(t, pool); len(a) != 2 || a[0].Action != "jobs.pause" || a[1].Action != "jobs.resume" {
@@ -128,7 +129,7 @@ func TestConcurrentSetsWithDifferentValuesAuditEveryRealChange(t *testing.T) {
 	reportJob(t, pool, "report")
 	concurrently(20, func(i int) {
 		sched := jobs.Schedule{Every: time.Duration(i+1) * time.Minute}
-		if _, err := jobs.ApplyChange(t.Context(), pool, "report", jobs.Change{Schedule: &sched, Actor: "op"}); err != nil {
+		if _, err := jobstore.ApplyChange(t.Context(), pool, "report", jobstore.Change{Schedule: &sched, Actor: "op"}); err != nil {
 			t.Errorf("set every %dm: %v", i+1, err)
 		}
 	})
@@ -186,13 +187,13 @@ func TestTriggerWritesOneRequestForAnInstallationJobAndOnePerLiveHostForAnInstan
 	insertReplica(t, pool, "off", "ready", time.Minute)
 	addStatus(t, pool, "off", "orphan", jobs.ScopeInstance)
 
-	if n, err := jobs.Trigger(t.Context(), pool, "install", "ana@ops", "rerun"); err != nil || n != 1 {
+	if n, err := jobstore.Trigger(t.Context(), pool, "install", "ana@ops", "rerun"); err != nil || n != 1 {
 		t.Errorf("Trigger(install) = %d, %v; want 1 request", n, err)
 	}
-	if n, err := jobs.Trigger(t.Context(), pool, "inst", "ana@ops", "rerun"); err != nil || n != 2 {
+	if n, err := jobstore.Trigger(t.Context(), pool, "inst", "ana@ops", "rerun"); err != nil || n != 2 {
 		t.Errorf("Trigger(inst) = %d, %v; want 2 requests (the live hosts)", n, err)
 	}
-	if _, err := jobs.Trigger(t.Context(), pool, "orphan", "ana@ops", ""); !errors.Is(err, jobs.ErrNoLiveHost) {
+	if _, err := jobstore.Trigger(t.Context(), pool, "orphan", "ana@ops", ""); !errors.Is(err, jobstore.ErrNoLiveHost) {
 		t.Errorf("Trigger(orphan) = %v, want ErrNoLiveHost", err)
 	}
 	if n := count(t, pool, `SELECT count(*) FROM studio_request WHERE target = 'install' AND replica_id IS NULL AND requested_by = 'ana@ops' AND reason = 'rerun'`); n != 1 {
@@ -218,7 +219,7 @@ func TestTriggerWritesOneRequestForAnInstallationJobAndOnePerLiveHostForAnInstan
 		if i%2 == 1 {
 			id, inc = "b", incB
 		}
-		got, err := jobs.ClaimTriggers(t.Context(), pool, []string{"install"}, id, inc)
+		got, err := jobstore.ClaimTriggers(t.Context(), pool, []string{"install"}, id, inc)
 		if err != nil {
 			t.Error(err)
 		}
@@ -231,18 +232,18 @@ func TestTriggerWritesOneRequestForAnInstallationJobAndOnePerLiveHostForAnInstan
 	}
 	// Instance requests: each replica claims its own, once; a stale
 	// incarnation claims nothing.
-	if got, err := jobs.ClaimTriggers(t.Context(), pool, []string{"inst"}, "a", uuid.New()); err != nil || len(got) != 0 {
+	if got, err := jobstore.ClaimTriggers(t.Context(), pool, []string{"inst"}, "a", uuid.New()); err != nil || len(got) != 0 {
 		t.Errorf("claim with another incarnation = %+v, %v; want nothing", got, err)
 	}
 	for _, r := range []struct {
 		id  string
 		inc uuid.UUID
 	}{{"a", incA}, {"b", incB}} {
-		got, err := jobs.ClaimTriggers(t.Context(), pool, []string{"inst"}, r.id, r.inc)
+		got, err := jobstore.ClaimTriggers(t.Context(), pool, []string{"inst"}, r.id, r.inc)
 		if err != nil || len(got) != 1 || got[0].JobID != "inst" || got[0].RequestedBy != "ana@ops" {
 			t.Errorf("%s claims inst = %+v, %v; want its one request", r.id, got, err)
 		}
-		if got, _ := jobs.ClaimTriggers(t.Context(), pool, []string{"inst"}, r.id, r.inc); len(got) != 0 {
+		if got, _ := jobstore.ClaimTriggers(t.Context(), pool, []string{"inst"}, r.id, r.inc); len(got) != 0 {
 			t.Errorf("%s claims inst again = %+v, want nothing", r.id, got)
 		}
 	}
@@ -256,19 +257,19 @@ func TestExpiredTriggerRequestsAreNotClaimedAndHousekeepingPrunesOldOnes(t *test
 	pool, _ := newPool(t)
 	insertReplica(t, pool, "a", "ready", 0)
 	addStatus(t, pool, "a", "install", jobs.ScopeInstallation)
-	if _, err := jobs.Trigger(t.Context(), pool, "install", "ana@ops", ""); err != nil {
+	if _, err := jobstore.Trigger(t.Context(), pool, "install", "ana@ops", ""); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := pool.Exec(t.Context(), `UPDATE studio_request SET requested_at = now() - interval '8 days', expires_at = now() - interval '8 days'`); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := jobs.ClaimTriggers(t.Context(), pool, []string{"install"}, "a", incarnationOf(t, pool, "a")); err != nil || len(got) != 0 {
+	if got, err := jobstore.ClaimTriggers(t.Context(), pool, []string{"install"}, "a", incarnationOf(t, pool, "a")); err != nil || len(got) != 0 {
 		t.Errorf("claim of an expired request = %+v, %v; want nothing", got, err)
 	}
-	if _, err := jobs.Trigger(t.Context(), pool, "install", "ana@ops", ""); err != nil {
+	if _, err := jobstore.Trigger(t.Context(), pool, "install", "ana@ops", ""); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, _, err := jobs.Housekeep(t.Context(), pool); err != nil {
+	if _, _, _, err := jobstore.Housekeep(t.Context(), pool); err != nil {
 		t.Fatal(err)
 	}
 	if n := count(t, pool, `SELECT count(*) FROM studio_request`); n != 1 {

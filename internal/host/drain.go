@@ -1,0 +1,111 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/studioctl/studioctl/internal/replicas"
+)
+
+// stop is one step of the drain sequence.
+type stop struct {
+	name string
+	run  func()
+}
+
+// stops is the drain sequence of SPEC §8, in order (docs/services.md).
+// A failed start runs the same list (drained false: no draining state and
+// no delay), so whatever started is stopped and a registered replica
+// records stopped either way. Each step is safe for a service that never
+// started.
+func (h *Host) stops(drained bool) []stop {
+	return []stop{
+		{"mark draining", func() {
+			if !drained || h.lost.Load() || !h.registered.Load() {
+				return
+			}
+			// Readiness fails at once.
+			h.state.Store(replicas.StateDraining)
+			if err := h.registry.SetState(context.Background(), replicas.StateDraining); err != nil {
+				if errors.Is(err, replicas.ErrIncarnationLost) {
+					h.loseID(err)
+					return
+				}
+				h.log.Warn("could not record state draining", "error", err)
+			}
+		}},
+		{"release leases", func() {
+			// The lease loop (issue 10) releases its leases here.
+		}},
+		{"drain delay", func() {
+			if !drained || h.o.DrainDelay <= 0 {
+				return
+			}
+			t := time.NewTimer(h.o.DrainDelay)
+			defer t.Stop()
+			select {
+			case <-t.C:
+			case <-h.now:
+			case <-h.lostNotice:
+			}
+		}},
+		{"stream clients", func() {
+			// The live stream (issue 12) tells its clients to reconnect here.
+		}},
+		// No more claims: a stopping runner would drop a claimed trigger,
+		// which another replica can still run.
+		{"control requests", h.req.Stop},
+		{"runner", func() {
+			if h.runner != nil {
+				h.runner.Stop() // waits ShutdownWait; StopNow interrupts
+			}
+		}},
+		{"run store", func() {
+			if h.store != nil {
+				h.store.Stop() // the last flush
+			}
+		}},
+		{"bus", func() {
+			if h.listener != nil {
+				h.listener.Stop()
+			}
+		}},
+		{"registry", func() {
+			if h.registry == nil {
+				return
+			}
+			if h.registered.Load() && !h.lost.Load() {
+				h.writeStopped()
+			}
+			h.registry.Stop()
+		}},
+		{"http server", func() {
+			if h.http != nil {
+				h.http.Stop()
+			}
+		}},
+		{"pool", func() {
+			if h.pool != nil {
+				h.pool.Close()
+			}
+		}},
+	}
+}
+
+// stopAll runs the steps in order, each to its end.
+func (h *Host) stopAll(steps []stop) {
+	for _, s := range steps {
+		h.log.Debug("drain step", "step", s.name)
+		s.run()
+	}
+}
+
+func (h *Host) writeStopped() {
+	h.state.Store(replicas.StateStopped)
+	ctx, cancel := context.WithTimeout(context.Background(), stopStateTimeout)
+	defer cancel()
+	if err := h.registry.SetState(ctx, replicas.StateStopped); err != nil {
+		h.log.Warn("could not record state stopped", "error", err)
+	}
+}

@@ -1,0 +1,66 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/studioctl/studioctl/internal/startstop"
+)
+
+// httpServer is the replica's HTTP server (probes, metrics, /v1), a
+// startstop service whose Serve goroutine it owns. It listens when built,
+// so the address is known (and a taken one refused) before the replica
+// registers; Start serves.
+type httpServer struct {
+	startstop.Base
+	srv      *http.Server
+	ln       net.Listener
+	log      *slog.Logger
+	stopOnce sync.Once
+}
+
+func listenHTTP(addr string, h http.Handler, log *slog.Logger) (*httpServer, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("replica.listen %q: %w", addr, err)
+	}
+	return &httpServer{ln: ln, log: log, srv: &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}}, nil
+}
+
+// Addr is the address it listens on.
+func (s *httpServer) Addr() string { return s.ln.Addr().String() }
+
+// Start serves on the listener until Stop.
+func (s *httpServer) Start(ctx context.Context) error {
+	if _, err := s.StartInit(ctx); err != nil {
+		return fmt.Errorf("start http server: %w", err)
+	}
+	if !s.Go(func() {
+		if err := s.srv.Serve(s.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			// Serve ends only at Shutdown or with a broken listener.
+			s.log.Error("http server stopped serving", "error", err)
+		}
+	}) {
+		return fmt.Errorf("start http server: %w", startstop.ErrStopped)
+	}
+	s.MarkStarted()
+	return nil
+}
+
+// Stop closes the server gracefully (within httpShutdownTimeout) and waits
+// for Serve to return; safe twice, concurrently, and without Start.
+func (s *httpServer) Stop() {
+	s.stopOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), httpShutdownTimeout)
+		defer cancel()
+		s.srv.Shutdown(ctx)
+		s.ln.Close() // never served: Shutdown does not know it
+	})
+	s.Base.Stop()
+}

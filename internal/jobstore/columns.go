@@ -1,0 +1,188 @@
+package jobstore
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/studioctl/studioctl/internal/jobs"
+)
+
+// statusColumn is one column of studio_job_status and the field of
+// jobs.Status it holds. statusTable lists them once: the SELECT list, the
+// scan targets, the upsert's columns and its arrays are all made from it.
+type statusColumn struct {
+	name    string
+	sqlType string // of the unnest array the upsert sends
+	// nullIfEmpty: "" is stored as NULL (and read back as "").
+	nullIfEmpty bool
+	// scan returns the scan target of st's field (read).
+	scan func(st *jobs.Status) any
+	// array returns an empty array of the field's values with room for n,
+	// and add appends st's value to it (write).
+	array func(n int) statusArray
+}
+
+// statusArray collects one column's values for the upsert.
+type statusArray interface {
+	add(st *jobs.Status)
+	value() any
+}
+
+type typedArray[T any] struct {
+	get  func(st *jobs.Status) T
+	vals []T
+}
+
+func (a *typedArray[T]) add(st *jobs.Status) { a.vals = append(a.vals, a.get(st)) }
+func (a *typedArray[T]) value() any          { return a.vals }
+
+// col builds a column whose field, of type T, field returns a pointer to.
+func col[T any](name, sqlType string, field func(st *jobs.Status) *T) statusColumn {
+	return statusColumn{
+		name: name, sqlType: sqlType,
+		scan: func(st *jobs.Status) any { return field(st) },
+		array: func(n int) statusArray {
+			return &typedArray[T]{get: func(st *jobs.Status) T { return *field(st) }, vals: make([]T, 0, n)}
+		},
+	}
+}
+
+// textCol is a text column read and written through a string-kinded field
+// (Scope, Outcome), NULL for "" when nullIfEmpty.
+func textCol[T ~string](name string, nullIfEmpty bool, field func(st *jobs.Status) *T) statusColumn {
+	return statusColumn{
+		name: name, sqlType: "text", nullIfEmpty: nullIfEmpty,
+		scan: func(st *jobs.Status) any { return textScanner[T]{field(st)} },
+		array: func(n int) statusArray {
+			return &typedArray[string]{get: func(st *jobs.Status) string { return string(*field(st)) }, vals: make([]string, 0, n)}
+		},
+	}
+}
+
+// textScanner scans text (NULL as "") into a string-kinded field.
+type textScanner[T ~string] struct{ p *T }
+
+func (s textScanner[T]) Scan(src any) error {
+	switch v := src.(type) {
+	case nil:
+		*s.p = ""
+	case string:
+		*s.p = T(v)
+	case []byte:
+		*s.p = T(v)
+	default:
+		return fmt.Errorf("scan %T into text", src)
+	}
+	return nil
+}
+
+// statusTable is every stored column of jobs.Status (Since is not stored).
+// replica_id comes first: the upsert sends it once, as $1.
+var statusTable = []statusColumn{
+	textCol("replica_id", false, func(s *jobs.Status) *string { return &s.ReplicaID }),
+	textCol("job_id", false, func(s *jobs.Status) *string { return &s.JobID }),
+	textCol("scope", false, func(s *jobs.Status) *jobs.Scope { return &s.Scope }),
+	textCol("schedule", false, func(s *jobs.Status) *string { return &s.Schedule }),
+	col("next_fire_at", "timestamptz", func(s *jobs.Status) **time.Time { return &s.NextFireAt }),
+	col("running", "bool", func(s *jobs.Status) *bool { return &s.Running }),
+	col("last_started_at", "timestamptz", func(s *jobs.Status) **time.Time { return &s.LastStartedAt }),
+	col("last_finished_at", "timestamptz", func(s *jobs.Status) **time.Time { return &s.LastFinishedAt }),
+	textCol("last_outcome", true, func(s *jobs.Status) *jobs.Outcome { return &s.LastOutcome }),
+	textCol("last_error", true, func(s *jobs.Status) *string { return &s.LastError }),
+	col("last_success_at", "timestamptz", func(s *jobs.Status) **time.Time { return &s.LastSuccessAt }),
+	col("last_skipped_elsewhere_at", "timestamptz", func(s *jobs.Status) **time.Time { return &s.LastSkippedElsewhereAt }),
+	col("runs", "bigint", func(s *jobs.Status) *int64 { return &s.Runs }),
+	col("failures", "bigint", func(s *jobs.Status) *int64 { return &s.Failures }),
+	col("timeouts", "bigint", func(s *jobs.Status) *int64 { return &s.Timeouts }),
+	col("lock_lost", "bigint", func(s *jobs.Status) *int64 { return &s.LockLost }),
+	col("overruns", "bigint", func(s *jobs.Status) *int64 { return &s.Overruns }),
+	col("skipped_elsewhere", "bigint", func(s *jobs.Status) *int64 { return &s.SkippedElsewhere }),
+	textCol("invalid_schedule", true, func(s *jobs.Status) *string { return &s.InvalidSchedule }),
+	col("paused", "bool", func(s *jobs.Status) *bool { return &s.Paused }),
+	col("updated_at", "timestamptz", func(s *jobs.Status) *time.Time { return &s.UpdatedAt }),
+}
+
+// statusColumns is the SELECT list of statusTable, from the table aliased s.
+var statusColumns = func() string {
+	names := make([]string, len(statusTable))
+	for i, c := range statusTable {
+		names[i] = "s." + c.name
+	}
+	return strings.Join(names, ", ")
+}()
+
+// upsertStatusSQL writes a batch: $1 is the replica id, $2... one array per
+// other column, in statusTable's order.
+var upsertStatusSQL = func() string {
+	var cols, sel, arrays, as, set []string
+	for i, c := range statusTable {
+		cols = append(cols, c.name)
+		if i == 0 {
+			sel = append(sel, "$1")
+			continue
+		}
+		if c.nullIfEmpty {
+			sel = append(sel, "NULLIF("+c.name+", '')")
+		} else {
+			sel = append(sel, c.name)
+		}
+		arrays = append(arrays, fmt.Sprintf("$%d::%s[]", i+1, c.sqlType))
+		as = append(as, c.name)
+		if c.name != "job_id" {
+			set = append(set, c.name+" = EXCLUDED."+c.name)
+		}
+	}
+	return "INSERT INTO studio_job_status (" + strings.Join(cols, ", ") + ")\nSELECT " + strings.Join(sel, ", ") +
+		"\nFROM unnest(" + strings.Join(arrays, ", ") + ")\n  AS t(" + strings.Join(as, ", ") + ")" +
+		"\nON CONFLICT (replica_id, job_id) DO UPDATE SET " + strings.Join(set, ", ")
+}()
+
+// statusArgs are the upsert's arguments for status rows of replicaID.
+func statusArgs(replicaID string, status map[string]jobs.Status) []any {
+	arrays := make([]statusArray, len(statusTable)-1)
+	for i := range arrays {
+		arrays[i] = statusTable[i+1].array(len(status))
+	}
+	for _, st := range status {
+		for _, a := range arrays {
+			a.add(&st)
+		}
+	}
+	args := make([]any, 0, len(statusTable))
+	args = append(args, replicaID)
+	for _, a := range arrays {
+		args = append(args, a.value())
+	}
+	return args
+}
+
+// scanStatus reads rows that start with statusColumns; extra receives the
+// columns after them, and each is called once per row. Times come back
+// in UTC.
+func scanStatus(rows pgx.Rows, extra []any, each func(jobs.Status)) error {
+	for rows.Next() {
+		var st jobs.Status
+		dest := make([]any, 0, len(statusTable)+len(extra))
+		for _, c := range statusTable {
+			dest = append(dest, c.scan(&st))
+		}
+		if err := rows.Scan(append(dest, extra...)...); err != nil {
+			return fmt.Errorf("read job status: %w", err)
+		}
+		for _, p := range []**time.Time{&st.NextFireAt, &st.LastStartedAt, &st.LastFinishedAt, &st.LastSuccessAt, &st.LastSkippedElsewhereAt} {
+			if *p != nil {
+				t := (*p).UTC()
+				*p = &t
+			}
+		}
+		st.UpdatedAt = st.UpdatedAt.UTC()
+		each(st)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read job status: %w", err)
+	}
+	return nil
+}

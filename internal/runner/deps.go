@@ -1,0 +1,74 @@
+package runner
+
+import (
+	"context"
+	"time"
+
+	"github.com/studioctl/studioctl/internal/jobs"
+	"github.com/studioctl/studioctl/internal/locks"
+)
+
+// The runner's dependencies are these small interfaces, so its timing tests
+// can run against fakes; internal/jobstore and internal/locks implement
+// them against PostgreSQL.
+
+// Locker takes a job's lock (SPEC §5.3). TryLock fails with
+// locks.ErrHeldElsewhere when another replica holds it.
+type Locker interface {
+	TryLock(ctx context.Context, name string, atMostFor, atLeastFor time.Duration) (Lock, error)
+}
+
+// Lock is a held lock: Extend keeps it (returning the lock to extend next),
+// Unlock gives it up.
+type Lock interface {
+	Extend(ctx context.Context, atMostFor, atLeastFor time.Duration) (Lock, error)
+	Unlock(ctx context.Context) error
+}
+
+// Recorder records runs and status: the batching writer of internal/jobstore.
+type Recorder interface {
+	// LoadStatus reads the status rows a previous process with the same
+	// replica id left.
+	LoadStatus(ctx context.Context) (map[string]jobs.Status, error)
+	NextSeq(ctx context.Context) (int64, error)
+	PutRun(jobs.Run)
+	PutStatus(jobs.Status)
+}
+
+// Settings are the operator's settings of each job (pause, schedule
+// override), cached: internal/jobstore's SettingsCache.
+type Settings interface {
+	Get(ctx context.Context, job string) (jobs.Setting, error)
+	Invalidate(job string)
+	InvalidateAll()
+}
+
+// LocksOf is the Locker of a lock provider; nil for nil.
+func LocksOf(p *locks.Provider) Locker {
+	if p == nil {
+		return nil
+	}
+	return providerLocks{p}
+}
+
+type providerLocks struct{ p *locks.Provider }
+
+func (l providerLocks) TryLock(ctx context.Context, name string, atMostFor, atLeastFor time.Duration) (Lock, error) {
+	k, err := l.p.TryLock(ctx, name, atMostFor, atLeastFor)
+	if err != nil {
+		return nil, err
+	}
+	return heldLock{k}, nil
+}
+
+type heldLock struct{ l *locks.Lock }
+
+func (h heldLock) Extend(ctx context.Context, atMostFor, atLeastFor time.Duration) (Lock, error) {
+	next, err := h.l.Extend(ctx, atMostFor, atLeastFor)
+	if err != nil {
+		return nil, err
+	}
+	return heldLock{next}, nil
+}
+
+func (h heldLock) Unlock(ctx context.Context) error { return h.l.Unlock(ctx) }
