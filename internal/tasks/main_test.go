@@ -14,5 +14,8 @@ func TestMain(m *testing.M) {
 	if dir := os.Getenv(fakeReplicaEnv); dir != "" {
 		os.Exit(fakeReplica(dir))
 	}
+	if os.Getenv(fakeSecretReplicaEnv) != "" {
+		os.Exit(fakeSecretReplica())
+	}
 	os.Exit(pgtest.MainNoLeaks(m))
 }

@@ -1,0 +1,8 @@
+//go:build !linux
+
+package tasks
+
+// ProtectSecrets does nothing on systems other than Linux
+// (docs/jobs-processes.md): run jobs that must not see the database as
+// another user there.
+func ProtectSecrets() error { return nil }
