@@ -459,6 +459,11 @@ func secretsOf(connString string) []string {
 	return out
 }
 
+// Secrets lists the passwords of connString (a URL's user info password,
+// password and sslpassword values in a query or keyword string), each as
+// decoded and as written.
+func Secrets(connString string) []string { return secretsOf(connString) }
+
 // Scrub is scrub for callers outside the package: it removes the password
 // of connString from err's text.
 func Scrub(err error, connString string) error { return scrub(err, connString) }

@@ -9,3 +9,7 @@ func fakeReplica(string) int { return 2 }
 const fakeSecretReplicaEnv = "STUDIOCTL_TASKS_FAKE_SECRET_REPLICA"
 
 func fakeSecretReplica() int { return 2 }
+
+const fakeArgsEnv = "STUDIOCTL_TASKS_FAKE_ARGS"
+
+func fakeArgs() int { return 2 }

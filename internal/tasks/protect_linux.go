@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+
+	"github.com/studioctl/studioctl/internal/db"
 )
 
 // A job command runs as the replica's own user, so without more it could
@@ -115,7 +117,11 @@ func wipeInitialEnv() error {
 }
 
 // envArea reads env_start and env_end (fields 50 and 51) of /proc/self/stat.
-func envArea() (start, end uint64, err error) {
+func envArea() (start, end uint64, err error) { return procStatFields(50, 51) }
+
+// procStatFields reads two numeric fields of /proc/self/stat, numbered as
+// in proc(5).
+func procStatFields(first, second int) (start, end uint64, err error) {
 	b, err := os.ReadFile("/proc/self/stat")
 	if err != nil {
 		return 0, 0, err
@@ -125,14 +131,86 @@ func envArea() (start, end uint64, err error) {
 		return 0, 0, errors.New("/proc/self/stat: no command name")
 	}
 	f := strings.Fields(string(b[i+1:])) // f[0] is field 3, the state
-	if len(f) < 49 {
-		return 0, 0, errors.New("/proc/self/stat: no env_start and env_end")
+	if len(f) < second-2 {
+		return 0, 0, fmt.Errorf("/proc/self/stat: no field %d", second)
 	}
-	if start, err = strconv.ParseUint(f[47], 10, 64); err != nil {
+	if start, err = strconv.ParseUint(f[first-3], 10, 64); err != nil {
 		return 0, 0, err
 	}
-	if end, err = strconv.ParseUint(f[48], 10, 64); err != nil {
+	if end, err = strconv.ParseUint(f[second-3], 10, 64); err != nil {
 		return 0, 0, err
 	}
 	return start, end, nil
+}
+
+// databaseURLFlag is the flag whose value HideArgSecrets hides.
+const databaseURLFlag = "--database-url"
+
+// HideArgSecrets hides the database password of a --database-url flag
+// from /proc/<pid>/cmdline, which every local user can read (ps shows it).
+// It must run first thing in main, before anything reads os.Args: Go's
+// os.Args share their memory with the process's argument area, so it first
+// replaces them with copies, then overwrites the password (as written and
+// decoded) in that area with 'x', keeping its length. The flag's value in
+// os.Args keeps the password.
+func HideArgSecrets() error {
+	hide := map[int][]string{}
+	for i := 1; i < len(os.Args); i++ {
+		a := os.Args[i]
+		var url string
+		switch {
+		case a == "--":
+			i = len(os.Args)
+			continue
+		case strings.HasPrefix(a, databaseURLFlag+"="):
+			url = a[len(databaseURLFlag)+1:]
+		case a == databaseURLFlag && i+1 < len(os.Args):
+			url = os.Args[i+1]
+			i++
+		default:
+			continue
+		}
+		if secrets := db.Secrets(url); len(secrets) > 0 {
+			hide[i] = secrets
+		}
+	}
+	if len(hide) == 0 {
+		return nil
+	}
+	args := make([]string, len(os.Args))
+	for i, a := range os.Args {
+		args[i] = strings.Clone(a)
+	}
+	os.Args = args
+	start, end, err := procStatFields(48, 49) // arg_start, arg_end
+	if err != nil || end <= start {
+		return err
+	}
+	mem, err := os.OpenFile("/proc/self/mem", os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	defer mem.Close()
+	area := make([]byte, end-start)
+	if _, err := mem.ReadAt(area, int64(start)); err != nil {
+		return err
+	}
+	parts := bytes.Split(area, []byte{0})
+	for i, secrets := range hide {
+		if i >= len(parts) {
+			continue
+		}
+		for _, s := range secrets {
+			for k := 0; s != "" && k+len(s) <= len(parts[i]); {
+				j := bytes.Index(parts[i][k:], []byte(s))
+				if j < 0 {
+					break
+				}
+				copy(parts[i][k+j:], bytes.Repeat([]byte{'x'}, len(s)))
+				k += j + len(s)
+			}
+		}
+	}
+	_, err = mem.WriteAt(area, int64(start))
+	return err
 }

@@ -161,3 +161,40 @@ func TestCommandThatKillsItsShimLeavesNothingBehind(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// fakeArgsEnv makes the test binary call HideArgSecrets and print its
+// os.Args and its /proc/self/cmdline.
+const fakeArgsEnv = "STUDIOCTL_TASKS_FAKE_ARGS"
+
+func fakeArgs() int {
+	if err := tasks.HideArgSecrets(); err != nil {
+		fmt.Println("error:", err)
+	}
+	fmt.Printf("args: %q\n", os.Args[1:])
+	b, err := os.ReadFile("/proc/self/cmdline")
+	if err != nil {
+		fmt.Println("error:", err)
+	}
+	fmt.Printf("cmdline: %q\n", strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00")[1:])
+	return 0
+}
+
+// TestHideArgSecretsHidesTheDatabasePasswordFromPs: /proc/<pid>/cmdline is
+// readable by every local user, and `studioctl run --database-url
+// postgres://app:pw@db/app` showed the password to all of them in ps.
+func TestHideArgSecretsHidesTheDatabasePasswordFromPs(t *testing.T) {
+	t.Parallel()
+	cmd := exec.Command(os.Args[0], "run", "--database-url", "postgres://app:s3cr%40t@db/app",
+		"--database-url=host=db password='two words' user=app", "--actor", "s3cr%40t-not-a-url")
+	cmd.Env = append(os.Environ(), fakeArgsEnv+"=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	want := `args: ["run" "--database-url" "postgres://app:s3cr%40t@db/app" "--database-url=host=db password='two words' user=app" "--actor" "s3cr%40t-not-a-url"]
+cmdline: ["run" "--database-url" "postgres://app:xxxxxxxx@db/app" "--database-url=host=db password='xxxxxxxxx' user=app" "--actor" "s3cr%40t-not-a-url"]
+`
+	if string(out) != want {
+		t.Errorf("output:\n%s\nwant:\n%s", out, want)
+	}
+}
