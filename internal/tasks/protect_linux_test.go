@@ -208,3 +208,33 @@ cmdline: ["run" "--database-url" "postgres://app:xxxxxxxx@db/app" "--database-ur
 		t.Errorf("output:\n%s\nwant:\n%s", out, want)
 	}
 }
+
+// TestCommandThatStopsItsShimLeavesNoDaemonBehind: a stopped shim (kill
+// -STOP of the job's group, or of the shim by its own job) did not act on
+// the replica's stop; the fallback SIGKILL of its group then left a setsid
+// daemon of the run running. The replica wakes the shim now.
+func TestCommandThatStopsItsShimLeavesNoDaemonBehind(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	script := `setsid sh -c 'echo $$ > "$1/daemon.tmp"; mv "$1/daemon.tmp" "$1/daemon"; exec sleep 150' sh "$1" &
+while [ ! -e "$1/daemon" ]; do sleep 0.01; done
+kill -STOP $PPID; touch "$1/ready"; sleep 150`
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan tasks.Result, 1)
+	go func() { done <- tasks.Command{Argv: sh(script, dir), KillGrace: time.Second}.Run(ctx, testEnv) }()
+	waitForFile(t, filepath.Join(dir, "ready"))
+	cancel()
+	res := <-done
+	if res.Err == nil {
+		t.Errorf("Run succeeded; want the run stopped")
+	}
+	pid := readPid(t, dir, "daemon")
+	deadline := time.Now().Add(5 * time.Second)
+	for processAlive(pid) {
+		if time.Now().After(deadline) {
+			syscall.Kill(pid, syscall.SIGKILL)
+			t.Fatalf("the setsid daemon %d outlived the run whose shim was stopped (%v)", pid, res.Err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -180,6 +180,11 @@ func (c Command) run(ctx context.Context, name string, grace time.Duration, envi
 	case <-ctx.Done():
 		stopped = true
 		ctlW.Write([]byte{shimStop})
+		// A stopped shim (kill -STOP of the job's group, or of the shim
+		// by its own job) would not read the byte, and the fallback
+		// below would kill only its group: wake it so that it ends every
+		// descendant, daemons that left the group included.
+		syscall.Kill(pgid, syscall.SIGCONT)
 		timer := time.NewTimer(grace + shimStopSlack)
 		select {
 		case waitErr = <-exited:
