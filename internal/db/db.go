@@ -130,7 +130,9 @@ const redacted = "xxxxx"
 // or in the query (?password=, ?sslpassword=, any key case, a
 // percent-encoded key), a URL that does not parse; a keyword/value string
 // with any keyword case (PASSWORD=), spaces around "=", quoted values with
-// \' escapes, an unterminated quote. The rest of the text is kept as written.
+// \' escapes, an unterminated quote; a mistyped URL that pgx refuses
+// ("postgres:/user:pw@host", "postgres//user:pw@host", "user:pw@host").
+// The rest of the text is kept as written.
 func Redact(connString string) string {
 	if connString == "" {
 		return ""
@@ -139,9 +141,17 @@ func Redact(connString string) string {
 	if rest, ok := afterScheme(s); ok {
 		return s[:len(s)-len(rest)] + redactURLRest(rest)
 	}
+	kws := scanKeywords(s)
+	if len(kws) > 0 && strings.ContainsAny(kws[0].key, ":/@") {
+		// Not a keyword/value string but a mistyped URL
+		// ("postgres:/app:pw@db", "postgres//app:pw@db", "app:pw@db"):
+		// pgx refuses it, and hides its password in the error. So do we.
+		rest := trimSchemeTypo(s)
+		return s[:len(s)-len(rest)] + redactURLRest(rest)
+	}
 	var b strings.Builder
 	last := 0
-	for _, kv := range scanKeywords(s) {
+	for _, kv := range kws {
 		if isSecretKey(kv.key) {
 			b.WriteString(s[last:kv.vstart])
 			b.WriteString(redacted)
@@ -155,6 +165,19 @@ func Redact(connString string) string {
 // isSecretKey: password, sslpassword, in any case.
 func isSecretKey(key string) bool {
 	return strings.HasSuffix(strings.ToLower(strings.TrimSpace(key)), "password")
+}
+
+// trimSchemeTypo returns s without a leading "postgres" or "postgresql" (any
+// case) and without the ':' and '/' that follow it or start s.
+func trimSchemeTypo(s string) string {
+	rest := s
+	for _, p := range []string{"postgresql", "postgres"} {
+		if len(rest) >= len(p) && strings.EqualFold(rest[:len(p)], p) {
+			rest = rest[len(p):]
+			break
+		}
+	}
+	return strings.TrimLeft(rest, ":/")
 }
 
 // afterScheme returns what follows "scheme://" when s starts with a URL
@@ -435,6 +458,11 @@ func secretsOf(connString string) []string {
 	}
 	return out
 }
+
+// Secrets lists the passwords of connString (a URL's user info password,
+// password and sslpassword values in a query or keyword string), each as
+// decoded and as written.
+func Secrets(connString string) []string { return secretsOf(connString) }
 
 // Scrub is scrub for callers outside the package: it removes the password
 // of connString from err's text.

@@ -89,3 +89,26 @@ func TestRedactAndScrubAgreeOnThePassword(t *testing.T) {
 type errString string
 
 func (e errString) Error() string { return string(e) }
+
+// TestRedactHidesThePasswordOfAMistypedURL: `config show` printed the
+// password of a URL with a typo in its scheme, which pgx refuses (and
+// whose password pgx hides in its own error).
+func TestRedactHidesThePasswordOfAMistypedURL(t *testing.T) {
+	const pw = "Hunter2-Secret"
+	tests := []struct{ in, want string }{
+		{"postgres:/app:" + pw + "@db/app", "postgres:/app:xxxxx@db/app"},
+		{"postgres:app:" + pw + "@db/app", "postgres:app:xxxxx@db/app"},
+		{"postgres//app:" + pw + "@db/app", "postgres//app:xxxxx@db/app"},
+		{"PostgreSQL:app:" + pw + "@db/app", "PostgreSQL:app:xxxxx@db/app"},
+		{"postgres:/app:p/" + pw + "@db/app?sslmode=disable", "postgres:/app:xxxxx@db/app?sslmode=disable"},
+		{"app:" + pw + "@db/app", "app:xxxxx@db/app"},
+		{"//app:" + pw + "@db/app", "//app:xxxxx@db/app"},
+		{"postgres:/db/app?password=" + pw, "postgres:/db/app?password=xxxxx"},
+		{"host=db user=app:x@y", "host=db user=app:x@y"},
+	}
+	for _, tt := range tests {
+		if got := db.Redact(tt.in); got != tt.want {
+			t.Errorf("Redact(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}

@@ -143,16 +143,41 @@ func shellQuote(s string) string {
 }
 
 // lock takes an exclusive file lock on Dir/lock until the returned func runs.
+//
+// The file is 0600 and must belong to the user running studioctl: flock
+// needs only a descriptor open for reading, so another local user who could
+// read the file could hold a lock on it for ever and block every studioctl
+// of this user. A lock file left 0644 by an older studioctl is made 0600.
 func (e *Embedded) lock() (func(), error) {
-	f, err := os.OpenFile(filepath.Join(e.Dir, "lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	f, err := os.OpenFile(filepath.Join(e.Dir, "lock"), os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("embedded database: %w", err)
+	}
+	if err := ownPrivate(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("embedded database: lock file %s: %w", f.Name(), err)
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("embedded database: lock %s: %w", f.Name(), err)
 	}
 	return func() { syscall.Flock(int(f.Fd()), syscall.LOCK_UN); f.Close() }, nil
+}
+
+// ownPrivate checks that f belongs to the user running studioctl and makes
+// it 0600.
+func ownPrivate(f *os.File) error {
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
+		return fmt.Errorf("belongs to uid %d, not to the user running studioctl (uid %d): another user could hold the lock; remove the file", st.Uid, os.Geteuid())
+	}
+	if fi.Mode().Perm() != 0o600 {
+		return f.Chmod(0o600)
+	}
+	return nil
 }
 
 // Ensure initialises the cluster if needed, secures one made by an older

@@ -577,3 +577,64 @@ func TestHideRemovesThePassword(t *testing.T) {
 		t.Errorf("hide: %v", err)
 	}
 }
+
+// The lock file was 0644: flock needs only a descriptor open for reading,
+// so any local user could hold a lock on it (flock -s lock sleep 1d) and
+// block every studioctl of this user. It is 0600 now, one left 0644 by an
+// older studioctl is made 0600, and one of another user is refused.
+func TestLockFileIsPrivate(t *testing.T) {
+	// Not t.TempDir: its parent is 0700, and another user must be able to
+	// reach the folder, as in ~/.local/share/studioctl/embedded.
+	dir, err := os.MkdirTemp("", "embedded-lock-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	e := &Embedded{Dir: dir}
+	name := filepath.Join(dir, "lock")
+	mode := func() os.FileMode {
+		t.Helper()
+		fi, err := os.Stat(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Mode().Perm()
+	}
+	unlock, err := e.lock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	unlock()
+	if m := mode(); m != 0o600 {
+		t.Errorf("a new lock file has mode %#o, want 0600", m)
+	}
+	if err := os.Chmod(name, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if unlock, err = e.lock(); err != nil {
+		t.Fatal(err)
+	}
+	unlock()
+	if m := mode(); m != 0o600 {
+		t.Errorf("an old 0644 lock file kept mode %#o, want 0600", m)
+	}
+	if os.Geteuid() != 0 {
+		return
+	}
+	// Another user can no longer open it to hold a lock.
+	other := exec.Command("sh", "-c", `exec 3<"$1"`, "sh", name)
+	other.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	if out, err := other.CombinedOutput(); err == nil {
+		t.Errorf("another user opened the lock file: %s", out)
+	}
+	// A lock file that belongs to another user is refused.
+	if err := os.Chown(name, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.lock(); err == nil || !strings.Contains(err.Error(), "belongs to uid 65534") {
+		t.Errorf("lock on another user's file: %v, want a refusal naming its owner", err)
+	}
+}

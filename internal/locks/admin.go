@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -78,9 +79,34 @@ func (a *Admin) selectSQL(withReplicas bool, where string) string {
 		known = "r.id IS NOT NULL"
 		join = " LEFT JOIN studio_replica r ON r.id = l." + col(t.LockedBy)
 	}
-	return "SELECT l." + col(t.NameCol) + ", l." + col(t.LockedBy) + ", l." + col(t.LockedAt) + ", l." + col(t.LockUntil) +
-		", EXTRACT(EPOCH FROM (l." + col(t.LockUntil) + " - " + now + "))::float8, " + known + ", " + live +
+	at, until := clampTime("l."+col(t.LockedAt)), clampTime("l."+col(t.LockUntil))
+	return "SELECT l." + col(t.NameCol) + ", l." + col(t.LockedBy) + ", " + at + ", " + until +
+		", EXTRACT(EPOCH FROM (" + until + " - " + now + "))::float8, " + known + ", " + live +
 		" FROM " + t.ident() + " l" + join + where + " ORDER BY l." + col(t.NameCol)
+}
+
+// clampTime is the timestamp expr, kept within the years 0001 to 9999.
+// Another writer of the lock table (a Java node, a hand-made row) may store
+// 'infinity', '-infinity' or a year past 9999, which PostgreSQL accepts:
+// one such row made every list, show and release fail ("cannot subtract
+// infinite timestamps"), pgx cannot scan an infinity into a time.Time, and
+// JSON cannot show a year past 9999. Read and compared clamped, such a lock
+// is shown as held until 9999-12-31 and can be released.
+func clampTime(expr string) string {
+	return "LEAST(GREATEST(" + expr + ", '0001-01-01 00:00:00'), '9999-12-31 23:59:59.999999')"
+}
+
+// secondsDuration converts seconds to a Duration, saturating where a
+// Duration (about 292 years) cannot hold them.
+func secondsDuration(sec float64) time.Duration {
+	const max = float64(math.MaxInt64) / float64(time.Second)
+	switch {
+	case sec >= max:
+		return math.MaxInt64
+	case sec <= -max:
+		return math.MinInt64
+	}
+	return time.Duration(sec * float64(time.Second))
 }
 
 func hasReplicaTable(ctx context.Context, q Querier) (bool, error) {
@@ -107,7 +133,7 @@ func (a *Admin) query(ctx context.Context, where string, args ...any) ([]Info, e
 			return nil, fmt.Errorf("read locks from %s: %w", a.table.Name, err)
 		}
 		in.LockedAt, in.LockUntil = asUTC(in.LockedAt), asUTC(in.LockUntil)
-		in.Remaining = time.Duration(remaining * float64(time.Second)).Round(time.Millisecond)
+		in.Remaining = secondsDuration(remaining).Round(time.Millisecond)
 		in.HolderState, in.State = judge(known, live, in.Remaining)
 		out = append(out, in)
 	}
@@ -232,7 +258,7 @@ func (a *Admin) Release(ctx context.Context, db interface {
 	t := a.table
 	name, by, at, until := col(t.NameCol), col(t.LockedBy), col(t.LockedAt), col(t.LockUntil)
 	stmt := "UPDATE " + t.ident() + " SET " + until + " = " + now +
-		" WHERE " + name + " = $1 AND " + by + " = $2 AND " + at + " = $3 AND " + until + " = $4" +
+		" WHERE " + name + " = $1 AND " + by + " = $2 AND " + clampTime(at) + " = $3 AND " + clampTime(until) + " = $4" +
 		" AND " + until + " > " + now + " RETURNING " + until
 	var after time.Time
 	err = tx.QueryRow(ctx, stmt, in.Name, in.LockedBy, in.LockedAt, in.LockUntil).Scan(&after)
@@ -272,8 +298,9 @@ func (a *Admin) Release(ctx context.Context, db interface {
 // before the concurrent release that freed it.
 func (a *Admin) explainNoChange(ctx context.Context, tx pgx.Tx, res ReleaseResult) (ReleaseResult, error) {
 	in, t := res.Before, a.table
-	stmt := "SELECT " + col(t.LockedBy) + ", " + col(t.LockedAt) + ", " + col(t.LockUntil) +
-		", " + col(t.LockedBy) + " = $2 AND " + col(t.LockedAt) + " = $3, " + col(t.LockUntil) + " <= timezone('utc', clock_timestamp())" +
+	atSQL, untilSQL := clampTime(col(t.LockedAt)), clampTime(col(t.LockUntil))
+	stmt := "SELECT " + col(t.LockedBy) + ", " + atSQL + ", " + untilSQL +
+		", " + col(t.LockedBy) + " = $2 AND " + atSQL + " = $3, " + col(t.LockUntil) + " <= timezone('utc', clock_timestamp())" +
 		" FROM " + t.ident() + " WHERE " + col(t.NameCol) + " = $1"
 	var by string
 	var at, until time.Time

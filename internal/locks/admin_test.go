@@ -1,8 +1,10 @@
 package locks_test
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -242,5 +244,71 @@ func TestTwentyConcurrentPairsOfReleasesChangeEachLockOnce(t *testing.T) {
 	}
 	if changed != locksN || len(perTarget) != locksN {
 		t.Errorf("%d releases and audit rows for %d locks, want %d and %d", changed, len(perTarget), locksN, locksN)
+	}
+}
+
+// TestAdminHandlesInfiniteAndFarTimestamps: another writer of the lock
+// table (a Java node, a hand-made row) may store 'infinity' or a year past
+// 9999. One such row made locks list, show and release fail for every lock
+// ("cannot subtract infinite timestamps"), so the operator could release
+// nothing. Such a lock now reads as held until 9999-12-31, shows in JSON,
+// and can be released.
+func TestAdminHandlesInfiniteAndFarTimestamps(t *testing.T) {
+	t.Parallel()
+	for _, tz := range []string{"timestamp", "timestamptz"} {
+		t.Run(tz, func(t *testing.T) {
+			t.Parallel()
+			pool := newPool(t)
+			table := defaultTable
+			if tz == "timestamptz" {
+				table.Name = "shedlock_tz"
+				exec(t, pool, `CREATE TABLE shedlock_tz (name varchar(64) PRIMARY KEY, lock_until timestamptz NOT NULL, locked_at timestamptz NOT NULL, locked_by varchar(255) NOT NULL)`)
+			}
+			tbl := locks.TableSQL(table)
+			exec(t, pool,
+				`INSERT INTO `+tbl+` VALUES ('forever', 'infinity', '-infinity', 'java-node')`,
+				`INSERT INTO `+tbl+` VALUES ('y10k', '10000-01-01', '2026-01-01', 'java-node')`,
+				`INSERT INTO `+tbl+` VALUES ('never', '-infinity', '-infinity', 'java-node')`,
+				`INSERT INTO `+tbl+` VALUES ('plain', now() + interval '1 hour', now(), 'java-node')`)
+			admin := newAdmin(t, pool, table)
+			warnings, err := locks.TimeZoneWarnings(t.Context(), pool, table)
+			if err != nil {
+				t.Fatalf("TimeZoneWarnings with infinite timestamps: %v", err)
+			}
+			for _, w := range warnings {
+				if strings.Contains(w, `"forever"`) || strings.Contains(w, `"never"`) {
+					t.Errorf("a zone warning for an infinite locked_at: %s", w)
+				}
+			}
+			all, err := admin.List(t.Context())
+			if err != nil {
+				t.Fatalf("List with infinite timestamps: %v", err)
+			}
+			states := map[string]locks.State{}
+			for _, in := range all {
+				states[in.Name] = in.State
+				if _, err := json.Marshal(map[string]time.Time{"at": in.LockedAt, "until": in.LockUntil}); err != nil {
+					t.Errorf("lock %q: its times do not show in JSON: %v", in.Name, err)
+				}
+			}
+			want := map[string]locks.State{"forever": locks.StateHeld, "y10k": locks.StateHeld, "never": locks.StateFree, "plain": locks.StateHeld}
+			if fmt.Sprint(states) != fmt.Sprint(want) {
+				t.Errorf("states = %v, want %v", states, want)
+			}
+			for _, name := range []string{"forever", "y10k"} {
+				in, err := admin.Get(t.Context(), name)
+				if err != nil {
+					t.Fatalf("Get %q: %v", name, err)
+				}
+				if in.Remaining <= 0 || in.LockUntil.Year() != 9999 {
+					t.Errorf("lock %q: remaining %v, until %v; want held until 9999", name, in.Remaining, in.LockUntil)
+				}
+				res, err := admin.Release(t.Context(), pool, locks.ReleaseRequest{Info: in, Force: true, Actor: "ops", Reason: "a lock for ever"})
+				if err != nil || !res.Changed {
+					t.Fatalf("Release %q = %+v, %v", name, res, err)
+				}
+				waitFree(t, pool, table, name)
+			}
+		})
 	}
 }

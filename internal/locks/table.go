@@ -432,7 +432,7 @@ func timeZoneWarnings(ctx context.Context, q Querier, t Table) ([]string, error)
 	// EXTRACT(EPOCH FROM ...) of a timestamptz is the instant whatever the
 	// session zone; of a timestamp, the UTC wall clock read as UTC.
 	stmt := "SELECT l." + col(t.NameCol) + ", l." + col(t.LockedBy) + ", " + known +
-		", (EXTRACT(EPOCH FROM CURRENT_TIMESTAMP) - EXTRACT(EPOCH FROM l." + col(t.LockedAt) + "))::float8" +
+		", (EXTRACT(EPOCH FROM CURRENT_TIMESTAMP) - EXTRACT(EPOCH FROM " + clampTime("l."+col(t.LockedAt)) + "))::float8" +
 		" FROM " + t.ident() + " l" + join + " ORDER BY l." + col(t.NameCol)
 	rows, err := q.Query(ctx, stmt)
 	if err != nil {
@@ -446,7 +446,7 @@ func timeZoneWarnings(ctx context.Context, q Querier, t Table) ([]string, error)
 		if err := rows.Scan(&name, &by, &isReplica, &ageSec); err != nil {
 			return nil, fmt.Errorf("check lock table %s: %w", t.shown(), err)
 		}
-		if w := zoneEvidence(r.Name, name, by, isReplica, time.Duration(ageSec*float64(time.Second))); w != "" {
+		if w := zoneEvidence(r.Name, name, by, isReplica, secondsDuration(ageSec)); w != "" {
 			warnings = append(warnings, w)
 		}
 	}

@@ -5,3 +5,11 @@ package tasks_test
 const fakeReplicaEnv = "STUDIOCTL_TASKS_FAKE_REPLICA"
 
 func fakeReplica(string) int { return 2 }
+
+const fakeSecretReplicaEnv = "STUDIOCTL_TASKS_FAKE_SECRET_REPLICA"
+
+func fakeSecretReplica() int { return 2 }
+
+const fakeArgsEnv = "STUDIOCTL_TASKS_FAKE_ARGS"
+
+func fakeArgs() int { return 2 }

@@ -14,5 +14,11 @@ func TestMain(m *testing.M) {
 	if dir := os.Getenv(fakeReplicaEnv); dir != "" {
 		os.Exit(fakeReplica(dir))
 	}
+	if os.Getenv(fakeArgsEnv) != "" {
+		os.Exit(fakeArgs())
+	}
+	if os.Getenv(fakeSecretReplicaEnv) != "" {
+		os.Exit(fakeSecretReplica())
+	}
 	os.Exit(pgtest.MainNoLeaks(m))
 }

@@ -109,6 +109,10 @@ func (c Command) run(ctx context.Context, name string, grace time.Duration, envi
 	if os.Getenv(shimEnv) != "" {
 		return Result{Err: fmt.Errorf("command %q not started: this process is a job shim whose binary does not dispatch %s (call tasks.IsShim first in main or TestMain)", name, shimArg)}
 	}
+	// Before the first command of this process: a command runs as the
+	// replica's user and must not read its secrets through /proc. A
+	// failure leaves the process as it was; the run goes on.
+	ProtectSecrets()
 	var err error
 	var pipes [6]*os.File // out r/w, report r/w, control r/w
 	for i := 0; i < len(pipes); i += 2 {
@@ -176,6 +180,11 @@ func (c Command) run(ctx context.Context, name string, grace time.Duration, envi
 	case <-ctx.Done():
 		stopped = true
 		ctlW.Write([]byte{shimStop})
+		// A stopped shim (kill -STOP of the job's group, or of the shim
+		// by its own job) would not read the byte, and the fallback
+		// below would kill only its group: wake it so that it ends every
+		// descendant, daemons that left the group included.
+		syscall.Kill(pgid, syscall.SIGCONT)
 		timer := time.NewTimer(grace + shimStopSlack)
 		select {
 		case waitErr = <-exited:
@@ -188,6 +197,14 @@ func (c Command) run(ctx context.Context, name string, grace time.Duration, envi
 	}
 	ctlW.Close() // only now: end of file tells the shim the replica is gone
 	raw := <-reported
+	if len(raw) == 0 && !fallback {
+		// The shim died without its report: something killed it (a job
+		// runs as the replica's user and may kill its own shim). Its
+		// descendants are orphans of PID 1 now, out of any subreaper's
+		// reach; those still in the shim's process group are not. While
+		// the group has members, its id is not given to a new process.
+		syscall.Kill(-pgid, syscall.SIGKILL)
+	}
 
 	timer := time.NewTimer(drainWaitMax)
 	select {
