@@ -14,5 +14,10 @@ func main() {
 	if tasks.IsShim() {
 		os.Exit(tasks.ShimMain())
 	}
+	// Any local user can read /proc/<pid>/cmdline: hide the password of a
+	// --database-url from ps before anything else runs.
+	if err := tasks.HideArgSecrets(); err != nil {
+		os.Stderr.WriteString("studioctl: could not hide the --database-url password from ps: " + err.Error() + "\n")
+	}
 	os.Exit(Main())
 }

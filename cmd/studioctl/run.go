@@ -14,6 +14,7 @@ import (
 	"github.com/studioctl/studioctl/internal/jobs"
 	"github.com/studioctl/studioctl/internal/locks"
 	"github.com/studioctl/studioctl/internal/replicas"
+	"github.com/studioctl/studioctl/internal/tasks"
 )
 
 // drainSignals drain a replica; a second one stops it at once.
@@ -82,6 +83,13 @@ func (a *app) runReplica(ctx context.Context) error {
 	// the exit code stays the documented one.
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	ctx = context.WithoutCancel(ctx)
+	// Job commands run as this user: hide the database secrets from them
+	// (and from every other process of this user) before anything else:
+	// /proc/<pid>/environ, mem and ptrace are refused from here on
+	// (docs/jobs-processes.md).
+	if err := tasks.ProtectSecrets(); err != nil {
+		a.logger().Warn("could not hide the database secrets from job commands", "error", err)
+	}
 
 	// A job configuration error stops run before it registers (exit 2).
 	var list []jobs.Job
