@@ -58,6 +58,9 @@ GRANT DELETE ON studio_replica TO studio_operator;
 GRANT SELECT, INSERT, UPDATE ON shedlock TO studio_replica;
 GRANT SELECT, INSERT, UPDATE, DELETE ON studio_replica, studio_job_status, studio_job_run, cluster_lease
     TO studio_replica;
-GRANT SELECT, UPDATE, DELETE ON studio_request TO studio_replica;
+-- A replica claims a request by setting done_at and done_by, nothing else
+-- (a trigger also refuses reopening a claimed one); housekeeping prunes.
+GRANT SELECT, DELETE ON studio_request TO studio_replica;
+GRANT UPDATE (done_at, done_by) ON studio_request TO studio_replica;
 GRANT SELECT ON studio_job_setting, studio_audit, goose_db_version TO studio_replica;
 GRANT USAGE ON SEQUENCE studio_job_run_seq_seq TO studio_replica;

@@ -232,8 +232,21 @@ SELECT 'replica.drain', id, id, incarnation, 'mallory', now() + interval '1 minu
 	// A request whose NOTIFY was lost (written while the bus was down) is
 	// found when the bus reconnects. (The instance job: the installation
 	// job's lock is held for its minimum gap after its run.)
-	if _, err := admin.Exec(ctx, `INSERT INTO studio_request (kind, target, replica_id, incarnation, requested_by, expires_at)
-SELECT 'job.trigger', 'each', id, incarnation, 'ana@ops', now() + interval '10 minutes' FROM studio_replica WHERE id = 'web-1'`); err != nil {
+	// A request needs its own audit row from the same transaction
+	// (migrations/00005).
+	tx, err := admin.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var auditSeq int64
+	if err := tx.QueryRow(ctx, `INSERT INTO studio_audit (actor, action, target) VALUES ('ana@ops', 'jobs.trigger', 'each') RETURNING seq`).Scan(&auditSeq); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO studio_request (kind, target, replica_id, incarnation, requested_by, audit_seq, expires_at)
+SELECT 'job.trigger', 'each', id, incarnation, 'ana@ops', $1, now() + interval '10 minutes' FROM studio_replica WHERE id = 'web-1'`, auditSeq); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if n := count(t, admin, `SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity

@@ -289,7 +289,7 @@ func ClaimTriggers(ctx context.Context, q Querier, jobIDs []string, replica stri
 	}
 	rows, err := q.Query(ctx, `
 UPDATE studio_request SET done_at = now(), done_by = $3
-WHERE kind = $1 AND target = ANY($2) AND done_at IS NULL AND expires_at > now()
+WHERE kind = $1 AND target = ANY($2) AND done_at IS NULL AND audit_seq IS NOT NULL AND expires_at > now()
   AND (replica_id IS NULL OR (replica_id = $3 AND incarnation = $4))
 RETURNING seq, target, requested_by, reason`, RequestKindTrigger, jobIDs, replica, incarnation)
 	if err != nil {

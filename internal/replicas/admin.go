@@ -252,7 +252,7 @@ type DrainRequest struct {
 func ClaimDrain(ctx context.Context, q Querier, id string, incarnation uuid.UUID) ([]DrainRequest, error) {
 	rows, err := q.Query(ctx, `
 UPDATE studio_request SET done_at = now(), done_by = $2
-WHERE kind = $1 AND replica_id = $2 AND incarnation = $3 AND done_at IS NULL AND expires_at > now()
+WHERE kind = $1 AND replica_id = $2 AND incarnation = $3 AND done_at IS NULL AND audit_seq IS NOT NULL AND expires_at > now()
 RETURNING seq, requested_by, reason`, RequestKindDrain, id, incarnation)
 	if err != nil {
 		return nil, fmt.Errorf("claim drain requests: %w", err)
