@@ -12,6 +12,7 @@ import (
 	"io"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/charmbracelet/lipgloss"
 	"github.com/muesli/termenv"
@@ -184,7 +185,7 @@ func (p *Printer) tsv(cols []Column, rows [][]Cell, keep []int) error {
 			if k > 0 {
 				w.WriteByte('\t')
 			}
-			w.WriteString(tsvEscaper.Replace(r[i].Text))
+			w.WriteString(Safe(tsvEscaper.Replace(r[i].Text)))
 		}
 		w.WriteByte('\n')
 	}
@@ -192,6 +193,63 @@ func (p *Printer) tsv(cols []Column, rows [][]Cell, keep []int) error {
 }
 
 var tsvEscaper = strings.NewReplacer("\t", " ", "\n", " ", "\r", " ")
+
+// Safe returns text with every control character shown as an escape
+// (\x1b, \u202e) instead of sent to the terminal: C0 and C1 controls, DEL,
+// and the bidirectional overrides and isolates. Values in the tables come
+// from rows that other roles write (a Java node's locked_by, a job's
+// error), so a row must not be able to clear the screen, set the window
+// title or reorder what an operator reads. Text without such characters
+// comes back as it is, without allocating. A byte that is not UTF-8 is
+// shown as \xNN too (0x9b alone is CSI to some terminals).
+func Safe(text string) string {
+	i := 0
+	for i < len(text) {
+		c := text[i]
+		if c >= 0x20 && c < 0x7f {
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(text[i:])
+		if unsafeRune(r) || r == utf8.RuneError && size == 1 {
+			break
+		}
+		i += size
+	}
+	if i == len(text) {
+		return text
+	}
+	var b strings.Builder
+	b.Grow(len(text) + 8)
+	b.WriteString(text[:i])
+	for rest := text[i:]; rest != ""; {
+		r, size := utf8.DecodeRuneInString(rest)
+		raw := rest[:size]
+		rest = rest[size:]
+		switch {
+		case r == utf8.RuneError && size == 1:
+			fmt.Fprintf(&b, "\\x%02x", raw[0]) // not UTF-8: shown as the byte it is
+		case !unsafeRune(r):
+			b.WriteString(raw)
+		case r < 0x100:
+			fmt.Fprintf(&b, "\\x%02x", r)
+		default:
+			fmt.Fprintf(&b, "\\u%04x", r)
+		}
+	}
+	return b.String()
+}
+
+// unsafeRune: a control character, or one that reorders text on display.
+func unsafeRune(r rune) bool {
+	switch {
+	case r < 0x20, r == 0x7f, r >= 0x80 && r < 0xa0:
+		return true
+	case r >= 0x202a && r <= 0x202e, r >= 0x2066 && r <= 0x2069, r == 0x200e, r == 0x200f, r == 0x061c:
+		return true
+	}
+	return false
+}
 
 // columnGap separates columns of a terminal table.
 const columnGap = "   "
@@ -235,7 +293,7 @@ func (p *Printer) aligned(cols []Column, rows [][]Cell, keep []int) error {
 	for _, r := range rows {
 		line := make([]string, len(keep))
 		for k, i := range keep {
-			text := r[i].Text
+			text := Safe(r[i].Text)
 			if text == "" {
 				text = "-"
 			}

@@ -351,3 +351,34 @@ func TestPipedTableSplitsOnTabs(t *testing.T) {
 		t.Fatalf("fields = %q, want %q", got, want)
 	}
 }
+
+// Found by the adversarial pass over issue 7: a row that another role
+// writes (a Java node's locked_by, a job's error) reached the terminal raw,
+// so it could clear the screen or set the window title.
+func TestControlCharactersInValuesAreShownEscaped(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"plain text", "plain text"},
+		{"größe ü", "größe ü"},
+		{"\x1b[2Jevil", `\x1b[2Jevil`},
+		{"\x1b]0;pwned\x07", `\x1b]0;pwned\x07`},
+		{"a\x00b\x7fc", `a\x00b\x7fc`},
+		{"c1\u009b31m", `c1\x9b31m`},
+		{"abc\u202edcba", `abc\u202edcba`},
+		{"\u2066iso\u2069", `\u2066iso\u2069`},
+		{"bad\x9b[2J", `bad\x9b[2J`},
+	} {
+		if got := Safe(tc.in); got != tc.want {
+			t.Errorf("Safe(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+	for _, tty := range []bool{false, true} {
+		var b strings.Builder
+		p := New(&b, Table, Options{Terminal: tty})
+		if err := p.Print(nil, []Column{{Header: "NAME"}}, [][]Cell{{{Text: "\x1b[2Jevil"}}}); err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(b.String(), "\x1b[2J") {
+			t.Errorf("terminal=%v: the escape sequence reached the output: %q", tty, b.String())
+		}
+	}
+}
