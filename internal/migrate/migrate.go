@@ -39,6 +39,10 @@ type Migrator struct {
 	pool     *pgxpool.Pool
 	db       *sql.DB
 	provider *goose.Provider
+	// reader is the same provider without the session lock, for Status:
+	// reading the version table needs no lock, and goose's Status takes
+	// it, so any role that holds the advisory lock would make status hang.
+	reader *goose.Provider
 }
 
 // New builds a Migrator over pool. Close it when done.
@@ -53,7 +57,12 @@ func New(pool *pgxpool.Pool) (*Migrator, error) {
 		db.Close()
 		return nil, fmt.Errorf("load migrations: %w", err)
 	}
-	return &Migrator{pool: pool, db: db, provider: p}, nil
+	r, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS)
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("load migrations: %w", err)
+	}
+	return &Migrator{pool: pool, db: db, provider: p, reader: r}, nil
 }
 
 // Close releases the database/sql handle (not the pool).
@@ -79,7 +88,7 @@ func (m *Migrator) Up(ctx context.Context) ([]Status, error) {
 // Status lists every migration and whether it is applied, then the
 // versions applied in the database that this binary does not know.
 func (m *Migrator) Status(ctx context.Context) ([]Status, error) {
-	st, err := m.provider.Status(ctx)
+	st, err := m.reader.Status(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("read migration status: %w", err)
 	}

@@ -9,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/pressly/goose/v3/lock"
 
 	"github.com/studioctl/studioctl/internal/db"
 	"github.com/studioctl/studioctl/internal/migrate"
@@ -239,4 +241,31 @@ func anyPending(ctx context.Context, m *migrate.Migrator) (bool, error) {
 		}
 	}
 	return false, nil
+}
+
+// Found by the adversarial pass over issue 7: goose's Status takes the
+// migration lock, so any role that could connect and held the advisory
+// lock made `migrate status` hang for up to five minutes. Status only
+// reads; it must not wait for the lock.
+func TestStatusDoesNotWaitForTheMigrationLock(t *testing.T) {
+	ctx := context.Background()
+	url := pgtest.NewDB(t)
+	pool := openPool(t, ctx, url)
+	holder, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close(ctx)
+	if _, err := holder.Exec(ctx, `SELECT pg_advisory_lock($1)`, int64(lock.DefaultLockID)); err != nil {
+		t.Fatal(err)
+	}
+	sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	st, err := newMigrator(t, pool).Status(sctx)
+	if err != nil {
+		t.Fatalf("status while another session holds the migration lock: %v", err)
+	}
+	if len(st) != len(embedded(t)) {
+		t.Errorf("status lists %d migrations, want %d", len(st), len(embedded(t)))
+	}
 }
