@@ -324,6 +324,9 @@ func parseEnv(file, job string, n *yaml.Node) (map[string]string, error) {
 			return nil, bad(k, field, "is set by the runner for every run")
 		case v.Kind != yaml.ScalarNode || v.Tag == "!!null":
 			return nil, bad(v, field, "must be a single value")
+		case strings.ContainsRune(v.Value, 0):
+			// exec refuses it at every run; refuse it once, here.
+			return nil, bad(v, field, "holds a NUL character, which no environment variable can")
 		}
 		if _, dup := env[k.Value]; dup {
 			return nil, bad(k, field, "given twice")

@@ -49,6 +49,8 @@ func TestParseRefusesABadEnv(t *testing.T) {
 			7, "env.A", "must be a single value"},
 		{"a list instead of a mapping", job + cmd + "    env: [A=x]\n",
 			6, "env", "must be a mapping of variable name to value, for example {REPORT_DIR: /srv/reports}"},
+		{"a value with a NUL", job + cmd + "    env: {A: \"a\\0b\"}\n",
+			6, "env.A", "holds a NUL character, which no environment variable can"},
 		{"a name given twice", job + cmd + "    env:\n      A: x\n      A: y\n",
 			8, "env.A", "given twice"},
 		{"env on an sql job", job + "    run: {sql: SELECT 1}\n    env: {A: x}\n",
