@@ -70,7 +70,27 @@ func setSessionDefaults(cfg *pgx.ConnConfig) {
 	if cfg.ConnectTimeout == 0 {
 		cfg.ConnectTimeout = ConnectTimeout
 	}
+	// A sql job runs as the replica's role and could poison every later
+	// connection with ALTER ROLE CURRENT_USER SET statement_timeout = '1ms'
+	// (found by the adversarial pass over issue 7): the replica's sessions
+	// pin the settings its deadlines rely on. Deadlines come from contexts,
+	// never from the server. (default_transaction_read_only is left alone:
+	// a read-only database must still say so.)
+	next := cfg.AfterConnect
+	cfg.AfterConnect = func(ctx context.Context, c *pgconn.PgConn) error {
+		if err := c.Exec(ctx, pinnedSettings).Close(); err != nil {
+			return fmt.Errorf("set session defaults: %w", err)
+		}
+		if next != nil {
+			return next(ctx, c)
+		}
+		return nil
+	}
 }
+
+// pinnedSettings are set on every connection studioctl opens, whatever the
+// role or database defaults say.
+const pinnedSettings = `SET statement_timeout = 0; SET lock_timeout = 0; SET idle_in_transaction_session_timeout = 0`
 
 // Open opens a pool and checks that the database answers.
 func Open(ctx context.Context, connString string) (*pgxpool.Pool, error) {

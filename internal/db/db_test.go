@@ -3,6 +3,8 @@ package db_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	neturl "net/url"
 	"os"
 	"strings"
 	"testing"
@@ -423,5 +425,60 @@ func TestAMixedCaseTimeZoneParameterIsReplacedByUTC(t *testing.T) {
 		if strings.EqualFold(k, "timezone") && (k != "timezone" || v != "UTC") {
 			t.Errorf("runtime param %s=%s, want only timezone=UTC", k, v)
 		}
+	}
+}
+
+// Found by the adversarial pass over issue 7: a sql job that ran
+// ALTER ROLE CURRENT_USER SET statement_timeout = '1ms' made every later
+// connection of the replica fail its lock and history statements. Every
+// connection studioctl opens pins the timeouts its deadlines rely on.
+func TestRoleDefaultsCannotPoisonNewConnections(t *testing.T) {
+	ctx := context.Background()
+	url := pgtest.NewDB(t)
+	admin, err := db.Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	role := fmt.Sprintf("poison_%d", time.Now().UnixNano())
+	for _, sql := range []string{
+		`CREATE ROLE ` + role + ` LOGIN`,
+		`ALTER ROLE ` + role + ` SET statement_timeout = '1ms'`,
+		`ALTER ROLE ` + role + ` SET lock_timeout = '1ms'`,
+		`ALTER ROLE ` + role + ` SET idle_in_transaction_session_timeout = '1ms'`,
+	} {
+		if _, err := admin.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { admin.Exec(context.WithoutCancel(ctx), `DROP ROLE `+role) })
+	u, err := neturl.Parse(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = neturl.User(role)
+	pool, err := db.Open(ctx, u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := pool.Exec(ctx, `SELECT pg_sleep(0.05)`); err != nil {
+		t.Errorf("a statement on a pool of a poisoned role: %v", err)
+	}
+	var st string
+	if err := pool.QueryRow(ctx, `SHOW statement_timeout`).Scan(&st); err != nil || st != "0" {
+		t.Errorf("statement_timeout = %q (%v), want 0", st, err)
+	}
+	ccfg, err := db.ParseConnConfig(u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := db.Connect(ctx, ccfg, u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `SELECT pg_sleep(0.05)`); err != nil {
+		t.Errorf("a statement on a dedicated connection of a poisoned role: %v", err)
 	}
 }
