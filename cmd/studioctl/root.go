@@ -220,7 +220,7 @@ from the binaries on the machine and says so on stderr.`,
 	pf.String("actor", "", "who to record in the audit log (default $USER@host)")
 
 	root.AddCommand(
-		a.newRunCmd(),
+		newRunCmd(a, nil),
 		a.newJobsCmd(),
 		a.newLocksCmd(),
 		a.newReplicasCmd(),

@@ -10,9 +10,11 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/studioctl/studioctl/internal/config"
 	"github.com/studioctl/studioctl/internal/host"
 	"github.com/studioctl/studioctl/internal/jobs"
 	"github.com/studioctl/studioctl/internal/locks"
+	"github.com/studioctl/studioctl/internal/output"
 	"github.com/studioctl/studioctl/internal/replicas"
 	"github.com/studioctl/studioctl/internal/tasks"
 )
@@ -20,8 +22,29 @@ import (
 // drainSignals drain a replica; a second one stops it at once.
 var drainSignals = []os.Signal{os.Interrupt, syscall.SIGTERM, syscall.SIGHUP}
 
-func (a *app) newRunCmd() *cobra.Command {
-	return &cobra.Command{
+// runOptions are what `studioctl run` depends on: the loaded
+// configuration, how to reach the database, the logger and the signals, so
+// a test builds them itself.
+type runOptions struct {
+	deps
+	// Config is the loaded configuration: the jobs file, replica.*,
+	// drain.*, database.migrate.
+	Config *config.Config
+	// ConnString resolves the database (the embedded default is started
+	// and migrated here: migrated then says so).
+	ConnString func(context.Context) (cs string, migrated bool, err error)
+	// Logger is the replica's logger (text on a terminal, JSON otherwise).
+	Logger *slog.Logger
+	// Signals subscribes to the signals that drain (the first) and stop
+	// (the second); stop unsubscribes.
+	Signals func() (sigs <-chan os.Signal, stop func())
+	// Version is recorded in studio_replica.
+	Version string
+}
+
+func newRunCmd(a *app, runF func(context.Context, *runOptions) error) *cobra.Command {
+	o := &runOptions{deps: a.deps(), Version: buildVersion()}
+	return withFormats(&cobra.Command{
 		Use:   "run",
 		Short: "Host a replica: registry heartbeat, bus, probes, drain",
 		Long: `Host one replica against the configured database. It registers in
@@ -56,9 +79,29 @@ Logs go to stderr: text on a terminal, JSON otherwise.`,
   STUDIO_REPLICA_ID=web-1 STUDIO_REPLICA_LISTEN=127.0.0.1:8081 studioctl run`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return a.runReplica(cmd.Context())
+			o.Config = a.cfg
+			o.Logger = a.logger()
+			o.ConnString = func(ctx context.Context) (string, bool, error) {
+				cs, err := a.connString(ctx)
+				return cs, a.migrated, err
+			}
+			o.Signals = processSignals
+			if runF != nil {
+				return runF(cmd.Context(), o)
+			}
+			return runRun(cmd.Context(), o)
 		},
-	}
+	}, output.Table)
+}
+
+// processSignals subscribes to this process's drain signals. The first
+// signal drains and the second stops at once, so the host gets its own
+// channel and a context that signals do not cancel. SIGHUP (a closed
+// terminal, a supervisor's reload) drains like SIGTERM.
+func processSignals() (<-chan os.Signal, func()) {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, drainSignals...)
+	return sigs, func() { signal.Stop(sigs) }
 }
 
 func (a *app) logger() *slog.Logger {
@@ -68,13 +111,10 @@ func (a *app) logger() *slog.Logger {
 	return slog.New(slog.NewJSONHandler(a.stderr, nil))
 }
 
-func (a *app) runReplica(ctx context.Context) error {
-	// The first signal drains and the second stops at once, so the host
-	// gets its own channel and a context that signals do not cancel.
-	// SIGHUP (a closed terminal, a supervisor's reload) drains like SIGTERM.
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, drainSignals...)
-	defer signal.Stop(sigs)
+// runRun hosts a replica until it has drained or stopped (SPEC §8).
+func runRun(ctx context.Context, o *runOptions) error {
+	sigs, stop := o.Signals()
+	defer stop()
 	// A closed stdout or stderr must not kill the replica: without a
 	// handler, Go exits on SIGPIPE from a write to fd 1 or 2. Notify (not
 	// Ignore, which job processes would inherit) turns it into EPIPE, and
@@ -88,46 +128,48 @@ func (a *app) runReplica(ctx context.Context) error {
 	// /proc/<pid>/environ, mem and ptrace are refused from here on
 	// (docs/jobs-processes.md).
 	if err := tasks.ProtectSecrets(); err != nil {
-		a.logger().Warn("could not hide the database secrets from job commands", "error", err)
+		o.Logger.Warn("could not hide the database secrets from job commands", "error", err)
 	}
+	cfg := o.Config
 
 	// A job configuration error stops run before it registers (exit 2).
 	var list []jobs.Job
-	if a.cfg.File != "" {
+	if cfg.File != "" {
 		var err error
-		if list, err = jobs.LoadFile(a.cfg.File); err != nil {
+		if list, err = jobs.LoadFile(cfg.File); err != nil {
 			return &usageError{err: err}
 		}
 	}
-	if err := a.lockTable().Validate(); err != nil {
+	table := o.LockTable()
+	if err := table.Validate(); err != nil {
 		return &usageError{err: err}
 	}
 	// The id is checked before the database is reached (an empty id gets
 	// a default that passes).
-	if id := a.cfg.Replica.ID; id != "" {
+	if id := cfg.Replica.ID; id != "" {
 		if err := replicas.ValidateID(id); err != nil {
 			return usageErrorf("replica.id (STUDIO_REPLICA_ID): %v", err)
 		}
 	}
-	cs, err := a.connString(ctx)
+	cs, migrated, err := o.ConnString(ctx)
 	if err != nil {
 		return err
 	}
 	// The configuration's default is 5s already; an explicit 0 means none.
-	drainDelay := a.cfg.Drain.Delay
+	drainDelay := cfg.Drain.Delay
 	if drainDelay == 0 {
 		drainDelay = host.NoDrainDelay
 	}
 	h, err := host.New(host.Options{
 		Jobs:       list,
-		LockTable:  a.lockTable(),
+		LockTable:  table,
 		ConnString: cs,
-		ID:         a.cfg.Replica.ID,
-		Listen:     a.cfg.Replica.Listen,
-		Version:    buildVersion(),
+		ID:         cfg.Replica.ID,
+		Listen:     cfg.Replica.Listen,
+		Version:    o.Version,
 		DrainDelay: drainDelay,
-		Migrate:    a.cfg.Database.Migrate == "on" && !a.migrated, // the embedded default is migrated already
-		Logger:     a.logger(),
+		Migrate:    cfg.Database.Migrate == "on" && !migrated, // the embedded default is migrated already
+		Logger:     o.Logger,
 	})
 	if err != nil {
 		return &usageError{err: err}
