@@ -1,7 +1,6 @@
 package jobstore_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/studioctl/studioctl/internal/jobs"
 	"github.com/studioctl/studioctl/internal/jobstore"
+	"github.com/studioctl/studioctl/internal/pgtest"
 )
 
 // concurrently runs f(i) for i in [0, n) at once and waits for them all.
@@ -261,7 +261,7 @@ func TestExpiredTriggerRequestsAreNotClaimedAndHousekeepingPrunesOldOnes(t *test
 	if _, err := jobstore.Trigger(t.Context(), pool, "install", "ana@ops", ""); err != nil {
 		t.Fatal(err)
 	}
-	backdate(t, pool, `UPDATE studio_request SET requested_at = now() - interval '8 days', expires_at = now() - interval '8 days'`)
+	pgtest.ExecWithoutTriggers(t, pool, `UPDATE studio_request SET requested_at = now() - interval '8 days', expires_at = now() - interval '8 days'`)
 	if got, err := jobstore.ClaimTriggers(t.Context(), pool, []string{"install"}, "a", incarnationOf(t, pool, "a")); err != nil || len(got) != 0 {
 		t.Errorf("claim of an expired request = %+v, %v; want nothing", got, err)
 	}
@@ -273,27 +273,5 @@ func TestExpiredTriggerRequestsAreNotClaimedAndHousekeepingPrunesOldOnes(t *test
 	}
 	if n := count(t, pool, `SELECT count(*) FROM studio_request`); n != 1 {
 		t.Errorf("%d requests after housekeeping, want 1 (the fresh one)", n)
-	}
-}
-
-// backdate changes request rows as time would have. The guard of
-// migrations/00005 refuses every change but a claim, so the change runs in
-// a transaction that skips triggers (session_replication_role = replica).
-func backdate(t *testing.T, pool *pgxpool.Pool, sql string) {
-	t.Helper()
-	ctx := context.Background()
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, `SET LOCAL session_replication_role = replica`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, sql); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
 	}
 }

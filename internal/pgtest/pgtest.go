@@ -320,3 +320,31 @@ func MainNoLeaks(m M) int {
 	}
 	return code
 }
+
+// Beginner is the part of a pool or connection that ExecWithoutTriggers needs.
+type Beginner interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// ExecWithoutTriggers runs sql in a transaction that skips triggers
+// (session_replication_role = replica): a test that backdates rows as time
+// would have, where a guard trigger refuses every change but the product's
+// own (migrations/00005 on studio_request).
+func ExecWithoutTriggers(t testing.TB, q Beginner, sql string, args ...any) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := q.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SET LOCAL session_replication_role = replica`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, sql, args...); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -579,30 +579,8 @@ func TestClaimDrainTakesOnlyTheRequestsOfThisIncarnationOnce(t *testing.T) {
 	if _, _, err := RequestDrain(ctx, e.pool, "web-1", "ana@ops", ""); err != nil {
 		t.Fatal(err)
 	}
-	backdate(t, e.pool, `UPDATE studio_request SET expires_at = now() - interval '1 second' WHERE done_at IS NULL`)
+	pgtest.ExecWithoutTriggers(t, e.pool, `UPDATE studio_request SET expires_at = now() - interval '1 second' WHERE done_at IS NULL`)
 	if got, _ := ClaimDrain(ctx, e.pool, "web-1", e.incarnation(t, "web-1")); len(got) != 0 {
 		t.Errorf("claim of an expired request = %+v, want nothing", got)
-	}
-}
-
-// backdate changes request rows as time would have. The guard of
-// migrations/00005 refuses every change but a claim, so the change runs in
-// a transaction that skips triggers (session_replication_role = replica).
-func backdate(t *testing.T, pool *pgxpool.Pool, sql string) {
-	t.Helper()
-	ctx := context.Background()
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, `SET LOCAL session_replication_role = replica`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, sql); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
 	}
 }
