@@ -12,6 +12,7 @@ import (
 
 	"github.com/studioctl/studioctl/internal/host"
 	"github.com/studioctl/studioctl/internal/jobs"
+	"github.com/studioctl/studioctl/internal/leases"
 	"github.com/studioctl/studioctl/internal/locks"
 	"github.com/studioctl/studioctl/internal/replicas"
 )
@@ -85,9 +86,13 @@ func (a *app) runReplica(ctx context.Context) error {
 
 	// A job configuration error stops run before it registers (exit 2).
 	var list []jobs.Job
+	var clusters []string
 	if a.cfg.File != "" {
 		var err error
 		if list, err = jobs.LoadFile(a.cfg.File); err != nil {
+			return &usageError{err: err}
+		}
+		if clusters, err = leases.LoadFile(a.cfg.File); err != nil {
 			return &usageError{err: err}
 		}
 	}
@@ -112,6 +117,7 @@ func (a *app) runReplica(ctx context.Context) error {
 	}
 	h, err := host.New(host.Options{
 		Jobs:       list,
+		Clusters:   clusters,
 		LockTable:  a.lockTable(),
 		ConnString: cs,
 		ID:         a.cfg.Replica.ID,
