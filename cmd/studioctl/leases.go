@@ -300,8 +300,8 @@ type leasesRemoveOptions struct {
 	// about a cluster it lists.
 	ConfigFile func() string
 	Clusters   []string
-	Reason   string
-	Yes      bool
+	Reason     string
+	Yes        bool
 }
 
 func newLeasesRemoveCmd(a *app, runF func(context.Context, *leasesRemoveOptions) error) *cobra.Command {
