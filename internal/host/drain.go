@@ -44,7 +44,7 @@ func (h *Host) stops(drained bool) []stop {
 			// statement, then a signal, so the others claim at once. Not
 			// after a lost id: the rows are the other process's now.
 			if drained && !h.lost.Load() && h.registered.Load() {
-				ctx, cancel := context.WithTimeout(context.Background(), leases.StatementDeadline)
+				ctx, cancel := context.WithTimeout(context.Background(), leases.DutyStopWait+leases.StatementDeadline)
 				if _, err := h.leases.ReleaseAll(ctx); err != nil {
 					h.log.Warn("could not release leases; they expire after the TTL", "error", err)
 				}

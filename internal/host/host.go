@@ -329,8 +329,9 @@ func (h *Host) start(ctx context.Context) (err error) {
 	// The lease loop: its rounds find this replica starting, so it claims
 	// nothing until the state is ready (below).
 	h.leases = leases.New(leases.Options{ID: h.o.ID, DB: h.leasePool, Logger: h.log,
-		OnAcquire: h.runner.AddCluster,
-		OnLose:    func(cluster string, _ error) { h.runner.RemoveCluster(cluster) },
+		OnAcquire:   h.runner.AddCluster,
+		OnLose:      func(cluster string, _ error) { h.runner.RemoveCluster(cluster) },
+		AwaitDuties: h.runner.AwaitClusters,
 	})
 	if err := h.leases.Start(ctx); err != nil {
 		return err

@@ -36,10 +36,11 @@ type duty struct {
 
 // clusterDuties is the runner's per-cluster state; r.mu guards it.
 type clusterDuties struct {
-	templates []jobs.Job                 // the per-cluster jobs, in configuration order
-	owned     map[string]context.Context // cluster -> the lease's duty context
-	prior     map[string]jobs.Status     // status rows a previous process left, by key
-	last      map[string]jobs.Status     // the last status of each duty key, so counters carry on
+	templates []jobs.Job                  // the per-cluster jobs, in configuration order
+	owned     map[string]context.Context  // cluster -> the lease's duty context
+	prior     map[string]jobs.Status      // status rows a previous process left, by key
+	last      map[string]jobs.Status      // the last status of each duty key, so counters carry on
+	ending    map[*jobState]chan struct{} // removed duties still running; closed when they finish
 }
 
 // addTemplate records a per-cluster job in New.
@@ -162,12 +163,47 @@ func (r *Runner) removeClusterLocked(cluster string) {
 			continue
 		}
 		js.duty.removed = true
+		if js.running {
+			if r.clusters.ending == nil {
+				r.clusters.ending = map[*jobState]chan struct{}{}
+			}
+			r.clusters.ending[js] = make(chan struct{})
+		}
 		if js.index >= 0 {
 			heap.Remove(&r.queue, js.index)
 		}
 		js.status.NextFireAt = nil
 		delete(r.jobs, key)
 		r.putStatusLocked(js)
+	}
+}
+
+// dutyFinished notes that a run (or skip) of js ended. r.mu held.
+func (r *Runner) dutyFinished(js *jobState) {
+	if ch, ok := r.clusters.ending[js]; ok {
+		close(ch)
+		delete(r.clusters.ending, js)
+	}
+}
+
+// AwaitClusters waits until no removed duty of clusters is still running,
+// or ctx is done: the lease loop calls it before it releases leases, so
+// the next owner does not start a duty while this one is ending.
+func (r *Runner) AwaitClusters(ctx context.Context, clusters []string) {
+	r.mu.Lock()
+	var wait []chan struct{}
+	for js, ch := range r.clusters.ending {
+		if slices.Contains(clusters, js.duty.cluster) {
+			wait = append(wait, ch)
+		}
+	}
+	r.mu.Unlock()
+	for _, ch := range wait {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return
+		}
 	}
 }
 

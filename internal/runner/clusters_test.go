@@ -3,6 +3,7 @@ package runner_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -68,6 +69,16 @@ func TestAPerClusterJobRunsOncePerOwnedClusterAndStopsWithItsLease(t *testing.T)
 	// The lease loop cancels the duty context first, then calls RemoveCluster.
 	cancel1(errMovedAway)
 	r.RemoveCluster("c1")
+	// The lease loop waits for the cancelled duty to end before it releases.
+	wctx, wcancel := context.WithTimeout(context.Background(), waitFor)
+	r.AwaitClusters(wctx, []string{"c1"})
+	if wctx.Err() != nil {
+		t.Fatal("AwaitClusters returned only at its deadline")
+	}
+	wcancel()
+	if runs := e.mem.history("duty"); !slices.ContainsFunc(runs, func(run jobs.Run) bool { return run.Cluster == "c1" && run.FinishedAt != nil }) {
+		t.Fatalf("AwaitClusters returned before the c1 run ended: %+v", runs)
+	}
 	eventually(t, "the c1 run to be recorded lock_lost", func() bool {
 		for _, run := range e.mem.history("duty") {
 			if run.Cluster == "c1" && run.Outcome == jobs.OutcomeLockLost {

@@ -402,6 +402,7 @@ func (r *Runner) finish(js *jobState, next time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	js.running = false
+	r.dutyFinished(js)                 // per-cluster duties (clusters.go)
 	if !r.stopping && !js.dutyOver() { // per-cluster duties (clusters.go): an ended lease stays off the timer
 		r.push(js, next)
 		r.kick()
