@@ -39,8 +39,8 @@ func TestAPerClusterJobRunsOncePerOwnedClusterAndStopsWithItsLease(t *testing.T)
 	e := newMemEnv(t)
 	ft := e.task()
 	r := e.start(e.options(perClusterJob(e, "duty", 10*time.Second, ft)))
-	if ids := r.JobIDs(); len(ids) != 0 {
-		t.Fatalf("JobIDs before any lease = %v, want none", ids)
+	if ids := r.JobIDs(); len(ids) != 1 || ids[0] != "duty" {
+		t.Fatalf("JobIDs before any lease = %v, want the job's own id", ids)
 	}
 	if !r.Hosts("duty") {
 		t.Fatal("Hosts(duty) = false for a per-cluster job")

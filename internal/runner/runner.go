@@ -276,13 +276,17 @@ func (r *Runner) Hosts(id string) bool {
 	return ok || r.isTemplate(id) // per-cluster duties (clusters.go)
 }
 
-// JobIDs returns the id of every hosted job.
+// JobIDs returns the id of every hosted job: with a per-cluster job, its
+// own id and the key of each duty (DutyKey).
 func (r *Runner) JobIDs() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := make([]string, 0, len(r.jobs))
 	for id := range r.jobs {
 		out = append(out, id)
+	}
+	for _, j := range r.clusters.templates { // per-cluster duties (clusters.go): the job's own id too
+		out = append(out, j.ID)
 	}
 	return out
 }
