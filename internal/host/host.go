@@ -278,6 +278,12 @@ func (h *Host) start(ctx context.Context) (err error) {
 	if err := h.newRunner(); err != nil {
 		return err
 	}
+	// Built before the bus listener starts: its handler wakes the loop.
+	h.leases = leases.New(leases.Options{ID: h.o.ID, DB: h.leasePool, Logger: h.log,
+		OnAcquire:   h.runner.AddCluster,
+		OnLose:      func(cluster string, _ error) { h.runner.RemoveCluster(cluster) },
+		AwaitDuties: h.runner.AwaitClusters,
+	})
 	// (3) The HTTP address, which the row records.
 	h.http, err = listenHTTP(h.o.Listen, h.routes(), h.log)
 	if err != nil {
@@ -328,11 +334,6 @@ func (h *Host) start(ctx context.Context) (err error) {
 	h.log.Info("runner started", "jobs", len(h.runner.JobIDs()))
 	// The lease loop: its rounds find this replica starting, so it claims
 	// nothing until the state is ready (below).
-	h.leases = leases.New(leases.Options{ID: h.o.ID, DB: h.leasePool, Logger: h.log,
-		OnAcquire:   h.runner.AddCluster,
-		OnLose:      func(cluster string, _ error) { h.runner.RemoveCluster(cluster) },
-		AwaitDuties: h.runner.AwaitClusters,
-	})
 	if err := h.leases.Start(ctx); err != nil {
 		return err
 	}

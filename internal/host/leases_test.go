@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/studioctl/studioctl/internal/bus"
 	"github.com/studioctl/studioctl/internal/db"
 	"github.com/studioctl/studioctl/internal/host"
 	"github.com/studioctl/studioctl/internal/jobs"
@@ -132,4 +133,35 @@ AND error LIKE 'cluster lease lost%'`).Scan(&lost); err != nil || lost < moved {
 	if a.State() != replicas.StateStopped {
 		t.Errorf("drained replica state %s", a.State())
 	}
+}
+
+// leases.rebalance signals that arrive while the replica starts wake the
+// lease loop safely: the loop exists before the bus handler can see a
+// message (under -race, the old order, which built it after the bus
+// started, was a data race on the host's field).
+func TestRebalanceSignalsDuringTheStartAreSafe(t *testing.T) {
+	url := pgtest.NewDB(t)
+	pool, err := db.Open(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	stop := make(chan struct{})
+	flooded := make(chan struct{})
+	go func() {
+		defer close(flooded)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			bus.Notify(context.Background(), pool, bus.Signal(bus.KindLeasesRebalance, "other"))
+			time.Sleep(time.Millisecond) // the pace of the flood, not a synchronisation
+		}
+	}()
+	h, _, _ := startLeaseHost(t, url, "flooded", []string{"c1", "c2"}, nil)
+	waitUntil(t, 15*time.Second, "the replica to own both clusters", func() bool { return h.LeasesOwned() == 2 })
+	close(stop)
+	<-flooded
 }
