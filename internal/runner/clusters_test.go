@@ -149,3 +149,46 @@ func TestATriggerFiresEveryOwnedClustersDuty(t *testing.T) {
 	}
 	ft.waitStarts(t, 6)
 }
+
+// slowSeq is the in-memory store whose NextSeq takes a moment, so a run
+// is inside run() long enough for a lease to end meanwhile.
+type slowSeq struct{ *memStore }
+
+func (s slowSeq) NextSeq(ctx context.Context) (int64, error) {
+	time.Sleep(30 * time.Millisecond) // widens the window the test aims at; not a synchronisation
+	return s.memStore.NextSeq(ctx)
+}
+
+// A lease that ends while its duty is starting a run: the runner reads
+// whether the duty ended under its lock (under -race the old unlocked read
+// in run was a data race with RemoveCluster, found by a measurement with
+// real processes), and every run that starts ends.
+func TestALeaseThatEndsWhileItsDutyStartsIsSafe(t *testing.T) {
+	t.Parallel()
+	e := newMemEnv(t)
+	ft := e.task()
+	ft.auto = true
+	o := e.options(perClusterJob(e, "duty", time.Hour, ft))
+	o.Store = slowSeq{e.mem}
+	r := e.start(o)
+	for range 20 {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		r.AddCluster("c", ctx)
+		// Into the run's 30 ms NextSeq. Not a synchronisation, and there
+		// must be none: one with the run would hide the race.
+		time.Sleep(10 * time.Millisecond)
+		cancel(errMovedAway)
+		r.RemoveCluster("c")
+		wctx, wcancel := context.WithTimeout(context.Background(), waitFor)
+		r.AwaitClusters(wctx, []string{"c"})
+		wcancel()
+	}
+	for _, run := range e.mem.history("duty") {
+		if run.FinishedAt == nil {
+			t.Fatalf("run %d never ended", run.Seq)
+		}
+	}
+	if got := r.OwnedClusters(); len(got) != 0 {
+		t.Fatalf("OwnedClusters = %v after the last removal", got)
+	}
+}

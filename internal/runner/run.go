@@ -42,9 +42,9 @@ func (r *Runner) run(js *jobState, sched jobs.Schedule, fire time.Time) {
 		lock = l
 	}
 	r.mu.Lock()
-	stopping := r.stopping
+	stopping := r.stopping || js.dutyOver() // per-cluster duties (clusters.go): the lease ended meanwhile
 	r.mu.Unlock()
-	if stopping || js.dutyOver() { // per-cluster duties (clusters.go): the lease ended meanwhile
+	if stopping {
 		r.unlock(lock, id)
 		r.finish(js, time.Time{})
 		return
