@@ -149,8 +149,20 @@ func TestMeasureDrainHandoverAndBalance(t *testing.T) {
 	var runs, cmds []time.Duration
 	for i := range 20 {
 		f.waitSettled(60*time.Second, ids...)
-		time.Sleep(500 * time.Millisecond) // the replacement's first duties start; not a synchronisation
 		victim := ids[i%len(ids)]
+		// The duties are idle: a drain waits for running ones to end, and
+		// that is the duty's time, not the handover's (a replacement runs
+		// the duties of what it claims at once).
+		replicaproc.Eventually(t, 30*time.Second, "no running duty on "+victim, func() error {
+			var n int
+			if err := f.pool.QueryRow(t.Context(), `SELECT count(*) FROM studio_job_run WHERE replica_id = $1 AND outcome = 'running'`, victim).Scan(&n); err != nil {
+				return err
+			}
+			if n > 0 {
+				return fmt.Errorf("%d running", n)
+			}
+			return nil
+		})
 		moved := f.ownedBy()[victim]
 		if len(moved) == 0 {
 			t.Fatalf("%s owns nothing", victim)
