@@ -159,7 +159,7 @@ func TestReplicasListRunCountsAgesFromTheDisplayClock(t *testing.T) {
 	if err := replicasListRun(context.Background(), &replicasListOptions{deps: e.deps}); err != nil {
 		t.Fatal(err)
 	}
-	want := "ID\tHOST\tVERSION\tSTATE\tHEARTBEAT\tUPTIME\tRUNS\nweb-2\th2\tdev\tcrashed\t2026-11-30T06:40:00Z\t\t0\n"
+	want := "ID\tHOST\tVERSION\tSTATE\tHEARTBEAT\tUPTIME\tRUNS\tLEASES\nweb-2\th2\tdev\tcrashed\t2026-11-30T06:40:00Z\t\t0\t0\n"
 	if got := e.out.String(); got != want {
 		t.Errorf("stdout =\n%q\nwant\n%q", got, want)
 	}

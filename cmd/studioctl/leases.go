@@ -29,7 +29,7 @@ and renewed, but placement picks another replica, or none), expired (not
 renewed for 15 s: claimable), unowned. Owner state: live (a replica with a
 heartbeat in the last 15 s that is not stopped), gone (not live, or not a
 known replica), none.`)
-	cmd.AddCommand(a.newLeasesListCmd(), a.newLeasesAddCmd(), a.newLeasesRemoveCmd(), a.newLeasesReleaseCmd())
+	cmd.AddCommand(newLeasesListCmd(a, nil), newLeasesAddCmd(a, nil), newLeasesRemoveCmd(a, nil), newLeasesReleaseCmd(a, nil))
 	return cmd
 }
 
@@ -112,6 +112,23 @@ func printLeases(p *output.Printer, infos []leases.Info) error {
 	return p.Print(data, leaseColumns, rows)
 }
 
+// displayedLeases returns the leases as shown: with a fixed display clock
+// (STUDIO_NOW), the renewal age is counted from it, so output is stable.
+// The state stays the database's judgement.
+func displayedLeases(d deps, infos []leases.Info) []leases.Info {
+	if !d.NowFixed {
+		return infos
+	}
+	now := d.Now()
+	for i := range infos {
+		if infos[i].RenewedAt != nil {
+			age := max(now.Sub(*infos[i].RenewedAt), 0) // a renewal after the display clock shows as just now
+			infos[i].RenewedAge = &age
+		}
+	}
+	return infos
+}
+
 // clusterArgs checks CLUSTER... arguments: at least one, each a valid name.
 func clusterArgs(cmd *cobra.Command, args []string) error {
 	if len(args) == 0 {
@@ -127,13 +144,16 @@ func clusterArgs(cmd *cobra.Command, args []string) error {
 
 // --- leases list
 
+// leasesListOptions are the flags and dependencies of leases list.
 type leasesListOptions struct {
-	*app
+	deps
 	Watch bool
+	// Every is the refresh interval of --watch.
+	Every time.Duration
 }
 
-func (a *app) newLeasesListCmd() *cobra.Command {
-	o := &leasesListOptions{app: a}
+func newLeasesListCmd(a *app, runF func(context.Context, *leasesListOptions) error) *cobra.Command {
+	o := &leasesListOptions{deps: a.deps(), Every: leasesWatchEvery}
 	cmd := &cobra.Command{
 		Use:   "list [--watch]",
 		Short: "List every cluster with its owner, placement and state",
@@ -141,18 +161,24 @@ func (a *app) newLeasesListCmd() *cobra.Command {
   studioctl leases list --watch
   studioctl leases list -o json`,
 		Args: noArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return runLeasesList(cmd.Context(), o) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if runF != nil {
+				return runF(cmd.Context(), o)
+			}
+			return leasesListRun(cmd.Context(), o)
+		},
 	}
 	cmd.Flags().BoolVarP(&o.Watch, "watch", "w", false, "refresh every 2s until interrupted")
 	return withFormats(cmd, output.Table, output.Wide, output.JSON, output.YAML)
 }
 
-func runLeasesList(ctx context.Context, o *leasesListOptions) error {
-	pool, err := o.db(ctx)
+// leasesListRun prints every lease, once or every o.Every with --watch.
+func leasesListRun(ctx context.Context, o *leasesListOptions) error {
+	pool, err := o.DB(ctx)
 	if err != nil {
 		return err
 	}
-	p := o.printer()
+	p := o.Printer()
 	for {
 		infos, err := leases.List(ctx, pool)
 		if err != nil {
@@ -162,9 +188,9 @@ func runLeasesList(ctx context.Context, o *leasesListOptions) error {
 			return err
 		}
 		if o.Watch && p.Terminal() && !p.Structured() {
-			fmt.Fprint(o.stdout, "\x1b[H\x1b[2J")
+			fmt.Fprint(o.IO.Out, "\x1b[H\x1b[2J")
 		}
-		if err := printLeases(p, infos); err != nil {
+		if err := printLeases(p, displayedLeases(o.deps, infos)); err != nil {
 			return err
 		}
 		if !o.Watch {
@@ -173,25 +199,26 @@ func runLeasesList(ctx context.Context, o *leasesListOptions) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(leasesWatchEvery):
+		case <-time.After(o.Every):
 		}
 		if !p.Terminal() && !p.Structured() {
-			fmt.Fprintln(o.stdout)
+			fmt.Fprintln(o.IO.Out)
 		}
 	}
 }
 
 // --- leases add
 
+// leasesAddOptions are the flags, arguments and dependencies of leases add.
 type leasesAddOptions struct {
-	*app
+	deps
 	Clusters []string
 	Reason   string
 	Yes      bool
 }
 
-func (a *app) newLeasesAddCmd() *cobra.Command {
-	o := &leasesAddOptions{app: a}
+func newLeasesAddCmd(a *app, runF func(context.Context, *leasesAddOptions) error) *cobra.Command {
+	o := &leasesAddOptions{deps: a.deps()}
 	cmd := &cobra.Command{
 		Use:   "add CLUSTER... [--reason R] [--yes]",
 		Short: "Add clusters (audited); replicas claim them at once",
@@ -205,7 +232,10 @@ digit. On a terminal it asks for confirmation unless --yes.`,
 		Args: clusterArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.Clusters = args
-			return runLeasesAdd(cmd.Context(), o)
+			if runF != nil {
+				return runF(cmd.Context(), o)
+			}
+			return leasesAddRun(cmd.Context(), o)
 		},
 	}
 	cmd.Flags().StringVar(&o.Reason, "reason", "", "why, for the audit log")
@@ -213,32 +243,33 @@ digit. On a terminal it asks for confirmation unless --yes.`,
 	return withFormats(cmd, output.Table, output.JSON, output.YAML)
 }
 
-func runLeasesAdd(ctx context.Context, o *leasesAddOptions) error {
-	pool, err := o.db(ctx)
+// leasesAddRun inserts the clusters that are absent.
+func leasesAddRun(ctx context.Context, o *leasesAddOptions) error {
+	pool, err := o.DB(ctx)
 	if err != nil {
 		return err
 	}
-	ok, err := o.deps().IO.confirm(fmt.Sprintf("add %s %s?", plural(len(o.Clusters), "cluster", "clusters"), strings.Join(o.Clusters, ", ")), o.Yes)
+	ok, err := o.IO.confirm(fmt.Sprintf("add %s %s?", plural(len(o.Clusters), "cluster", "clusters"), strings.Join(o.Clusters, ", ")), o.Yes)
 	if err != nil {
 		return err
 	}
 	if !ok {
-		fmt.Fprintln(o.stderr, "not added")
+		fmt.Fprintln(o.IO.Err, "not added")
 		return nil
 	}
-	added, existing, err := leases.Add(ctx, pool, leases.Change{Actor: o.actor(), Reason: o.Reason}, o.Clusters...)
+	added, existing, err := leases.Add(ctx, pool, leases.Change{Actor: o.Actor(), Reason: o.Reason}, o.Clusters...)
 	if err != nil {
 		return err
 	}
 	for _, c := range existing {
-		fmt.Fprintf(o.stderr, "cluster %q exists already; nothing changed\n", c)
+		fmt.Fprintf(o.IO.Err, "cluster %q exists already; nothing changed\n", c)
 	}
-	p := o.printer()
+	p := o.Printer()
 	if p.Structured() {
-		return printSome(ctx, pool, p, added)
+		return printSome(ctx, o.deps, pool, p, added)
 	}
 	for _, c := range added {
-		fmt.Fprintf(o.stdout, "added cluster %q\n", c)
+		fmt.Fprintf(o.IO.Out, "added cluster %q\n", c)
 	}
 	return nil
 }
@@ -251,26 +282,30 @@ func plural(n int, one, many string) string {
 }
 
 // printSome prints the current rows of clusters, in the order of the list.
-func printSome(ctx context.Context, q leases.Querier, p *output.Printer, clusters []string) error {
+func printSome(ctx context.Context, d deps, q leases.Querier, p *output.Printer, clusters []string) error {
 	infos, err := leases.List(ctx, q)
 	if err != nil {
 		return err
 	}
 	infos = slices.DeleteFunc(infos, func(in leases.Info) bool { return !slices.Contains(clusters, in.Cluster) })
-	return printLeases(p, infos)
+	return printLeases(p, displayedLeases(d, infos))
 }
 
 // --- leases remove
 
+// leasesRemoveOptions are the flags, arguments and dependencies of leases remove.
 type leasesRemoveOptions struct {
-	*app
-	Clusters []string
-	Reason   string
-	Yes      bool
+	deps
+	// ConfigFile is the configuration file read, if any: remove warns
+	// about a cluster it lists.
+	ConfigFile func() string
+	Clusters   []string
+	Reason     string
+	Yes        bool
 }
 
-func (a *app) newLeasesRemoveCmd() *cobra.Command {
-	o := &leasesRemoveOptions{app: a}
+func newLeasesRemoveCmd(a *app, runF func(context.Context, *leasesRemoveOptions) error) *cobra.Command {
+	o := &leasesRemoveOptions{deps: a.deps(), ConfigFile: func() string { return a.cfg.File }}
 	cmd := &cobra.Command{
 		Use:   "remove CLUSTER... [--reason R] [--yes]",
 		Short: "Remove clusters (audited); their duties stop at once",
@@ -288,7 +323,10 @@ for confirmation unless --yes.`,
 		Args: clusterArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.Clusters = args
-			return runLeasesRemove(cmd.Context(), o)
+			if runF != nil {
+				return runF(cmd.Context(), o)
+			}
+			return leasesRemoveRun(cmd.Context(), o)
 		},
 	}
 	cmd.Flags().StringVar(&o.Reason, "reason", "", "why, for the audit log")
@@ -296,8 +334,9 @@ for confirmation unless --yes.`,
 	return withFormats(cmd, output.Table, output.JSON, output.YAML)
 }
 
-func runLeasesRemove(ctx context.Context, o *leasesRemoveOptions) error {
-	pool, err := o.db(ctx)
+// leasesRemoveRun deletes the clusters, all of them or none.
+func leasesRemoveRun(ctx context.Context, o *leasesRemoveOptions) error {
+	pool, err := o.DB(ctx)
 	if err != nil {
 		return err
 	}
@@ -313,53 +352,54 @@ func runLeasesRemove(ctx context.Context, o *leasesRemoveOptions) error {
 			what = append(what, c+" (unowned)")
 		}
 	}
-	ok, err := o.deps().IO.confirm(fmt.Sprintf("remove %s %s? Their duties stop at once.", plural(len(o.Clusters), "cluster", "clusters"), strings.Join(what, ", ")), o.Yes)
+	ok, err := o.IO.confirm(fmt.Sprintf("remove %s %s? Their duties stop at once.", plural(len(o.Clusters), "cluster", "clusters"), strings.Join(what, ", ")), o.Yes)
 	if err != nil {
 		return err
 	}
 	if !ok {
-		fmt.Fprintln(o.stderr, "not removed")
+		fmt.Fprintln(o.IO.Err, "not removed")
 		return nil
 	}
-	removed, err := leases.Remove(ctx, pool, leases.Change{Actor: o.actor(), Reason: o.Reason}, o.Clusters...)
+	removed, err := leases.Remove(ctx, pool, leases.Change{Actor: o.Actor(), Reason: o.Reason}, o.Clusters...)
 	if err != nil {
 		return err
 	}
-	if o.cfg.File != "" {
-		if listed, err := leases.LoadFile(o.cfg.File); err == nil {
+	if file := o.ConfigFile(); file != "" {
+		if listed, err := leases.LoadFile(file); err == nil {
 			for _, in := range removed {
 				if slices.Contains(listed, in.Cluster) {
-					fmt.Fprintf(o.stderr, "warning: cluster %q is listed under clusters: in %s; a replica that starts with it adds it again\n", in.Cluster, o.cfg.File)
+					fmt.Fprintf(o.IO.Err, "warning: cluster %q is listed under clusters: in %s; a replica that starts with it adds it again\n", in.Cluster, file)
 				}
 			}
 		}
 	}
-	p := o.printer()
+	p := o.Printer()
 	if p.Structured() {
-		return printLeases(p, removed)
+		return printLeases(p, displayedLeases(o.deps, removed))
 	}
 	for _, in := range removed {
 		owner := "unowned"
 		if in.Owner != "" {
 			owner = fmt.Sprintf("owned by %s (%s)", in.Owner, in.OwnerState)
 		}
-		fmt.Fprintf(o.stdout, "removed cluster %q: was %s, generation %d\n", in.Cluster, owner, in.Generation)
+		fmt.Fprintf(o.IO.Out, "removed cluster %q: was %s, generation %d\n", in.Cluster, owner, in.Generation)
 	}
 	return nil
 }
 
 // --- leases release
 
+// leasesReleaseOptions are the flags, argument and dependencies of leases release.
 type leasesReleaseOptions struct {
-	*app
+	deps
 	Cluster string
 	Force   bool
 	Reason  string
 	Yes     bool
 }
 
-func (a *app) newLeasesReleaseCmd() *cobra.Command {
-	o := &leasesReleaseOptions{app: a}
+func newLeasesReleaseCmd(a *app, runF func(context.Context, *leasesReleaseOptions) error) *cobra.Command {
+	o := &leasesReleaseOptions{deps: a.deps()}
 	cmd := &cobra.Command{
 		Use:   "release CLUSTER [--force] [--reason R] [--yes]",
 		Short: "Force a handover: take a lease from its owner (compare-and-set, audited)",
@@ -386,7 +426,10 @@ confirmation unless --yes.`,
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.Cluster = args[0]
-			return runLeasesRelease(cmd.Context(), o)
+			if runF != nil {
+				return runF(cmd.Context(), o)
+			}
+			return leasesReleaseRun(cmd.Context(), o)
 		},
 	}
 	cmd.Flags().BoolVar(&o.Force, "force", false, "release even a lease whose owner is live")
@@ -395,8 +438,9 @@ confirmation unless --yes.`,
 	return withFormats(cmd, output.Table, output.JSON, output.YAML)
 }
 
-func runLeasesRelease(ctx context.Context, o *leasesReleaseOptions) error {
-	pool, err := o.db(ctx)
+// leasesReleaseRun forces a handover of one lease (compare-and-set, audited).
+func leasesReleaseRun(ctx context.Context, o *leasesReleaseOptions) error {
+	pool, err := o.DB(ctx)
 	if err != nil {
 		return err
 	}
@@ -407,28 +451,28 @@ func runLeasesRelease(ctx context.Context, o *leasesReleaseOptions) error {
 	if err := leases.CheckRelease(in, o.Force); err != nil {
 		return err
 	}
-	p := o.printer()
+	p := o.Printer()
 	if in.Owner == "" {
-		fmt.Fprintf(o.stderr, "cluster %q is not owned; nothing changed\n", in.Cluster)
+		fmt.Fprintf(o.IO.Err, "cluster %q is not owned; nothing changed\n", in.Cluster)
 		if p.Structured() {
-			return printLeases(p, []leases.Info{in})
+			return printLeases(p, displayedLeases(o.deps, []leases.Info{in}))
 		}
 		return nil
 	}
-	ok, err := o.deps().IO.confirm(fmt.Sprintf("release cluster %q owned by %s (%s, %s) at generation %d?", in.Cluster, in.Owner, in.OwnerState, in.State, in.Generation), o.Yes)
+	ok, err := o.IO.confirm(fmt.Sprintf("release cluster %q owned by %s (%s, %s) at generation %d?", in.Cluster, in.Owner, in.OwnerState, in.State, in.Generation), o.Yes)
 	if err != nil {
 		return err
 	}
 	if !ok {
-		fmt.Fprintln(o.stderr, "not released")
+		fmt.Fprintln(o.IO.Err, "not released")
 		return nil
 	}
-	res, err := leases.Release(ctx, pool, leases.ReleaseRequest{Info: in, Force: o.Force, Change: leases.Change{Actor: o.actor(), Reason: o.Reason}})
+	res, err := leases.Release(ctx, pool, leases.ReleaseRequest{Info: in, Force: o.Force, Change: leases.Change{Actor: o.Actor(), Reason: o.Reason}})
 	if err != nil {
 		return err
 	}
 	if res.FreedSince {
-		fmt.Fprintf(o.stderr, "cluster %q was released since it was read; it has no owner, nothing changed\n", in.Cluster)
+		fmt.Fprintf(o.IO.Err, "cluster %q was released since it was read; it has no owner, nothing changed\n", in.Cluster)
 	}
 	if p.Structured() {
 		after, err := leases.Get(ctx, pool, in.Cluster)
@@ -438,14 +482,14 @@ func runLeasesRelease(ctx context.Context, o *leasesReleaseOptions) error {
 		if err != nil {
 			return err
 		}
-		return printLeases(p, []leases.Info{after})
+		return printLeases(p, displayedLeases(o.deps, []leases.Info{after}))
 	}
 	if res.Changed {
 		next := "no replica is live and ready to claim it"
 		if in.Placement != "" {
 			next = fmt.Sprintf("%s claims it next", in.Placement)
 		}
-		fmt.Fprintf(o.stdout, "released cluster %q: was owned by %s (%s, %s), generation %d -> %d; %s\n",
+		fmt.Fprintf(o.IO.Out, "released cluster %q: was owned by %s (%s, %s), generation %d -> %d; %s\n",
 			in.Cluster, in.Owner, in.OwnerState, in.State, in.Generation, res.Generation, next)
 	}
 	return nil

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/studioctl/studioctl/internal/leases"
 	"github.com/studioctl/studioctl/internal/output"
 	"github.com/studioctl/studioctl/internal/replicas"
 )
@@ -38,11 +39,12 @@ type replicaJSON struct {
 	HeartbeatAgeSeconds float64    `json:"heartbeat_age_seconds" yaml:"heartbeat_age_seconds"`
 	Gone                bool       `json:"gone" yaml:"gone"`
 	Crashed             bool       `json:"crashed" yaml:"crashed"`
+	Leases              int        `json:"leases" yaml:"leases"` // cluster leases it owns (cluster_lease)
 }
 
 var replicaColumns = []output.Column{
 	{Header: "ID"}, {Header: "HOST"}, {Header: "PID", Wide: true}, {Header: "VERSION"}, {Header: "STATE"},
-	{Header: "HEARTBEAT"}, {Header: "UPTIME"}, {Header: "RUNS"}, {Header: "HTTP", Wide: true},
+	{Header: "HEARTBEAT"}, {Header: "UPTIME"}, {Header: "RUNS"}, {Header: "LEASES"}, {Header: "HTTP", Wide: true},
 }
 
 func replicaState(in replicas.Info) (string, output.Tone) {
@@ -58,7 +60,9 @@ func replicaState(in replicas.Info) (string, output.Tone) {
 	}
 }
 
-func printReplicas(p *output.Printer, infos []replicas.Info) error {
+// printReplicas prints the replicas; leaseCount is the number of cluster
+// leases each owns (leases.CountByOwner).
+func printReplicas(p *output.Printer, infos []replicas.Info, leaseCount map[string]int) error {
 	data := make([]replicaJSON, 0, len(infos))
 	rows := make([][]output.Cell, 0, len(infos))
 	for _, in := range infos {
@@ -66,6 +70,7 @@ func printReplicas(p *output.Printer, infos []replicas.Info) error {
 			ID: in.ID, Host: in.Host, PID: in.PID, Version: in.Version, State: string(in.State),
 			StartedAt: in.StartedAt, HeartbeatAt: in.HeartbeatAt, StoppedAt: in.StoppedAt,
 			HeartbeatAgeSeconds: in.HeartbeatAge.Seconds(), Gone: in.Gone, Crashed: in.Crashed,
+			Leases: leaseCount[in.ID],
 		})
 		state, tone := replicaState(in)
 		uptime := ""
@@ -79,7 +84,7 @@ func printReplicas(p *output.Printer, infos []replicas.Info) error {
 		rows = append(rows, []output.Cell{
 			{Text: in.ID}, {Text: in.Host}, {Text: strconv.Itoa(in.PID)}, {Text: in.Version}, {Text: state, Tone: tone},
 			{Text: heartbeat, Tone: map[bool]output.Tone{true: output.Bad, false: output.Plain}[in.Gone && !in.Crashed && in.State != replicas.StateStopped]},
-			{Text: uptime}, {Text: strconv.Itoa(in.RunsInFlight)}, {Text: in.HTTPAddr},
+			{Text: uptime}, {Text: strconv.Itoa(in.RunsInFlight)}, {Text: strconv.Itoa(leaseCount[in.ID])}, {Text: in.HTTPAddr},
 		})
 	}
 	return p.Print(data, replicaColumns, rows)
@@ -146,7 +151,14 @@ func replicasListRun(ctx context.Context, o *replicasListOptions) error {
 		if o.Watch && p.Terminal() && !p.Structured() {
 			fmt.Fprint(o.IO.Out, "\x1b[H\x1b[2J")
 		}
-		if err := printReplicas(p, displayedReplicas(o.deps, infos)); err != nil {
+		leaseCount, err := leases.CountByOwner(ctx, pool)
+		if err != nil {
+			if o.Watch && ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		if err := printReplicas(p, displayedReplicas(o.deps, infos), leaseCount); err != nil {
 			return err
 		}
 		if !o.Watch {

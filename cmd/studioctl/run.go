@@ -13,6 +13,7 @@ import (
 	"github.com/studioctl/studioctl/internal/config"
 	"github.com/studioctl/studioctl/internal/host"
 	"github.com/studioctl/studioctl/internal/jobs"
+	"github.com/studioctl/studioctl/internal/leases"
 	"github.com/studioctl/studioctl/internal/locks"
 	"github.com/studioctl/studioctl/internal/output"
 	"github.com/studioctl/studioctl/internal/replicas"
@@ -134,9 +135,13 @@ func runRun(ctx context.Context, o *runOptions) error {
 
 	// A job configuration error stops run before it registers (exit 2).
 	var list []jobs.Job
+	var clusters []string
 	if cfg.File != "" {
 		var err error
 		if list, err = jobs.LoadFile(cfg.File); err != nil {
+			return &usageError{err: err}
+		}
+		if clusters, err = leases.LoadFile(cfg.File); err != nil {
 			return &usageError{err: err}
 		}
 	}
@@ -162,6 +167,7 @@ func runRun(ctx context.Context, o *runOptions) error {
 	}
 	h, err := host.New(host.Options{
 		Jobs:       list,
+		Clusters:   clusters,
 		LockTable:  table,
 		ConnString: cs,
 		ID:         cfg.Replica.ID,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/studioctl/studioctl/internal/leases"
 	"github.com/studioctl/studioctl/internal/replicas"
 )
 
@@ -36,7 +37,20 @@ func (h *Host) stops(drained bool) []stop {
 			}
 		}},
 		{"release leases", func() {
-			// The lease loop (issue 10) releases its leases here.
+			if h.leases == nil {
+				return
+			}
+			// Draining: every duty stops, every lease goes in one
+			// statement, then a signal, so the others claim at once. Not
+			// after a lost id: the rows are the other process's now.
+			if drained && !h.lost.Load() && h.registered.Load() {
+				ctx, cancel := context.WithTimeout(context.Background(), leases.DutyStopWait+leases.StatementDeadline)
+				if _, err := h.leases.ReleaseAll(ctx); err != nil {
+					h.log.Warn("could not release leases; they expire after the TTL", "error", err)
+				}
+				cancel()
+			}
+			h.leases.Stop() // the loop ends; any duty left is cancelled
 		}},
 		{"drain delay", func() {
 			if !drained || h.o.DrainDelay <= 0 {
@@ -88,6 +102,9 @@ func (h *Host) stops(drained bool) []stop {
 		{"pool", func() {
 			if h.pool != nil {
 				h.pool.Close()
+			}
+			if h.leasePool != nil {
+				h.leasePool.Close()
 			}
 		}},
 	}

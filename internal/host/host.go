@@ -24,6 +24,7 @@ import (
 	"github.com/studioctl/studioctl/internal/db"
 	"github.com/studioctl/studioctl/internal/jobs"
 	"github.com/studioctl/studioctl/internal/jobstore"
+	"github.com/studioctl/studioctl/internal/leases"
 	"github.com/studioctl/studioctl/internal/locks"
 	"github.com/studioctl/studioctl/internal/migrate"
 	"github.com/studioctl/studioctl/internal/replicas"
@@ -50,6 +51,9 @@ const (
 	// poolMaxConns is the replica's pool size (the heartbeat and the bus
 	// have their own connections besides).
 	poolMaxConns = 8
+	// leasePoolConns is the lease loop's own pool: one statement at a time,
+	// and one spare for the signal.
+	leasePoolConns = 2
 )
 
 // heartbeatFresh is how old the last heartbeat may be while the database
@@ -79,8 +83,11 @@ type Options struct {
 	Jobs           []jobs.Job
 	NoHousekeeping bool
 	LockTable      locks.Table // zero: ShedLock's default table
-	Clock          clock.Clock // the runner's clock (tests skew it); default real
-	ShutdownWait   time.Duration
+	// Clusters is the configuration's top-level clusters: list; each one
+	// absent from cluster_lease is inserted at start (leases.EnsureClusters).
+	Clusters     []string
+	Clock        clock.Clock // the runner's clock (tests skew it); default real
+	ShutdownWait time.Duration
 
 	// Tests may shorten intervals; the defaults stay as SPEC says.
 	HeartbeatEvery time.Duration
@@ -106,15 +113,17 @@ type Host struct {
 	o              Options
 	log            *slog.Logger
 
-	pool     *pgxpool.Pool
-	provider *locks.Provider
-	registry *replicas.Registry
-	listener *bus.Listener
-	runner   *runner.Runner
-	store    *jobstore.Store
-	http     *httpServer
-	metrics  *prometheus.Registry
-	req      *requests // claims control requests (requests.go)
+	pool      *pgxpool.Pool
+	leasePool *pgxpool.Pool // the lease loop's own
+	provider  *locks.Provider
+	registry  *replicas.Registry
+	listener  *bus.Listener
+	runner    *runner.Runner
+	store     *jobstore.Store
+	leases    *leases.Service
+	http      *httpServer
+	metrics   *prometheus.Registry
+	req       *requests // claims control requests (requests.go)
 
 	state       atomic.Value // replicas.State
 	registered  atomic.Bool  // this process wrote its row: stopped is written at the end
@@ -229,6 +238,13 @@ func (h *Host) start(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	// The lease loop has a small pool of its own: busy jobs must never make
+	// a renewal wait for a connection past its deadline.
+	lpcfg := pcfg.Copy()
+	lpcfg.MaxConns = leasePoolConns
+	if h.leasePool, err = db.OpenConfig(ctx, lpcfg, h.o.ConnString); err != nil {
+		return err
+	}
 	if h.o.Migrate {
 		if _, err := migrate.Up(ctx, h.pool); err != nil {
 			return err
@@ -251,11 +267,23 @@ func (h *Host) start(ctx context.Context) (err error) {
 	for _, w := range warnings {
 		h.log.Warn(w)
 	}
+	// The configuration's clusters, before anything registers.
+	if added, err := leases.EnsureClusters(ctx, h.pool, h.o.Clusters); err != nil {
+		return err
+	} else if len(added) > 0 {
+		h.log.Info("clusters added from the configuration", "clusters", added)
+	}
 	// (2) The jobs: bound, and checked by the runner (ids, lock names).
 	h.metrics = h.newMetrics()
 	if err := h.newRunner(); err != nil {
 		return err
 	}
+	// Built before the bus listener starts: its handler wakes the loop.
+	h.leases = leases.New(leases.Options{ID: h.o.ID, DB: h.leasePool, Logger: h.log,
+		OnAcquire:   h.runner.AddCluster,
+		OnLose:      func(cluster string, _ error) { h.runner.RemoveCluster(cluster) },
+		AwaitDuties: h.runner.AwaitClusters,
+	})
 	// (3) The HTTP address, which the row records.
 	h.http, err = listenHTTP(h.o.Listen, h.routes(), h.log)
 	if err != nil {
@@ -304,6 +332,11 @@ func (h *Host) start(ctx context.Context) (err error) {
 		return err
 	}
 	h.log.Info("runner started", "jobs", len(h.runner.JobIDs()))
+	// The lease loop: its rounds find this replica starting, so it claims
+	// nothing until the state is ready (below).
+	if err := h.leases.Start(ctx); err != nil {
+		return err
+	}
 	if err := h.req.Start(ctx); err != nil {
 		return err
 	}
@@ -318,6 +351,9 @@ func (h *Host) start(ctx context.Context) (err error) {
 		return err
 	}
 	h.state.Store(replicas.StateReady)
+	// A round at once: it finds this replica ready, claims its share and
+	// signals, so the others release theirs at once.
+	h.leases.Rebalance()
 	return nil
 }
 
@@ -356,6 +392,8 @@ func (h *Host) onMessage(m bus.Message) {
 		h.req.wantJob(m.Key)
 	case m.Kind == bus.KindJobSettings && h.runner != nil:
 		h.runner.SettingsChanged(m.Key)
+	case m.Kind == bus.KindLeasesRebalance && h.leases != nil:
+		h.leases.Rebalance()
 	}
 }
 
@@ -363,6 +401,9 @@ func (h *Host) onResync() {
 	h.log.Info("bus reconnected; resyncing")
 	if h.runner != nil {
 		h.runner.ResyncSettings()
+	}
+	if h.leases != nil {
+		h.leases.Rebalance() // a release signal may have been lost
 	}
 	// A drain or trigger whose NOTIFY was lost while the bus was down is
 	// still a pending row.
@@ -487,6 +528,14 @@ func (h *Host) loseID(err error) {
 	}
 }
 
+// LeasesOwned is how many cluster leases this replica owns and trusts now.
+func (h *Host) LeasesOwned() int {
+	if h.leases == nil {
+		return 0
+	}
+	return len(h.leases.Owned())
+}
+
 // Ready reports readiness and, when not ready, why.
 func (h *Host) Ready(ctx context.Context) (bool, string) {
 	if s := h.State(); s != replicas.StateReady {
@@ -552,6 +601,8 @@ func (h *Host) newMetrics() *prometheus.Registry {
 			func() float64 { return h.listener.DownFor().Seconds() }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "studio_bus_undecodable_total", Help: "Bus payloads skipped because they do not decode."},
 			func() float64 { return float64(h.listener.Undecodable()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "studio_leases_owned", Help: "Cluster leases this replica owns and trusts now."},
+			func() float64 { return float64(h.LeasesOwned()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "studio_control_claims_total", Help: "Passes that looked for control requests to claim (at most one per 50ms, however many signals arrive)."},
 			func() float64 { return float64(h.req.claims.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "studio_control_requests_claimed_total", Help: "Control requests (studio_request rows) this replica claimed.",

@@ -271,7 +271,12 @@ func parseJob(file string, n *yaml.Node) (Job, error) {
 		if v != "owned" {
 			return j, bad(cn, "clusters", "%q: the only value is owned", v)
 		}
-		return j, bad(cn, "clusters", "per-cluster jobs need the cluster lease loop, which this version does not have yet")
+		// The lease already coordinates per cluster (ADR-0125): a lock on
+		// top would make one replica run every cluster's duty.
+		if j.Scope != ScopeInstance {
+			return j, bad(cn, "clusters", "owned needs scope: instance (the cluster lease already makes one replica run each cluster's duty); this job has scope %s", j.Scope)
+		}
+		j.PerCluster = true
 	}
 	if ln, ok := f["lock"]; ok {
 		v, err := scalar(file, j.ID, "lock", ln)

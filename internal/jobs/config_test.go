@@ -116,6 +116,18 @@ func TestParseFindsNoJobsWithoutError(t *testing.T) {
 	}
 }
 
+func TestClustersOwnedMakesAPerClusterInstanceJob(t *testing.T) {
+	t.Parallel()
+	got, err := jobs.Parse(configFile, []byte(head+"    scope: instance\n    every: 30s\n    clusters: owned\n"+cmd))
+	if err != nil || len(got) != 1 || !got[0].PerCluster || got[0].Scope != jobs.ScopeInstance {
+		t.Fatalf("Parse = %+v, %v; want one per-cluster instance job", got, err)
+	}
+	got, err = jobs.Parse(configFile, []byte(head+"    scope: instance\n    every: 30s\n"+cmd))
+	if err != nil || len(got) != 1 || got[0].PerCluster {
+		t.Fatalf("Parse = %+v, %v; want a job that is not per cluster", got, err)
+	}
+}
+
 // A job as the tests below write it: lines 2 to 5 of the file.
 const (
 	head = "jobs:\n  - id: report\n"
@@ -240,9 +252,9 @@ func TestParseNamesTheFileLineJobAndFieldOfEveryError(t *testing.T) {
 		{"a timeout that is not a duration",
 			head + "    scope: instance\n    every: 30s\n    timeout: ten minutes\n" + cmd,
 			5, "report", "timeout", `"ten minutes" is not a duration (for example 30s, 10m)`},
-		{"clusters: owned (not supported yet)",
-			head + "    scope: instance\n    every: 30s\n    clusters: owned\n" + cmd,
-			5, "report", "clusters", "per-cluster jobs need the cluster lease loop, which this version does not have yet"},
+		{"clusters: owned with scope installation",
+			head + "    scope: installation\n    every: 30s\n    clusters: owned\n" + cmd,
+			5, "report", "clusters", "owned needs scope: instance (the cluster lease already makes one replica run each cluster's duty); this job has scope installation"},
 		{"clusters with another value",
 			head + "    scope: instance\n    every: 30s\n    clusters: all\n" + cmd,
 			5, "report", "clusters", `"all": the only value is owned`},

@@ -84,6 +84,10 @@ type Job struct {
 	File string // where it was declared, for messages
 	Line int
 
+	// PerCluster (clusters: owned): the job runs once per cluster this
+	// replica owns a lease of (docs/leases.md). Only with ScopeInstance.
+	PerCluster bool
+
 	// Env is the job's env: entries, added to the clean environment of its
 	// command (tasks.Environ).
 	Env map[string]string

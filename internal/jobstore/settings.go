@@ -106,9 +106,12 @@ func loadSettings(ctx context.Context, q Querier, where string, args []any) (map
 var ErrUnknownJob = errors.New("no such job")
 
 // Known reports whether any replica has reported job (a studio_job_status row).
+//
+// A clusters: owned job reports one row per cluster, keyed job@cluster
+// (runner.DutyKey): any of them makes the job known.
 func Known(ctx context.Context, q Querier, job string) error {
 	var ok bool
-	if err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM studio_job_status WHERE job_id = $1)`, job).Scan(&ok); err != nil {
+	if err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM studio_job_status WHERE job_id = $1 OR starts_with(job_id, $1 || '@'))`, job).Scan(&ok); err != nil {
 		return fmt.Errorf("look up job %q: %w", job, err)
 	}
 	if !ok {

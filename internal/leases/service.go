@@ -33,6 +33,10 @@ const (
 	// StatementDeadline bounds every statement of the loop, shorter than
 	// RenewEvery.
 	StatementDeadline = 4 * time.Second
+	// DutyStopWait bounds how long a release waits for cancelled duties to
+	// end (Options.AwaitDuties); after it the leases are released anyway.
+	// With the statement deadline it stays well under TrustWindow.
+	DutyStopWait = 2 * time.Second
 )
 
 // Causes of a cancelled duty context (context.Cause).
@@ -72,6 +76,13 @@ type Options struct {
 	// held: they must not block and must not call the Service.
 	OnAcquire func(cluster string, ctx context.Context)
 	OnLose    func(cluster string, cause error)
+
+	// AwaitDuties, when set, waits until the cancelled duties of clusters
+	// have ended, or ctx is done (at most DutyStopWait). The loop calls it
+	// between cancelling the duties of the leases it gives up (placement
+	// moved, drain) and releasing them, so the next owner never starts a
+	// duty while the old one is still ending.
+	AwaitDuties func(ctx context.Context, clusters []string)
 
 	// LiveSet, when set, replaces the database's live, ready replicas
 	// (tests give two services different views).
@@ -268,6 +279,7 @@ func (s *Service) round(ctx context.Context) {
 		for _, c := range away {
 			s.lose(c, ErrMoved)
 		}
+		s.awaitDuties(ctx, away)
 		released, err := s.release(ctx, releaseSQL, away)
 		if err != nil {
 			s.fail(ctx, "release leases", err)
@@ -468,6 +480,21 @@ func (s *Service) loseLocked(c string, cause error) {
 	}
 }
 
+// awaitDuties waits, bounded by DutyStopWait, for the cancelled duties of
+// clusters to end.
+func (s *Service) awaitDuties(ctx context.Context, clusters []string) {
+	if s.o.AwaitDuties == nil || len(clusters) == 0 {
+		return
+	}
+	wctx, cancel := context.WithTimeout(ctx, DutyStopWait)
+	defer cancel()
+	began := time.Now()
+	s.o.AwaitDuties(wctx, clusters)
+	if wctx.Err() != nil && ctx.Err() == nil {
+		s.log.Warn("duties still ending after the wait; releasing their leases anyway", "clusters", clusters, "waited", time.Since(began))
+	}
+}
+
 func (s *Service) loseAll(cause error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -522,7 +549,14 @@ func (s *Service) ReleaseAll(ctx context.Context) ([]string, error) {
 	s.mu.Unlock()
 	s.roundMu.Lock()
 	defer s.roundMu.Unlock()
+	var all []string
+	s.mu.Lock()
+	for c := range s.held {
+		all = append(all, c)
+	}
+	s.mu.Unlock()
 	s.loseAll(ErrMoved)
+	s.awaitDuties(ctx, all)
 	released, err := s.release(ctx, releaseAllSQL, nil)
 	if err != nil {
 		return nil, fmt.Errorf("release leases of %s: %w", s.o.ID, err)

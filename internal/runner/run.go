@@ -42,7 +42,7 @@ func (r *Runner) run(js *jobState, sched jobs.Schedule, fire time.Time) {
 		lock = l
 	}
 	r.mu.Lock()
-	stopping := r.stopping
+	stopping := r.stopping || js.dutyOver() // per-cluster duties (clusters.go): the lease ended meanwhile
 	r.mu.Unlock()
 	if stopping {
 		r.unlock(lock, id)
@@ -58,7 +58,7 @@ func (r *Runner) run(js *jobState, sched jobs.Schedule, fire time.Time) {
 		return
 	}
 	started := r.o.Clock.Now()
-	run := jobs.Run{Seq: seq, JobID: id, ReplicaID: r.o.ReplicaID, StartedAt: started, Outcome: jobs.OutcomeRunning}
+	run := jobs.Run{Seq: seq, JobID: id, ReplicaID: r.o.ReplicaID, Cluster: js.cluster(), StartedAt: started, Outcome: jobs.OutcomeRunning}
 	r.o.Store.PutRun(run)
 	r.mu.Lock()
 	js.status.LastStartedAt = &started
@@ -67,6 +67,8 @@ func (r *Runner) run(js *jobState, sched jobs.Schedule, fire time.Time) {
 
 	// The run's context: cancelled at the timeout, on lock loss, or at shutdown.
 	runCtx, cancelRun := context.WithCancelCause(r.runsCtx)
+	stopWatchingDuty := js.watchDuty(cancelRun) // per-cluster duties (clusters.go): cancelled when the lease ends
+	defer stopWatchingDuty()
 	var wg sync.WaitGroup
 	stopAux := make(chan struct{})
 	timeout := js.job.TimeoutFor(sched)
@@ -128,7 +130,7 @@ func (r *Runner) run(js *jobState, sched jobs.Schedule, fire time.Time) {
 	// dump or a profile says which job a goroutine works for.
 	var res tasks.Result
 	pprof.Do(runCtx, pprof.Labels("job_id", id), func(ctx context.Context) {
-		res = js.job.Task.Run(ctx, tasks.Env{JobID: id, ReplicaID: r.o.ReplicaID, RunSeq: seq})
+		res = js.job.Task.Run(ctx, tasks.Env{JobID: id, ReplicaID: r.o.ReplicaID, RunSeq: seq, Cluster: js.cluster()})
 	})
 	// The cause is read as the task returns: a timeout that fires after a
 	// successful return does not relabel it.
@@ -140,6 +142,8 @@ func (r *Runner) run(js *jobState, sched jobs.Schedule, fire time.Time) {
 	outcome := jobs.OutcomeSucceeded
 	errText := ""
 	switch {
+	case errors.Is(cause, errLeaseLost): // per-cluster duties (clusters.go)
+		outcome, errText = jobs.OutcomeLockLost, leaseLostText(cause)
 	case errors.Is(cause, errLockLost):
 		outcome, errText = jobs.OutcomeLockLost, "lock lost while running: the run was cancelled"
 	case errors.Is(cause, errTimeout):

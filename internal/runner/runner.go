@@ -73,6 +73,7 @@ type Runner struct {
 	jobs     map[string]*jobState
 	queue    timerHeap
 	stopping bool
+	clusters clusterDuties // per-cluster duties (clusters.go)
 
 	// The timer goroutine is the Base's; runs (tick goroutines and
 	// reschedules) are counted in runWG, and their context is not the
@@ -95,6 +96,7 @@ type jobState struct {
 	running bool
 	failing bool // the first failure was logged
 	lastEnd time.Time
+	duty    *duty // per-cluster duties (clusters.go): nil for a job that is not per cluster
 }
 
 // New builds a runner; Start starts it.
@@ -117,10 +119,16 @@ func New(o Options) (*Runner, error) {
 		if j.Task == nil {
 			return nil, fmt.Errorf("job %q: no task bound", j.ID)
 		}
+		if j.PerCluster { // per-cluster duties (clusters.go)
+			if err := r.addTemplate(j); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		if j.Scope == jobs.ScopeInstallation && o.Locks == nil {
 			return nil, fmt.Errorf("job %q: installation jobs need a lock provider", j.ID)
 		}
-		if _, dup := r.jobs[j.ID]; dup {
+		if _, dup := r.jobs[j.ID]; dup || r.isTemplate(j.ID) {
 			return nil, fmt.Errorf("job %q: duplicate id", j.ID)
 		}
 		if j.Scope == jobs.ScopeInstallation {
@@ -167,6 +175,7 @@ func (r *Runner) Start(ctx context.Context) error {
 	r.mu.Lock()
 	r.runsCtx, r.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
 	r.started = now
+	r.clusters.prior = prior // per-cluster duties (clusters.go)
 	for id, js := range r.jobs {
 		if p, ok := prior[id]; ok {
 			js.status = p
@@ -264,16 +273,20 @@ func (r *Runner) Hosts(id string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	_, ok := r.jobs[id]
-	return ok
+	return ok || r.isTemplate(id) // per-cluster duties (clusters.go)
 }
 
-// JobIDs returns the id of every hosted job.
+// JobIDs returns the id of every hosted job: with a per-cluster job, its
+// own id and the key of each duty (DutyKey).
 func (r *Runner) JobIDs() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := make([]string, 0, len(r.jobs))
 	for id := range r.jobs {
 		out = append(out, id)
+	}
+	for _, j := range r.clusters.templates { // per-cluster duties (clusters.go): the job's own id too
+		out = append(out, j.ID)
 	}
 	return out
 }
@@ -284,6 +297,9 @@ func (r *Runner) JobIDs() []string {
 func (r *Runner) Trigger(id string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if fired, ok := r.triggerDuties(id); ok { // per-cluster duties (clusters.go)
+		return fired
+	}
 	js, ok := r.jobs[id]
 	if !ok || js.running || r.stopping || js.index < 0 {
 		return false
@@ -374,11 +390,15 @@ func (r *Runner) Snapshot() []jobs.Status {
 }
 
 func (r *Runner) putStatusLocked(js *jobState) {
+	if r.dutyStatusStale(js) { // per-cluster duties (clusters.go)
+		return
+	}
 	js.status.UpdatedAt = r.o.Clock.Now()
 	js.status.Running = js.running
 	if r.o.Store != nil {
 		r.o.Store.PutStatus(js.status)
 	}
+	r.keepDutyStatus(js) // per-cluster duties (clusters.go)
 }
 
 // finish puts js back on the timer after a run or a skip that ended at end.
@@ -386,7 +406,8 @@ func (r *Runner) finish(js *jobState, next time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	js.running = false
-	if !r.stopping {
+	r.dutyFinished(js)                 // per-cluster duties (clusters.go)
+	if !r.stopping && !js.dutyOver() { // per-cluster duties (clusters.go): an ended lease stays off the timer
 		r.push(js, next)
 		r.kick()
 	} else {

@@ -1,0 +1,261 @@
+package runner
+
+// Per-cluster duties: a job with clusters: owned (jobs.Job.PerCluster)
+// is a template. It gets one timer, one status row and one run at a time
+// per cluster this replica owns a lease of: the lease loop calls
+// AddCluster when it acquires a lease and RemoveCluster when it loses or
+// releases it (docs/leases.md). The hooks in runner.go and run.go are
+// marked "per-cluster duties (clusters.go)".
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/studioctl/studioctl/internal/jobs"
+)
+
+// DutyKey is the job id of the status row (and of Snapshot, JobIDs,
+// Trigger) of job id's duty for cluster: "id@cluster". A job id never
+// contains "@", so a key never names a job of its own. History rows keep
+// the job's own id and record the cluster in their cluster column.
+func DutyKey(id, cluster string) string { return id + "@" + cluster }
+
+// errLeaseLost is the cause of a run cancelled because its cluster's
+// lease was lost or released; the lease's own cause is wrapped in it.
+var errLeaseLost = errors.New("cluster lease lost")
+
+// duty ties a jobState to one cluster's lease.
+type duty struct {
+	cluster string
+	ctx     context.Context // cancelled by the lease loop when the lease ends
+	removed bool            // RemoveCluster ran; r.mu
+}
+
+// clusterDuties is the runner's per-cluster state; r.mu guards it.
+type clusterDuties struct {
+	templates []jobs.Job                  // the per-cluster jobs, in configuration order
+	owned     map[string]context.Context  // cluster -> the lease's duty context
+	prior     map[string]jobs.Status      // status rows a previous process left, by key
+	last      map[string]jobs.Status      // the last status of each duty key, so counters carry on
+	ending    map[*jobState]chan struct{} // removed duties still running; closed when they finish
+}
+
+// addTemplate records a per-cluster job in New.
+func (r *Runner) addTemplate(j jobs.Job) error {
+	if j.Scope != jobs.ScopeInstance {
+		return fmt.Errorf("job %q: clusters: owned needs scope instance, not %s", j.ID, j.Scope)
+	}
+	if _, dup := r.jobs[j.ID]; dup || r.isTemplate(j.ID) {
+		return fmt.Errorf("job %q: duplicate id", j.ID)
+	}
+	r.clusters.templates = append(r.clusters.templates, j)
+	return nil
+}
+
+func (r *Runner) isTemplate(id string) bool {
+	return slices.ContainsFunc(r.clusters.templates, func(j jobs.Job) bool { return j.ID == id })
+}
+
+// cluster is the cluster js runs for, "" for a job that is not per cluster.
+func (js *jobState) cluster() string {
+	if js.duty == nil {
+		return ""
+	}
+	return js.duty.cluster
+}
+
+// dutyOver reports whether js is a duty whose lease has ended. r.mu held.
+func (js *jobState) dutyOver() bool {
+	return js.duty != nil && (js.duty.removed || js.duty.ctx.Err() != nil)
+}
+
+// watchDuty cancels a run of js when its lease ends, with errLeaseLost
+// wrapping the lease's cause. The returned func stops watching.
+func (js *jobState) watchDuty(cancelRun context.CancelCauseFunc) func() {
+	if js.duty == nil {
+		return func() {}
+	}
+	d := js.duty.ctx
+	stop := context.AfterFunc(d, func() {
+		cancelRun(fmt.Errorf("%w (%w)", errLeaseLost, context.Cause(d)))
+	})
+	return func() { stop() }
+}
+
+// leaseLostText is the error recorded for a run its lease ended.
+func leaseLostText(cause error) string {
+	return cause.Error() + ": the run was cancelled"
+}
+
+// HasClusterJobs reports whether any job is per cluster.
+func (r *Runner) HasClusterJobs() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.clusters.templates) > 0
+}
+
+// AddCluster starts the duties of cluster: one timer per per-cluster job,
+// firing at once for a fixed-delay job (the duty moved here and should
+// not wait) and at the next cron time for a cron job. ctx is the lease's
+// duty context; a run in progress is cancelled when it ends. It does not
+// block, so the lease loop may call it with its lock held. A runner that
+// has not started or is stopping ignores it.
+func (r *Runner) AddCluster(cluster string, ctx context.Context) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stopping || r.runsCtx == nil || ctx.Err() != nil || len(r.clusters.templates) == 0 {
+		return
+	}
+	if r.clusters.owned == nil {
+		r.clusters.owned, r.clusters.last = map[string]context.Context{}, map[string]jobs.Status{}
+	}
+	if _, ok := r.clusters.owned[cluster]; ok {
+		r.removeClusterLocked(cluster)
+	}
+	r.clusters.owned[cluster] = ctx
+	now := r.o.Clock.Now()
+	for _, j := range r.clusters.templates {
+		key := DutyKey(j.ID, cluster)
+		js := &jobState{job: j, sched: j.Schedule, index: -1, duty: &duty{cluster: cluster, ctx: ctx}}
+		if p, ok := r.clusters.last[key]; ok {
+			js.status = p
+		} else if p, ok := r.clusters.prior[key]; ok {
+			js.status = p
+		}
+		js.status.Running, js.status.NextFireAt = false, nil
+		js.failing = js.status.LastOutcome.Failing()
+		js.status.ReplicaID, js.status.JobID, js.status.Scope = r.o.ReplicaID, key, j.Scope
+		js.status.Schedule = js.sched.String()
+		js.status.Since = now
+		due := now
+		if js.sched.IsCron() {
+			due = js.sched.Next(now)
+		}
+		r.jobs[key] = js
+		r.push(js, due)
+		r.putStatusLocked(js)
+	}
+	r.kick()
+}
+
+// RemoveCluster ends the duties of cluster: their timers are removed and a
+// run in progress is cancelled (it was already, when the lease loop
+// cancelled the lease's context first) and recorded lock_lost. It does
+// not block.
+func (r *Runner) RemoveCluster(cluster string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.removeClusterLocked(cluster)
+}
+
+func (r *Runner) removeClusterLocked(cluster string) {
+	if _, ok := r.clusters.owned[cluster]; !ok {
+		return
+	}
+	delete(r.clusters.owned, cluster)
+	for _, j := range r.clusters.templates {
+		key := DutyKey(j.ID, cluster)
+		js, ok := r.jobs[key]
+		if !ok {
+			continue
+		}
+		js.duty.removed = true
+		if js.running {
+			if r.clusters.ending == nil {
+				r.clusters.ending = map[*jobState]chan struct{}{}
+			}
+			r.clusters.ending[js] = make(chan struct{})
+		}
+		if js.index >= 0 {
+			heap.Remove(&r.queue, js.index)
+		}
+		js.status.NextFireAt = nil
+		delete(r.jobs, key)
+		r.putStatusLocked(js)
+	}
+}
+
+// dutyFinished notes that a run (or skip) of js ended. r.mu held.
+func (r *Runner) dutyFinished(js *jobState) {
+	if ch, ok := r.clusters.ending[js]; ok {
+		close(ch)
+		delete(r.clusters.ending, js)
+	}
+}
+
+// AwaitClusters waits until no removed duty of clusters is still running,
+// or ctx is done: the lease loop calls it before it releases leases, so
+// the next owner does not start a duty while this one is ending.
+func (r *Runner) AwaitClusters(ctx context.Context, clusters []string) {
+	r.mu.Lock()
+	var wait []chan struct{}
+	for js, ch := range r.clusters.ending {
+		if slices.Contains(clusters, js.duty.cluster) {
+			wait = append(wait, ch)
+		}
+	}
+	r.mu.Unlock()
+	for _, ch := range wait {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// OwnedClusters returns the clusters whose duties this runner hosts.
+func (r *Runner) OwnedClusters() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]string, 0, len(r.clusters.owned))
+	for c := range r.clusters.owned {
+		out = append(out, c)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// triggerDuties makes every duty of per-cluster job id fire now; handled
+// is false when id is not a per-cluster job. r.mu held.
+func (r *Runner) triggerDuties(id string) (fired, handled bool) {
+	if !r.isTemplate(id) {
+		return false, false
+	}
+	for c := range r.clusters.owned {
+		js, ok := r.jobs[DutyKey(id, c)]
+		if !ok || js.running || r.stopping || js.index < 0 {
+			continue
+		}
+		r.push(js, r.o.Clock.Now())
+		fired = true
+	}
+	if fired {
+		r.kick()
+		r.log.Info("runner: job triggered for every owned cluster", "job_id", id)
+	}
+	return fired, true
+}
+
+// dutyStatusStale reports whether js is a removed duty whose key a newer
+// duty of the same cluster took again: its late writes (a cancelled run
+// that ends) must not overwrite the newer status. r.mu held.
+func (r *Runner) dutyStatusStale(js *jobState) bool {
+	if js.duty == nil {
+		return false
+	}
+	cur, ok := r.jobs[js.status.JobID]
+	return ok && cur != js
+}
+
+// keepDutyStatus remembers the status of a duty, so a cluster acquired
+// again carries its counters on. r.mu held.
+func (r *Runner) keepDutyStatus(js *jobState) {
+	if js.duty == nil || r.clusters.last == nil {
+		return
+	}
+	r.clusters.last[js.status.JobID] = js.status
+}
