@@ -242,7 +242,7 @@ type runJSON struct {
 }
 
 var runColumns = []output.Column{
-	{Header: "SEQ"}, {Header: "REPLICA"}, {Header: "CLUSTER", Wide: true}, {Header: "STARTED"}, {Header: "DURATION"},
+	{Header: "SEQ"}, {Header: "REPLICA"}, {Header: "CLUSTER"}, {Header: "STARTED"}, {Header: "DURATION"},
 	{Header: "OUTCOME"}, {Header: "ERROR"},
 }
 
