@@ -176,7 +176,7 @@ func parseJob(file string, n *yaml.Node) (Job, error) {
 			}
 		}
 	}
-	f, err := mapping(file, named, "", n, "id", "scope", "every", "cron", "timeout", "clusters", "run", "lock", "env")
+	f, err := mapping(file, named, "", n, "id", "scope", "every", "cron", "timeout", "clusters", "run", "lock", "env", "missed")
 	if err != nil {
 		return j, err
 	}
@@ -272,6 +272,15 @@ func parseJob(file string, n *yaml.Node) (Job, error) {
 			return j, bad(cn, "clusters", "%q: the only value is owned", v)
 		}
 		return j, bad(cn, "clusters", "per-cluster jobs need the cluster lease loop, which this version does not have yet")
+	}
+	if mn, ok := f["missed"]; ok {
+		v, err := scalar(file, j.ID, "missed", mn)
+		if err != nil {
+			return j, err
+		}
+		if j.Missed, err = ParseMissed(v); err != nil {
+			return j, bad(mn, "missed", "%s", err)
+		}
 	}
 	if ln, ok := f["lock"]; ok {
 		v, err := scalar(file, j.ID, "lock", ln)
