@@ -38,6 +38,7 @@ type replicaJSON struct {
 	HeartbeatAgeSeconds float64    `json:"heartbeat_age_seconds" yaml:"heartbeat_age_seconds"`
 	Gone                bool       `json:"gone" yaml:"gone"`
 	Crashed             bool       `json:"crashed" yaml:"crashed"`
+	ClockOffsetSeconds  *float64   `json:"clock_offset_seconds" yaml:"clock_offset_seconds"`
 }
 
 var replicaColumns = []output.Column{
@@ -66,6 +67,7 @@ func printReplicas(p *output.Printer, infos []replicas.Info) error {
 			ID: in.ID, Host: in.Host, PID: in.PID, Version: in.Version, State: string(in.State),
 			StartedAt: in.StartedAt, HeartbeatAt: in.HeartbeatAt, StoppedAt: in.StoppedAt,
 			HeartbeatAgeSeconds: in.HeartbeatAge.Seconds(), Gone: in.Gone, Crashed: in.Crashed,
+			ClockOffsetSeconds: in.ClockOffset,
 		})
 		state, tone := replicaState(in)
 		uptime := ""
