@@ -441,8 +441,10 @@ func (r *Runner) ScheduleChanged(id string) {
 		if js.index < 0 || js.running || js.forced || r.stopping {
 			return
 		}
-		due := jobs.DueAfter(js.sched, end, dbNow, jobs.MissedRunOnce)
-		if due.Equal(js.due) {
+		// The due time as this replica's timers count, from the database's
+		// now of the same read.
+		due := r.now().Add(jobs.DueAfter(js.sched, end, dbNow, jobs.MissedRunOnce).Sub(dbNow))
+		if d := due.Sub(js.due); d > -time.Millisecond && d < time.Millisecond {
 			return
 		}
 		r.push(js, due)
@@ -583,7 +585,9 @@ func (r *Runner) tick(js *jobState, fire time.Time, forced bool) {
 		cancel()
 		if err == nil {
 			if due := jobs.DueAfter(sched, end, dbNow, jobs.MissedRunOnce); due.After(dbNow) {
-				r.finish(js, due)
+				// Counted from the database's now of the same read, so a
+				// wrong offset cannot make the timer spin.
+				r.finish(js, r.now().Add(due.Sub(dbNow)))
 				return
 			}
 		} else if r.runsCtx.Err() == nil {

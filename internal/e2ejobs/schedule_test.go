@@ -1,0 +1,237 @@
+package e2ejobs
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/studioctl/studioctl/internal/replicaproc"
+)
+
+// execution is one execution of a job as the job itself recorded it (the
+// exp table), independently of studioctl's tables.
+type execution struct {
+	Seq        int64
+	Replica    string
+	Start, End time.Time
+}
+
+func (f *fixture) executions(job string, from time.Time) ([]execution, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), queryTimeout)
+	defer cancel()
+	rows, err := f.pool.Query(ctx, `SELECT seq, replica, started_at, coalesce(ended_at, 'infinity') FROM exp
+WHERE job_id = $1 AND started_at >= $2 ORDER BY started_at`, job, from)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []execution
+	for rows.Next() {
+		var e execution
+		if err := rows.Scan(&e.Seq, &e.Replica, &e.Start, &e.End); err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+// waitExecutions waits until n executions of job that started at or after
+// from have ended, and returns them.
+func (f *fixture) waitExecutions(job string, from time.Time, n int, d time.Duration) []execution {
+	f.t.Helper()
+	var got []execution
+	replicaproc.Eventually(f.t, d, fmt.Sprintf("%d ended executions of %s", n, job), func() error {
+		list, err := f.executions(job, from)
+		if err != nil {
+			return err
+		}
+		ended := 0
+		for _, e := range list {
+			if e.End.Year() < 9999 {
+				ended++
+			}
+		}
+		if ended < n {
+			return fmt.Errorf("%d ended executions so far", ended)
+		}
+		got = list
+		return nil
+	})
+	return got
+}
+
+// stopAll drains every replica (SIGTERM) and waits for it to exit.
+func stopAll(t *testing.T, ps []*replicaproc.Proc) {
+	t.Helper()
+	for _, p := range ps {
+		p.Signal(t, syscall.SIGTERM)
+	}
+	for _, p := range ps {
+		if code := p.WaitExit(t, 30*time.Second); code != 0 {
+			t.Fatalf("replica %s exited %d after SIGTERM:\n%s", p.ID(), code, p.Stderr())
+		}
+	}
+}
+
+// TestSharedScheduleFixedDelayThreeReplicas is issue 9's measurement: three
+// replicas, an installation job every 2s whose run takes 0.5 s, a 40 s
+// window. One schedule for the installation gives a fixed delay of 2 s
+// after the end of each run anywhere: 16 ± 1 runs (main, with a timer per
+// replica, gave 18), every gap from an end to the next start at least
+// 1.8 s, and at most one lock attempt per replica per due time.
+func TestSharedScheduleFixedDelayThreeReplicas(t *testing.T) {
+	const (
+		every  = 2 * time.Second
+		window = 40 * time.Second
+	)
+	f := newFixture(t, shJob("fd", "installation", every.String(), "", recordRun("0.5")))
+	ids := []string{"fd-1", "fd-2", "fd-3"}
+	var ps []*replicaproc.Proc
+	for _, id := range ids {
+		ps = append(ps, f.startReplica(id))
+	}
+	for _, p := range ps {
+		p.WaitReady(t)
+	}
+	readyAt := f.dbNow()
+	first := f.waitExecutions("fd", readyAt, 1, 30*time.Second)
+	w0 := first[0].Start
+	w1 := w0.Add(window)
+	var list []execution
+	replicaproc.Eventually(t, window+30*time.Second, "the window to close", func() error {
+		l, err := f.executions("fd", w0)
+		if err != nil {
+			return err
+		}
+		if len(l) == 0 || !l[len(l)-1].Start.After(w1) {
+			return fmt.Errorf("no execution after the window yet")
+		}
+		for _, e := range l {
+			if e.Start.Before(w1) && e.End.Year() == 9999 {
+				return fmt.Errorf("execution %d has not ended", e.Seq)
+			}
+		}
+		list = l
+		return nil
+	})
+	var in []execution
+	for _, e := range list {
+		if e.Start.Before(w1) {
+			in = append(in, e)
+		}
+	}
+	per := map[string]int{}
+	minGap, sumGap := time.Duration(1<<62), time.Duration(0)
+	var gaps []string
+	for i, e := range list {
+		per[e.Replica]++
+		if i == 0 {
+			continue
+		}
+		g := e.Start.Sub(list[i-1].End)
+		minGap, sumGap = min(minGap, g), sumGap+g
+		gaps = append(gaps, g.Round(time.Millisecond).String())
+	}
+	t.Logf("%d executions in %s (ideal 16 for a fixed delay of %s after a 0.5 s run); per replica %v", len(in), window, every, per)
+	t.Logf("gaps from an end to the next start: min %s, mean %s: %s", minGap.Round(time.Millisecond),
+		(sumGap / time.Duration(max(1, len(list)-1))).Round(time.Millisecond), strings.Join(gaps, " "))
+	if n := len(in); n < 15 || n > 17 {
+		t.Errorf("%d executions in the window, want 16 ± 1", n)
+	}
+	if minGap < 1800*time.Millisecond {
+		t.Errorf("least gap from an end to the next start %s, want at least 1.8s (overlap or an early run)", minGap)
+	}
+	// Lock attempts: every tick that reached the lock is a run or a skip.
+	ctx, cancel := context.WithTimeout(context.Background(), queryTimeout)
+	defer cancel()
+	var runs, skips int64
+	if err := f.pool.QueryRow(ctx, `SELECT coalesce(sum(runs), 0), coalesce(sum(skipped_elsewhere), 0) FROM studio_job_status WHERE job_id = 'fd'`).Scan(&runs, &skips); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("lock attempts: %d runs and %d skips (%.2f attempts per run, at most %d allowed)", runs, skips, float64(runs+skips)/float64(max(runs, 1)), len(ids))
+	if runs > 0 && float64(runs+skips)/float64(runs) > float64(len(ids)) {
+		t.Errorf("%d lock attempts for %d runs: more than one per replica per due time", runs+skips, runs)
+	}
+}
+
+// TestSharedScheduleSurvivesRestarts restarts every replica twice inside
+// one interval: the next run still comes one interval after the last end,
+// not one interval after the restart, and not at once.
+func TestSharedScheduleSurvivesRestarts(t *testing.T) {
+	t.Parallel()
+	const every = 30 * time.Second
+	f := newFixture(t, shJob("rs", "installation", every.String(), "", recordRun("0.1")))
+	ids := []string{"rs-1", "rs-2", "rs-3"}
+	start := func() []*replicaproc.Proc {
+		var ps []*replicaproc.Proc
+		for _, id := range ids {
+			ps = append(ps, f.startReplica(id))
+		}
+		for _, p := range ps {
+			p.WaitReady(t)
+		}
+		return ps
+	}
+	ps := start()
+	first := f.waitExecutions("rs", time.Time{}, 1, 30*time.Second)
+	end := first[0].End
+	for i := 0; i < 2; i++ {
+		stopAll(t, ps)
+		ps = start()
+	}
+	restarted := f.dbNow()
+	if restarted.Sub(end) > every-5*time.Second {
+		t.Fatalf("the restarts took %s, too long for an interval of %s", restarted.Sub(end), every)
+	}
+	list := f.waitExecutions("rs", time.Time{}, 2, every+30*time.Second)
+	next := list[1].Start
+	gap := next.Sub(end)
+	t.Logf("last end %s, restarts done %s after it, next start %s after it (every %s)", end.Format(time.RFC3339Nano),
+		restarted.Sub(end).Round(time.Millisecond), gap.Round(time.Millisecond), every)
+	if gap < every || gap > every+2*time.Second {
+		t.Errorf("the next run started %s after the last end, want %s (+ at most 2s)", gap, every)
+	}
+}
+
+// TestSharedScheduleMissedRuns starts a replica after both jobs' due times
+// passed while no replica was up: the default runs once at start (not once
+// per missed interval), missed: skip waits for last end + k × every.
+func TestSharedScheduleMissedRuns(t *testing.T) {
+	t.Parallel()
+	const every = 10 * time.Second
+	once := shJob("m-once", "installation", every.String(), "", recordRun("0.1"))
+	skip := shJob("m-skip", "installation", every.String(), "", recordRun("0.1"))
+	skip.Missed = "skip"
+	f := newFixture(t, once, skip)
+	// Both last ended 95 s ago: 9 intervals missed.
+	f.exec(`INSERT INTO studio_job_schedule (job_id, last_ended_at) VALUES ('m-once', now() - interval '95 seconds'), ('m-skip', now() - interval '95 seconds')`)
+	var lastEnd time.Time
+	ctx, cancel := context.WithTimeout(context.Background(), queryTimeout)
+	defer cancel()
+	if err := f.pool.QueryRow(ctx, `SELECT last_ended_at FROM studio_job_schedule WHERE job_id = 'm-skip'`).Scan(&lastEnd); err != nil {
+		t.Fatal(err)
+	}
+	p := f.startReplica("m-1")
+	p.WaitReady(t)
+	ready := f.dbNow()
+	onceList := f.waitExecutions("m-once", time.Time{}, 1, 20*time.Second)
+	skipList := f.waitExecutions("m-skip", time.Time{}, 1, 30*time.Second)
+	wantSkip := lastEnd.Add(100 * time.Second)
+	t.Logf("ready %s after the last end; m-once first ran %s after ready; m-skip first ran %s after last end + 100s",
+		ready.Sub(lastEnd).Round(time.Millisecond), onceList[0].Start.Sub(ready).Round(time.Millisecond), skipList[0].Start.Sub(wantSkip).Round(time.Millisecond))
+	if d := onceList[0].Start.Sub(ready); d > 3*time.Second {
+		t.Errorf("m-once (missed: run-once) first ran %s after the replica was ready, want at once", d)
+	}
+	// Once, not once per missed interval: the second run is an interval after the first.
+	onceList = f.waitExecutions("m-once", time.Time{}, 2, 30*time.Second)
+	if g := onceList[1].Start.Sub(onceList[0].End); g < every-200*time.Millisecond {
+		t.Errorf("m-once ran again %s after its first run's end, want %s: a missed run ran more than once", g, every)
+	}
+	if d := skipList[0].Start.Sub(wantSkip); d < 0 || d > 2*time.Second {
+		t.Errorf("m-skip (missed: skip) first ran %s from last end + 10 × every, want at it (+ at most 2s)", d)
+	}
+}
