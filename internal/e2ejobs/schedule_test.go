@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/studioctl/studioctl/internal/db"
 	"github.com/studioctl/studioctl/internal/replicaproc"
 )
 
@@ -281,5 +282,77 @@ func TestSharedScheduleLongIntervalBenchmark(t *testing.T) {
 	t.Logf("5 replicas, every %s, %s window: %d executions (ideal 4); gaps from an end to the next start: %s", every, window, len(list), strings.Join(gaps, " "))
 	if len(list) != 4 {
 		t.Errorf("%d executions in %s, want 4", len(list), window)
+	}
+}
+
+// TestSharedScheduleBusCutDuringARun cuts every replica's bus (and the
+// other idle connections of the replicas) again and again for 6 s, starting
+// during a run: the end signal of that run is lost. No two executions
+// overlap, and once the bus is back the fixed delay after each end holds
+// again (the replicas fall back to the database's row at each fire).
+func TestSharedScheduleBusCutDuringARun(t *testing.T) {
+	t.Parallel()
+	const every = 2 * time.Second
+	f := newFixture(t, shJob("cut", "installation", every.String(), "", recordRun("1")))
+	var ps []*replicaproc.Proc
+	for _, id := range []string{"cut-1", "cut-2", "cut-3"} {
+		ps = append(ps, f.startReplica(id))
+	}
+	for _, p := range ps {
+		p.WaitReady(t)
+	}
+	// Wait for a run in progress.
+	replicaproc.Eventually(t, 30*time.Second, "a run in progress", func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), queryTimeout)
+		defer cancel()
+		var n int
+		if err := f.pool.QueryRow(ctx, `SELECT count(*) FROM exp WHERE job_id = 'cut' AND ended_at IS NULL`).Scan(&n); err != nil {
+			return err
+		}
+		if n == 0 {
+			return fmt.Errorf("none running")
+		}
+		return nil
+	})
+	cutFrom := f.dbNow()
+	killed := 0
+	for deadline := time.Now().Add(6 * time.Second); time.Now().Before(deadline); {
+		ctx, cancel := context.WithTimeout(context.Background(), queryTimeout)
+		var n int
+		err := f.pool.QueryRow(ctx, `SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+WHERE datname = current_database() AND pid <> pg_backend_pid() AND application_name = $1
+  AND state = 'idle' AND query IN ('LISTEN `+"studio"+`', '-- ping')) t`, db.ApplicationName).Scan(&n)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		killed += n
+		time.Sleep(100 * time.Millisecond) // the cadence of the fault, not a synchronisation
+	}
+	cutTo := f.dbNow()
+	t.Logf("terminated %d idle replica connections (the bus among them) for %s", killed, cutTo.Sub(cutFrom).Round(time.Millisecond))
+	if killed == 0 {
+		t.Fatal("no bus connection was cut")
+	}
+	recovered := cutTo.Add(3 * time.Second)
+	list := f.waitExecutions("cut", recovered, 5, time.Minute)
+	all, err := f.executions("cut", time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i < len(all); i++ {
+		g := all[i].Start.Sub(all[i-1].End)
+		t.Logf("execution %d on %s: %s after the previous end", all[i].Seq, all[i].Replica, g.Round(time.Millisecond))
+		if g < 0 {
+			t.Errorf("executions %d and %d overlap", all[i-1].Seq, all[i].Seq)
+		}
+	}
+	for i := 1; i < len(list); i++ {
+		if list[i].End.Year() == 9999 {
+			break
+		}
+		if g := list[i].Start.Sub(list[i-1].End); g < 1800*time.Millisecond || g > every+time.Second {
+			t.Errorf("after the bus came back, execution %d started %s after the previous end, want about %s", list[i].Seq, g, every)
+		}
 	}
 }
