@@ -97,7 +97,7 @@ func TestSharedScheduleFollowsAnEndElsewhere(t *testing.T) {
 	e, sch, lk, ft, o := sharedEnv(t, "", t0.Add(-3*time.Second))
 	r := e.start(o)
 	e.waitIdle("shared", t0.Add(7*time.Second)) // a restart does not reset the delay
-	sch.set("shared", t0.Add(5*time.Second))     // another replica's run ended
+	sch.set("shared", t0.Add(5*time.Second))    // another replica's run ended
 	r.ScheduleChanged("shared")
 	e.waitIdle("shared", t0.Add(15*time.Second))
 	e.clk.Advance(7 * time.Second)
