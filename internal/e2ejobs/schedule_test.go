@@ -356,3 +356,62 @@ WHERE datname = current_database() AND pid <> pg_backend_pid() AND application_n
 		}
 	}
 }
+
+// TestSharedScheduleRatesBenchmark measures runs per window against the
+// ideal for 3 and 10 replicas at every 1s and 2s (opt-in:
+// STUDIO_BENCH_SCHED=1; docs/benchmarks.md). The ideal of a fixed delay is
+// window / (every + one execution).
+func TestSharedScheduleRatesBenchmark(t *testing.T) {
+	if os.Getenv("STUDIO_BENCH_SCHED") != "1" {
+		t.Skip("opt-in benchmark: set STUDIO_BENCH_SCHED=1")
+	}
+	const window = 30 * time.Second
+	for _, c := range []struct {
+		n     int
+		every time.Duration
+	}{{3, time.Second}, {3, 2 * time.Second}, {10, time.Second}, {10, 2 * time.Second}} {
+		t.Run(fmt.Sprintf("%d-replicas-every-%s", c.n, c.every), func(t *testing.T) {
+			f := newFixture(t, shJob("rate", "installation", c.every.String(), "", recordRun("0.1")))
+			var ps []*replicaproc.Proc
+			for i := 1; i <= c.n; i++ {
+				ps = append(ps, f.startReplica(fmt.Sprintf("rate-%d", i)))
+			}
+			for _, p := range ps {
+				p.WaitReady(t)
+			}
+			first := f.waitExecutions("rate", f.dbNow(), 1, 30*time.Second)
+			w0, w1 := first[0].Start, first[0].Start.Add(window)
+			var list []execution
+			replicaproc.Eventually(t, window+30*time.Second, "the window to close", func() error {
+				l, err := f.executions("rate", w0)
+				if err != nil {
+					return err
+				}
+				if len(l) == 0 || !l[len(l)-1].Start.After(w1) {
+					return fmt.Errorf("no execution after the window yet")
+				}
+				list = l
+				return nil
+			})
+			var in, busy, minGap = 0, time.Duration(0), time.Duration(1 << 62)
+			for i, e := range list {
+				if e.Start.Before(w1) {
+					in++
+					busy += e.End.Sub(e.Start)
+				}
+				if i > 0 {
+					minGap = min(minGap, e.Start.Sub(list[i-1].End))
+				}
+			}
+			ideal := window.Seconds() / (c.every.Seconds() + (busy / time.Duration(max(1, in))).Seconds())
+			ctx, cancel := context.WithTimeout(context.Background(), queryTimeout)
+			defer cancel()
+			var runs, skips int64
+			if err := f.pool.QueryRow(ctx, `SELECT coalesce(sum(runs), 0), coalesce(sum(skipped_elsewhere), 0) FROM studio_job_status WHERE job_id = 'rate'`).Scan(&runs, &skips); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("RESULT replicas=%d every=%s window=%s runs=%d ideal=%.1f ratio=%.2f min_end_to_start=%s lock_attempts_per_due=%.2f (max %d)",
+				c.n, c.every, window, in, ideal, float64(in)/ideal, minGap.Round(time.Millisecond), float64(runs+skips)/float64(runs+1), c.n)
+		})
+	}
+}
