@@ -3,6 +3,7 @@ package e2ejobs
 import (
 	"context"
 	"fmt"
+	"os"
 	"testing"
 	"time"
 
@@ -33,7 +34,8 @@ jobs:
     env:
       EXP_DB: %q
       EXP_DIR: %q
-`, recordRun("0.1"), f.dbURL, f.dir)))
+      PATH: %q
+`, recordRun("0.1"), f.dbURL, f.dir, jobPath())))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,4 +86,19 @@ jobs:
 			t.Errorf("%d executions for the cron time %s, want 1", n, tick.Format(time.TimeOnly))
 		}
 	}
+	if t.Failed() {
+		runs, _ := f.runs("skew")
+		for _, r := range runs {
+			t.Logf("run %d on %s at %s: %s %s", r.Seq, r.ReplicaID, r.StartedAt.Format(time.RFC3339Nano), r.Outcome, r.Error)
+		}
+	}
+}
+
+// jobPath is the PATH of a job run in this process: the folder of the
+// harness's psql first, as for the replicas the binary runs.
+func jobPath() string {
+	if studioctlBin.PathDir == "" {
+		return os.Getenv("PATH")
+	}
+	return studioctlBin.PathDir + string(os.PathListSeparator) + os.Getenv("PATH")
 }
