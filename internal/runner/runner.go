@@ -438,7 +438,7 @@ func (r *Runner) ScheduleChanged(id string) {
 		}
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		if js.index < 0 || js.running || js.forced || r.stopping {
+		if js.index < 0 || js.running || js.forced || r.stopping || end.IsZero() {
 			return
 		}
 		// The due time as this replica's timers count, from the database's
@@ -583,7 +583,9 @@ func (r *Runner) tick(js *jobState, fire time.Time, forced bool) {
 		ctx, cancel := context.WithTimeout(r.runsCtx, settingsTimeout)
 		end, dbNow, err := r.loadEnd(ctx, js)
 		cancel()
-		if err == nil {
+		// A job that never ran anywhere has nothing to follow: its timer
+		// (at once, or a cron's time) stands, and the lock decides.
+		if err == nil && !end.IsZero() {
 			if due := jobs.DueAfter(sched, end, dbNow, jobs.MissedRunOnce); due.After(dbNow) {
 				// Counted from the database's now of the same read, so a
 				// wrong offset cannot make the timer spin.

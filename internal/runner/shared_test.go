@@ -183,3 +183,31 @@ func TestSharedScheduleOffset(t *testing.T) {
 		t.Fatal("fired before the due database time")
 	}
 }
+
+// TestSharedScheduleCronNeverRan: a cron job that never ran anywhere fires
+// at its next cron time (the pre-check must not push it to the next one
+// for ever).
+func TestSharedScheduleCronNeverRan(t *testing.T) {
+	e := newMemEnv(t)
+	sch := &fakeSchedules{clk: e.clk, ends: map[string]time.Time{}}
+	ft := e.task()
+	ft.auto = true
+	c, err := jobs.ParseCron("* * * * *")
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := jobs.Job{ID: "cron", Scope: jobs.ScopeInstallation, Schedule: c, Task: ft}
+	lk := &countingLocks{}
+	o := e.options(j)
+	o.Locks, o.Schedules = lk, sch
+	e.start(o)
+	e.waitIdle("cron", t0.Add(time.Minute))
+	e.clk.Advance(time.Minute)
+	ft.waitEnds(t, 1)
+	e.waitIdle("cron", t0.Add(2*time.Minute))
+	e.clk.Advance(time.Minute)
+	ft.waitEnds(t, 2)
+	if n := lk.n(); n != 2 {
+		t.Fatalf("%d lock attempts for two cron times, want 2", n)
+	}
+}
