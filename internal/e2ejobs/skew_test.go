@@ -21,7 +21,7 @@ import (
 // same tick again.
 func TestSharedScheduleSkewedClocks(t *testing.T) {
 	t.Parallel()
-	const ticks = 3
+	const ticks = 2
 	f := newFixture(t)
 	// The job records its own executions in database time (an sql task on
 	// the replica's pool: a command run from this test process would start
