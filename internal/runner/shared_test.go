@@ -211,3 +211,26 @@ func TestSharedScheduleCronNeverRan(t *testing.T) {
 		t.Fatalf("%d lock attempts for two cron times, want 2", n)
 	}
 }
+
+// TestSharedScheduleSetEveryFromTheLastEnd: `jobs set --every` applies from
+// the last end anywhere (not from this replica's start or its last run),
+// and pause then resume holds and releases the shared due time.
+func TestSharedScheduleSetEveryFromTheLastEnd(t *testing.T) {
+	e, sch, lk, _, o := sharedEnv(t, "", t0.Add(-3*time.Second))
+	r := e.start(o)
+	e.waitIdle("shared", t0.Add(7*time.Second))
+	sch.set("shared", t0.Add(-1*time.Second)) // a run ended elsewhere
+	e.mem.set(jobs.Setting{JobID: "shared", Schedule: "every 30s"})
+	r.SettingsChanged("shared")
+	e.waitIdle("shared", t0.Add(29*time.Second))
+	e.mem.set(jobs.Setting{JobID: "shared", Schedule: "every 30s", Paused: true})
+	r.SettingsChanged("shared")
+	e.clk.Advance(29 * time.Second) // paused: fires, does not run
+	e.waitIdle("shared", t0.Add(59*time.Second))
+	if n := lk.n(); n != 0 {
+		t.Fatalf("%d lock attempts while paused, want 0", n)
+	}
+	e.mem.set(jobs.Setting{JobID: "shared", Schedule: "every 30s"})
+	r.SettingsChanged("shared") // resume: the due time (t0+29s) passed: at once
+	eventually(t, "a run after resume", func() bool { return lk.n() == 1 })
+}
