@@ -1,6 +1,7 @@
 package jobs_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -49,5 +50,21 @@ func TestParseMissed(t *testing.T) {
 	}
 	if _, err := jobs.ParseMissed("always"); err == nil {
 		t.Error("ParseMissed(always): no error")
+	}
+}
+
+func TestConfigMissedKey(t *testing.T) {
+	base := "jobs:\n  - id: a\n    scope: installation\n    every: 1m\n    run:\n      command: [\"true\"]\n"
+	list, err := jobs.Parse("s.yaml", []byte(base+"    missed: skip\n"))
+	if err != nil || list[0].Missed != jobs.MissedSkip {
+		t.Fatalf("missed: skip: %v, %+v", err, list)
+	}
+	list, err = jobs.Parse("s.yaml", []byte(base))
+	if err != nil || list[0].Missed != "" {
+		t.Fatalf("no missed: %v, %+v", err, list)
+	}
+	_, err = jobs.Parse("s.yaml", []byte(base+"    missed: sometimes\n"))
+	if err == nil || !strings.Contains(err.Error(), `missed: "sometimes": want run-once (the default) or skip`) {
+		t.Fatalf("missed: sometimes: %v", err)
 	}
 }
