@@ -40,6 +40,7 @@ type replicaJSON struct {
 	Gone                bool       `json:"gone" yaml:"gone"`
 	Crashed             bool       `json:"crashed" yaml:"crashed"`
 	Leases              int        `json:"leases" yaml:"leases"` // cluster leases it owns (cluster_lease)
+	ClockOffsetSeconds  *float64   `json:"clock_offset_seconds" yaml:"clock_offset_seconds"`
 }
 
 var replicaColumns = []output.Column{
@@ -70,7 +71,8 @@ func printReplicas(p *output.Printer, infos []replicas.Info, leaseCount map[stri
 			ID: in.ID, Host: in.Host, PID: in.PID, Version: in.Version, State: string(in.State),
 			StartedAt: in.StartedAt, HeartbeatAt: in.HeartbeatAt, StoppedAt: in.StoppedAt,
 			HeartbeatAgeSeconds: in.HeartbeatAge.Seconds(), Gone: in.Gone, Crashed: in.Crashed,
-			Leases: leaseCount[in.ID],
+			Leases:             leaseCount[in.ID],
+			ClockOffsetSeconds: in.ClockOffset,
 		})
 		state, tone := replicaState(in)
 		uptime := ""

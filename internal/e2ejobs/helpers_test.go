@@ -77,6 +77,7 @@ type jobConf struct {
 	Scope   string  `yaml:"scope"`
 	Every   string  `yaml:"every"`
 	Timeout string  `yaml:"timeout,omitempty"`
+	Missed  string  `yaml:"missed,omitempty"`
 	Run     runConf `yaml:"run"`
 	// Env is the job's env: (set by newFixture: a command gets a clean
 	// environment).

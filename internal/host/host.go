@@ -300,6 +300,7 @@ func (h *Host) start(ctx context.Context) (err error) {
 	// (4) Register, and heartbeat. From here on a failure records stopped.
 	h.registry = replicas.NewRegistry(ccfg, h.o.ConnString, replicas.Options{
 		ID: h.o.ID, Version: h.o.Version, HTTPAddr: h.Addr(), HeartbeatEvery: h.o.HeartbeatEvery, Logger: h.log,
+		Clock: h.o.Clock, // its offset from database time sets the runner's timers
 		OnLost: func(err error) {
 			select {
 			case h.lostCh <- err:
@@ -372,6 +373,7 @@ func (h *Host) newRunner() (err error) {
 	h.runner, err = runner.New(runner.Options{
 		ReplicaID: h.o.ID, Jobs: list, Locks: runner.LocksOf(h.provider), Store: h.store, Settings: jobstore.NewSettingsCache(h.pool),
 		Clock: h.o.Clock, Logger: h.log, Metrics: h.metrics, ShutdownWait: h.o.ShutdownWait,
+		Schedules: jobstore.NewSchedules(h.pool), Offset: h.clockOffset,
 		Secrets: []string{h.pool.Config().ConnConfig.Password}, // from the URL, PGPASSWORD or the passfile
 	})
 	return err
@@ -394,7 +396,18 @@ func (h *Host) onMessage(m bus.Message) {
 		h.runner.SettingsChanged(m.Key)
 	case m.Kind == bus.KindLeasesRebalance && h.leases != nil:
 		h.leases.Rebalance()
+	case m.Kind == jobstore.KindJobSchedule && h.runner != nil:
+		h.runner.ScheduleChanged(m.Key) // a run ended: reread the shared schedule
 	}
+}
+
+// clockOffset is database time minus the replica's clock, as the registry
+// last measured it (0 before it registered).
+func (h *Host) clockOffset() time.Duration {
+	if h.registry == nil {
+		return 0
+	}
+	return h.registry.ClockOffset()
 }
 
 func (h *Host) onResync() {

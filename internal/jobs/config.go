@@ -176,7 +176,7 @@ func parseJob(file string, n *yaml.Node) (Job, error) {
 			}
 		}
 	}
-	f, err := mapping(file, named, "", n, "id", "scope", "every", "cron", "timeout", "clusters", "run", "lock", "env")
+	f, err := mapping(file, named, "", n, "id", "scope", "every", "cron", "timeout", "clusters", "run", "lock", "env", "missed")
 	if err != nil {
 		return j, err
 	}
@@ -277,6 +277,15 @@ func parseJob(file string, n *yaml.Node) (Job, error) {
 			return j, bad(cn, "clusters", "owned needs scope: instance (the cluster lease already makes one replica run each cluster's duty); this job has scope %s", j.Scope)
 		}
 		j.PerCluster = true
+	}
+	if mn, ok := f["missed"]; ok {
+		v, err := scalar(file, j.ID, "missed", mn)
+		if err != nil {
+			return j, err
+		}
+		if j.Missed, err = ParseMissed(v); err != nil {
+			return j, bad(mn, "missed", "%s", err)
+		}
 	}
 	if ln, ok := f["lock"]; ok {
 		v, err := scalar(file, j.ID, "lock", ln)

@@ -80,6 +80,10 @@ type Job struct {
 	// "" means the job id. Any ShedLock name up to 64 characters, so a Go
 	// replica can share a lock a Java node names scheduledTaskName.
 	Lock string
+	// Missed is what a fixed-delay or cron job does at start when its due
+	// time passed while no replica ran it (key missed:): run once, or skip
+	// to the next due time still ahead.
+	Missed Missed
 
 	File string // where it was declared, for messages
 	Line int
@@ -126,4 +130,25 @@ func (j *Job) Bind(db interface {
 	case j.Spec.HTTP != nil:
 		j.Task = *j.Spec.HTTP
 	}
+}
+
+// Missed is the missed: key.
+type Missed string
+
+const (
+	// MissedRunOnce (the default): a run that fell due while no replica was
+	// up runs once at start, never once per missed interval.
+	MissedRunOnce Missed = "run-once"
+	// MissedSkip: wait for the next due time still ahead (last end + k x
+	// every, or the next cron time).
+	MissedSkip Missed = "skip"
+)
+
+// ParseMissed reads the missed: key.
+func ParseMissed(v string) (Missed, error) {
+	switch Missed(v) {
+	case MissedRunOnce, MissedSkip:
+		return Missed(v), nil
+	}
+	return "", fmt.Errorf("%q: want run-once (the default) or skip", v)
 }

@@ -129,3 +129,30 @@ func FormatDuration(d time.Duration) string {
 	}
 	return t
 }
+
+// DueAfter is when a job is due next given the end of its last run (zero:
+// it never ran) at now, all in database time. A fixed delay is due every
+// after lastEnd, a cron at its next time after lastEnd; a job that never
+// ran is due at once (a cron at its next time). A due time already past is
+// now, or with MissedSkip the first lastEnd + k × every still ahead (a
+// cron: its next time after now).
+func DueAfter(s Schedule, lastEnd, now time.Time, missed Missed) time.Time {
+	if lastEnd.IsZero() {
+		if s.IsCron() {
+			return s.Next(now)
+		}
+		return now
+	}
+	due := s.Next(lastEnd)
+	if !due.Before(now) {
+		return due
+	}
+	if missed != MissedSkip {
+		return now
+	}
+	if s.IsCron() {
+		return s.Next(now)
+	}
+	k := (now.Sub(lastEnd) + s.Every - 1) / s.Every // the least k with lastEnd + k × every >= now
+	return lastEnd.Add(k * s.Every)
+}

@@ -49,11 +49,15 @@ type Info struct {
 	Live         bool
 	Gone         bool // heartbeat older than GoneAfter (or stopped)
 	Crashed      bool // gone without state stopped
+	// ClockOffset is database time minus the replica's clock, in seconds,
+	// as its heartbeat last measured it (nil: not yet, or an older version).
+	ClockOffset *float64
 }
 
 var selectSQL = `SELECT r.id, r.host, r.pid, r.version, r.http_addr, r.state, r.started_at, r.heartbeat_at, r.stopped_at,
   EXTRACT(EPOCH FROM (now() - r.heartbeat_at))::float8, EXTRACT(EPOCH FROM (now() - r.started_at))::float8,
-  (SELECT count(*) FROM studio_job_run j WHERE j.replica_id = r.id AND j.outcome = 'running')::int, ` + liveness.LiveSQL("r") + `
+  (SELECT count(*) FROM studio_job_run j WHERE j.replica_id = r.id AND j.outcome = 'running')::int, ` + liveness.LiveSQL("r") + `,
+  r.clock_offset_seconds
 FROM studio_replica r`
 
 func scan(rows pgx.Rows) ([]Info, error) {
@@ -62,7 +66,7 @@ func scan(rows pgx.Rows) ([]Info, error) {
 		var in Info
 		var age, uptime float64
 		var state string
-		if err := rows.Scan(&in.ID, &in.Host, &in.PID, &in.Version, &in.HTTPAddr, &state, &in.StartedAt, &in.HeartbeatAt, &in.StoppedAt, &age, &uptime, &in.RunsInFlight, &in.Live); err != nil {
+		if err := rows.Scan(&in.ID, &in.Host, &in.PID, &in.Version, &in.HTTPAddr, &state, &in.StartedAt, &in.HeartbeatAt, &in.StoppedAt, &age, &uptime, &in.RunsInFlight, &in.Live, &in.ClockOffset); err != nil {
 			return nil, err
 		}
 		in.State = State(state)

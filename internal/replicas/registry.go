@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/studioctl/studioctl/internal/clock"
 	"github.com/studioctl/studioctl/internal/db"
 	"github.com/studioctl/studioctl/internal/liveness"
 	"github.com/studioctl/studioctl/internal/startstop"
@@ -114,6 +115,9 @@ type Options struct {
 	// OnLost is called once, from the heartbeat goroutine, when a heartbeat
 	// finds the row taken by another incarnation.
 	OnLost func(error)
+	// Clock is the replica's clock, whose offset from database time every
+	// heartbeat measures (default clock.Real; tests skew it).
+	Clock clock.Clock
 }
 
 // Registry is this process's row in studio_replica and its heartbeat.
@@ -137,6 +141,10 @@ type Registry struct {
 	lastBeat atomic.Int64 // nanoseconds since epoch (monotonic) of the last successful heartbeat
 	maxGap   atomic.Int64 // nanoseconds: the longest time between two successful heartbeats
 	lost     atomic.Bool
+	// offset: nanoseconds, database time minus the replica's clock, as the
+	// last registration or heartbeat measured it; measured: any was.
+	offset   atomic.Int64
+	measured atomic.Bool
 }
 
 // NewRegistry prepares a registry; it connects in Register.
@@ -149,6 +157,9 @@ func NewRegistry(cfg *pgx.ConnConfig, connString string, o Options) *Registry {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Clock == nil {
+		o.Clock = clock.Real{}
 	}
 	// The caller's logger names the replica (the host's carries replica_id).
 	return &Registry{cfg: cfg, connString: connString, o: o, log: o.Logger, incarn: uuid.New(), epoch: time.Now(), loopDone: make(chan struct{})}
@@ -193,8 +204,9 @@ INSERT INTO studio_replica AS r (id, incarnation, host, pid, version, http_addr,
 VALUES ($1, $2, $3, $4, $5, $6, 'starting', now(), now(), NULL)
 ON CONFLICT (id) DO UPDATE SET incarnation = EXCLUDED.incarnation, host = EXCLUDED.host, pid = EXCLUDED.pid,
   version = EXCLUDED.version, http_addr = EXCLUDED.http_addr, state = 'starting', started_at = now(),
-  heartbeat_at = now(), stopped_at = NULL
-WHERE NOT ` + liveness.LiveSQL("r")
+  heartbeat_at = now(), stopped_at = NULL, clock_offset_seconds = NULL
+WHERE NOT ` + liveness.LiveSQL("r") + `
+RETURNING now()`
 
 // Register inserts this replica in state starting. ErrLiveDuplicate when a
 // live replica has the id.
@@ -210,12 +222,18 @@ func (r *Registry) Register(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	tag, err := conn.Exec(ctx, registerSQL, r.o.ID, r.incarn, r.o.Host, os.Getpid(), r.o.Version, r.o.HTTPAddr)
-	if err != nil {
+	var dbNow time.Time
+	t0 := r.o.Clock.Now()
+	err = conn.QueryRow(ctx, registerSQL, r.o.ID, r.incarn, r.o.Host, os.Getpid(), r.o.Version, r.o.HTTPAddr).Scan(&dbNow)
+	t1 := r.o.Clock.Now()
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		r.dropConnLocked()
 		return fmt.Errorf("register replica %q: %w", r.o.ID, err)
 	}
-	if tag.RowsAffected() == 0 {
+	if err == nil {
+		r.measure(dbNow, t0, t1)
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("register replica %q: %w (its heartbeat is less than %s old); stop it first, or choose another replica.id", r.o.ID, ErrLiveDuplicate, GoneAfter)
 	}
 	r.lastBeat.Store(int64(time.Since(r.epoch)))
@@ -322,7 +340,33 @@ func (r *Registry) loop(ctx context.Context) {
 	}
 }
 
-const heartbeatSQL = `UPDATE studio_replica SET heartbeat_at = now() WHERE id = $1 AND incarnation = $2`
+// heartbeatSQL writes the heartbeat and the clock offset the previous one
+// measured, and returns the database's now() for the next measure.
+const heartbeatSQL = `UPDATE studio_replica SET heartbeat_at = now(), clock_offset_seconds = $3
+WHERE id = $1 AND incarnation = $2 RETURNING now()`
+
+// measure records the clock offset from a database time read between the
+// local times t0 and t1: database time minus the midpoint of the round
+// trip.
+func (r *Registry) measure(dbNow, t0, t1 time.Time) {
+	mid := t0.Add(t1.Sub(t0) / 2)
+	r.offset.Store(int64(dbNow.Sub(mid)))
+	r.measured.Store(true)
+}
+
+// ClockOffset is database time minus the replica's clock, as last
+// measured (0 before any measure). The runner fires at due times in
+// database time: its clock plus this.
+func (r *Registry) ClockOffset() time.Duration { return time.Duration(r.offset.Load()) }
+
+// offsetArg is the last measured offset in seconds, or NULL.
+func (r *Registry) offsetArg() *float64 {
+	if !r.measured.Load() {
+		return nil
+	}
+	v := r.ClockOffset().Seconds()
+	return &v
+}
 
 // beat writes one heartbeat with a deadline shorter than the interval.
 func (r *Registry) beat(ctx context.Context) error {
@@ -333,23 +377,26 @@ func (r *Registry) beat(ctx context.Context) error {
 	// A connection that died since the last beat (a terminated backend, a
 	// database restart) is replaced at once, within the same deadline, so one
 	// fault does not cost a whole interval.
-	var tag pgconn.CommandTag
 	for attempt := 0; ; attempt++ {
 		conn, err := r.connLocked(ctx)
 		if err != nil {
 			return err
 		}
-		tag, err = conn.Exec(ctx, heartbeatSQL, r.o.ID, r.incarn)
+		var dbNow time.Time
+		t0 := r.o.Clock.Now()
+		err = conn.QueryRow(ctx, heartbeatSQL, r.o.ID, r.incarn, r.offsetArg()).Scan(&dbNow)
+		t1 := r.o.Clock.Now()
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrIncarnationLost
+		}
 		if err == nil {
+			r.measure(dbNow, t0, t1)
 			break
 		}
 		r.dropConnLocked()
 		if attempt > 0 || ctx.Err() != nil || !(conn.IsClosed() || pgconn.SafeToRetry(err)) {
 			return err
 		}
-	}
-	if tag.RowsAffected() == 0 {
-		return ErrIncarnationLost
 	}
 	now := int64(time.Since(r.epoch))
 	if prev := r.lastBeat.Swap(now); prev != 0 {

@@ -43,6 +43,18 @@ type Settings interface {
 	InvalidateAll()
 }
 
+// Schedules is the installation-wide schedule of installation jobs
+// (jobstore.Schedules): the end of each job's last run anywhere, in
+// database time.
+type Schedules interface {
+	// Load returns the end of the last run anywhere of each job (absent:
+	// never ran) and the database's now.
+	Load(ctx context.Context, jobIDs []string) (map[string]time.Time, time.Time, error)
+	// RecordEnd records that a run ended now in database time and signals
+	// every replica; it returns the end recorded.
+	RecordEnd(ctx context.Context, job, replica string, seq int64, started time.Time) (time.Time, error)
+}
+
 // LocksOf is the Locker of a lock provider; nil for nil.
 func LocksOf(p *locks.Provider) Locker {
 	if p == nil {

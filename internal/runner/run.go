@@ -24,7 +24,7 @@ func (r *Runner) run(js *jobState, sched jobs.Schedule, fire time.Time) {
 		// The lock is the job's lock: name, or its id (SPEC §5.3).
 		l, err := r.o.Locks.TryLock(ctx, js.job.LockName(), jobs.LockAtMostFor(sched), jobs.LockAtLeastFor(sched))
 		cancel()
-		now := r.o.Clock.Now()
+		now := r.now()
 		if errors.Is(err, locks.ErrHeldElsewhere) {
 			r.mu.Lock()
 			js.status.SkippedElsewhere++
@@ -54,10 +54,10 @@ func (r *Runner) run(js *jobState, sched jobs.Schedule, fire time.Time) {
 	cancel()
 	if err != nil {
 		r.unlock(lock, id)
-		r.recordNoRun(js, sched, r.o.Clock.Now(), err)
+		r.recordNoRun(js, sched, r.now(), err)
 		return
 	}
-	started := r.o.Clock.Now()
+	started := r.now()
 	run := jobs.Run{Seq: seq, JobID: id, ReplicaID: r.o.ReplicaID, Cluster: js.cluster(), StartedAt: started, Outcome: jobs.OutcomeRunning}
 	r.o.Store.PutRun(run)
 	r.mu.Lock()
@@ -180,7 +180,7 @@ func (r *Runner) run(js *jobState, sched jobs.Schedule, fire time.Time) {
 	if outcome != jobs.OutcomeLockLost {
 		r.unlock(held, id)
 	}
-	ended := r.o.Clock.Now()
+	ended := r.now()
 	errText = jobs.Storable(errText)
 	run.FinishedAt, run.Outcome, run.Error, run.OutputTail = &ended, outcome, errText, output
 	r.o.Store.PutRun(run)
@@ -227,9 +227,22 @@ func (r *Runner) run(js *jobState, sched jobs.Schedule, fire time.Time) {
 	case !js.failing && wasFailing:
 		r.log.Info("runner: job recovered", "job_id", id, "run_seq", seq)
 	}
+	// A shared job's end goes to the installation's schedule (in database
+	// time, with a bus signal to every replica), and its next fire follows
+	// the end recorded. A lost lock is not an end: another replica may run.
+	end := ended
+	if js.shared && outcome != jobs.OutcomeLockLost {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.runsCtx), lockStatementTimeout)
+		if e, err := r.o.Schedules.RecordEnd(ctx, id, r.o.ReplicaID, seq, started); err != nil {
+			r.log.Warn("runner: could not record the end of the run in the shared schedule; other replicas rely on the lock", "job_id", id, "run_seq", seq, "error", err)
+		} else {
+			end = e
+		}
+		cancel()
+	}
 	// A schedule changed during the run applies to the next fire.
 	r.mu.Lock()
-	next := js.sched.Next(ended)
+	next := js.sched.Next(end)
 	r.mu.Unlock()
 	r.finish(js, next)
 }

@@ -57,6 +57,15 @@ type Options struct {
 	// before they are stored or logged: the password of the replica's own
 	// database connection. The password of any URL is hidden too.
 	Secrets []string
+	// Schedules is the installation-wide schedule (jobstore.Schedules). With
+	// it, an installation job's timer follows the end of its last run
+	// anywhere (docs/schedules.md); without it (unit tests), each replica
+	// keeps its own fixed delay and the lock alone stands between them.
+	Schedules Schedules
+	// Offset is database time minus Clock's time, as last measured (the
+	// registry's heartbeat). Timers fire at due times in database time:
+	// Clock.Now() + Offset(). Nil: 0.
+	Offset func() time.Duration
 	// InitialDelay is the first fire's delay for a job (default: a random
 	// fraction of a fixed delay, so replicas and jobs do not all fire at
 	// once; the next cron time for cron jobs).
@@ -97,6 +106,10 @@ type jobState struct {
 	failing bool // the first failure was logged
 	lastEnd time.Time
 	duty    *duty // per-cluster duties (clusters.go): nil for a job that is not per cluster
+	// shared: an installation job on the installation-wide schedule.
+	shared bool
+	// forced: this fire is a trigger; it runs whatever the shared schedule says.
+	forced bool
 }
 
 // New builds a runner; Start starts it.
@@ -140,7 +153,8 @@ func New(o Options) (*Runner, error) {
 			}
 			lockOwner[j.LockName()] = j.ID
 		}
-		r.jobs[j.ID] = &jobState{job: j, sched: j.Schedule, index: -1}
+		r.jobs[j.ID] = &jobState{job: j, sched: j.Schedule, index: -1,
+			shared: j.Scope == jobs.ScopeInstallation && o.Schedules != nil}
 	}
 	m, err := newMetrics(o.Metrics)
 	if err != nil {
@@ -171,7 +185,17 @@ func (r *Runner) Start(ctx context.Context) error {
 		r.StartFailed()
 		return fmt.Errorf("start runner: %w", err)
 	}
-	now := r.o.Clock.Now()
+	// The installation-wide schedule: the end of each installation job's
+	// last run anywhere, whichever process ran it.
+	var ends map[string]time.Time
+	if shared := r.sharedIDs(); len(shared) > 0 {
+		ends, _, err = r.o.Schedules.Load(ctx, shared)
+		if err != nil {
+			r.StartFailed()
+			return fmt.Errorf("start runner: %w", err)
+		}
+	}
+	now := r.now()
 	r.mu.Lock()
 	r.runsCtx, r.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
 	r.started = now
@@ -186,9 +210,17 @@ func (r *Runner) Start(ctx context.Context) error {
 		js.status.Schedule = js.sched.String()
 		js.status.Since = now
 		var due time.Time
-		if js.sched.IsCron() {
+		switch {
+		case js.shared:
+			// Due every after the last end anywhere; never run: at once;
+			// missed while no replica was up: once now, or skipped.
+			due = jobs.DueAfter(js.sched, ends[id], now, js.job.Missed)
+		case r.o.Schedules != nil && js.job.Scope == jobs.ScopeInstance && js.status.LastFinishedAt != nil:
+			// An instance job follows this replica id's last run of it.
+			due = jobs.DueAfter(js.sched, *js.status.LastFinishedAt, now, js.job.Missed)
+		case js.sched.IsCron():
 			due = js.sched.Next(now)
-		} else {
+		default:
 			due = now.Add(r.o.InitialDelay(js.job))
 		}
 		r.push(js, due)
@@ -200,6 +232,27 @@ func (r *Runner) Start(ctx context.Context) error {
 	}
 	r.MarkStarted()
 	return nil
+}
+
+// now is the runner's time: database time as this replica last measured
+// it (its clock plus the offset).
+func (r *Runner) now() time.Time {
+	t := r.o.Clock.Now()
+	if r.o.Offset != nil {
+		t = t.Add(r.o.Offset())
+	}
+	return t
+}
+
+// sharedIDs are the ids of the jobs on the installation-wide schedule.
+func (r *Runner) sharedIDs() []string {
+	var out []string
+	for id, js := range r.jobs {
+		if js.shared {
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 // push queues js at due. r.mu held.
@@ -231,7 +284,7 @@ func (r *Runner) timerLoop(ctx context.Context) {
 		r.mu.Lock()
 		wait := time.Hour // nothing queued: wake on a kick or at quit
 		if len(r.queue) > 0 {
-			wait = r.queue[0].due.Sub(r.o.Clock.Now())
+			wait = r.queue[0].due.Sub(r.now())
 		}
 		r.mu.Unlock()
 		t.Stop()
@@ -249,7 +302,7 @@ func (r *Runner) timerLoop(ctx context.Context) {
 
 // fireDue launches every job whose time has come.
 func (r *Runner) fireDue() {
-	now := r.o.Clock.Now()
+	now := r.now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for len(r.queue) > 0 && !r.queue[0].due.After(now) {
@@ -259,11 +312,12 @@ func (r *Runner) fireDue() {
 		}
 		js.running = true
 		js.status.NextFireAt = nil // counted from the end of this run
-		fire := js.due
+		fire, forced := js.due, js.forced
+		js.forced = false
 		r.runWG.Add(1)
 		go func() {
 			defer r.runWG.Done()
-			r.tick(js, fire)
+			r.tick(js, fire, forced)
 		}()
 	}
 }
@@ -304,7 +358,8 @@ func (r *Runner) Trigger(id string) bool {
 	if !ok || js.running || r.stopping || js.index < 0 {
 		return false
 	}
-	r.push(js, r.o.Clock.Now())
+	js.forced = true
+	r.push(js, r.now())
 	r.kick()
 	r.log.Info("runner: job triggered", "job_id", id)
 	return true
@@ -331,20 +386,29 @@ func (r *Runner) SettingsChanged(id string) {
 			r.log.Warn("runner: read job setting", "job_id", id, "error", err)
 			return
 		}
+		// A shared job's new schedule applies from the last end anywhere.
+		var sharedEnd time.Time
+		sharedOK := false
+		if js.shared {
+			sharedEnd, sharedOK = r.lastEnd(ctx, js)
+		}
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		js.sched = sched
 		js.status.Schedule, js.status.Paused, js.status.InvalidSchedule = sched.String(), paused, invalid
-		if js.index >= 0 && !js.running {
+		if js.index >= 0 && !js.running && !js.forced {
 			base := js.lastEnd
+			if sharedOK {
+				base = sharedEnd
+			}
 			if base.IsZero() {
 				base = r.started
 			}
 			next := sched.Next(base)
 			if invalid != "" {
-				next = r.o.Clock.Now()
+				next = r.now()
 			}
-			if now := r.o.Clock.Now(); next.Before(now) {
+			if now := r.now(); next.Before(now) {
 				next = now
 			}
 			r.push(js, next)
@@ -354,9 +418,75 @@ func (r *Runner) SettingsChanged(id string) {
 	}()
 }
 
-// ResyncSettings drops every cached setting (after a bus reconnect).
+// ResyncSettings drops every cached setting and rereads the shared
+// schedule of every installation job (after a bus reconnect: a run's end
+// may have been announced while the bus was down).
 func (r *Runner) ResyncSettings() {
 	r.o.Settings.InvalidateAll()
+	r.mu.Lock()
+	ids := r.sharedIDs()
+	r.mu.Unlock()
+	for _, id := range ids {
+		r.ScheduleChanged(id)
+	}
+}
+
+// ScheduleChanged rereads the shared schedule of installation job id and
+// moves its timer to the due time (the bus's job.schedule signal: a run of
+// it ended somewhere). A job running here, or triggered, is left alone.
+func (r *Runner) ScheduleChanged(id string) {
+	r.mu.Lock()
+	js, ok := r.jobs[id]
+	if !ok || !js.shared || r.stopping || r.runsCtx == nil {
+		r.mu.Unlock()
+		return
+	}
+	r.runWG.Add(1)
+	r.mu.Unlock()
+	go func() {
+		defer r.runWG.Done()
+		ctx, cancel := context.WithTimeout(r.runsCtx, settingsTimeout)
+		defer cancel()
+		end, dbNow, err := r.loadEnd(ctx, js)
+		if err != nil {
+			r.log.Warn("runner: read the shared schedule; the next fire asks again", "job_id", id, "error", err)
+			return
+		}
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if js.index < 0 || js.running || js.forced || r.stopping || end.IsZero() {
+			return
+		}
+		// The due time as this replica's timers count, from the database's
+		// now of the same read.
+		due := r.now().Add(jobs.DueAfter(js.sched, end, dbNow, jobs.MissedRunOnce).Sub(dbNow))
+		if d := due.Sub(js.due); d > -time.Millisecond && d < time.Millisecond {
+			return
+		}
+		r.push(js, due)
+		r.kick()
+		r.putStatusLocked(js)
+	}()
+}
+
+// loadEnd reads the end of js's last run anywhere (zero: never ran) and
+// the database's now.
+func (r *Runner) loadEnd(ctx context.Context, js *jobState) (time.Time, time.Time, error) {
+	ends, dbNow, err := r.o.Schedules.Load(ctx, []string{js.job.ID})
+	if err != nil {
+		return time.Time{}, time.Time{}, err
+	}
+	return ends[js.job.ID], dbNow, nil
+}
+
+// lastEnd is loadEnd without the database's now; ok is false on an error.
+func (r *Runner) lastEnd(ctx context.Context, js *jobState) (time.Time, bool) {
+	end, _, err := r.loadEnd(ctx, js)
+	if err != nil {
+		r.log.Warn("runner: read the shared schedule", "job_id", js.job.ID, "error", err)
+		return time.Time{}, false
+	}
+	return end, true
 }
 
 // settings returns the schedule in force, paused, and the parser's cause
@@ -393,7 +523,7 @@ func (r *Runner) putStatusLocked(js *jobState) {
 	if r.dutyStatusStale(js) { // per-cluster duties (clusters.go)
 		return
 	}
-	js.status.UpdatedAt = r.o.Clock.Now()
+	js.status.UpdatedAt = r.now()
 	js.status.Running = js.running
 	if r.o.Store != nil {
 		r.o.Store.PutStatus(js.status)
@@ -445,7 +575,7 @@ func (r *Runner) Stop() {
 }
 
 // tick is one firing of js: settings, lock, run, record, reschedule.
-func (r *Runner) tick(js *jobState, fire time.Time) {
+func (r *Runner) tick(js *jobState, fire time.Time, forced bool) {
 	ctx, cancel := context.WithTimeout(r.runsCtx, settingsTimeout)
 	sched, paused, invalid, err := r.settings(ctx, js)
 	cancel()
@@ -456,7 +586,7 @@ func (r *Runner) tick(js *jobState, fire time.Time) {
 	js.sched = sched
 	js.status.Schedule, js.status.Paused, js.status.InvalidSchedule = sched.String(), paused, invalid
 	r.mu.Unlock()
-	now := r.o.Clock.Now()
+	now := r.now()
 	switch {
 	case invalid != "":
 		r.log.Warn("runner: job has an invalid schedule; asking again in a minute", "job_id", js.job.ID, "error", invalid)
@@ -465,6 +595,27 @@ func (r *Runner) tick(js *jobState, fire time.Time) {
 	case paused:
 		r.finish(js, sched.Next(now))
 		return
+	}
+	// A shared job asks the database first: a run that ended elsewhere
+	// since this timer was set (its bus signal lost or late) moves the due
+	// time, and this replica does not even try the lock. A read that fails
+	// leaves the decision to the lock, as without a shared schedule.
+	if js.shared && !forced {
+		ctx, cancel := context.WithTimeout(r.runsCtx, settingsTimeout)
+		end, dbNow, err := r.loadEnd(ctx, js)
+		cancel()
+		// A job that never ran anywhere has nothing to follow: its timer
+		// (at once, or a cron's time) stands, and the lock decides.
+		if err == nil && !end.IsZero() {
+			if due := jobs.DueAfter(sched, end, dbNow, jobs.MissedRunOnce); due.After(dbNow) {
+				// Counted from the database's now of the same read, so a
+				// wrong offset cannot make the timer spin.
+				r.finish(js, r.now().Add(due.Sub(dbNow)))
+				return
+			}
+		} else if r.runsCtx.Err() == nil {
+			r.log.Warn("runner: read the shared schedule; leaving it to the lock", "job_id", js.job.ID, "error", err)
+		}
 	}
 	r.run(js, sched, fire)
 }

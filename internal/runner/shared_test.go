@@ -1,0 +1,236 @@
+package runner_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/studioctl/studioctl/internal/clock"
+	"github.com/studioctl/studioctl/internal/jobs"
+	"github.com/studioctl/studioctl/internal/runner"
+)
+
+// fakeSchedules is the installation-wide schedule in memory, on the fake
+// clock (standing in for database time).
+type fakeSchedules struct {
+	clk   *clock.Fake
+	mu    sync.Mutex
+	ends  map[string]time.Time
+	reads int
+}
+
+func (s *fakeSchedules) Load(_ context.Context, ids []string) (map[string]time.Time, time.Time, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.reads++
+	out := map[string]time.Time{}
+	for _, id := range ids {
+		if e, ok := s.ends[id]; ok {
+			out[id] = e
+		}
+	}
+	return out, s.clk.Now(), nil
+}
+
+func (s *fakeSchedules) RecordEnd(_ context.Context, job, _ string, _ int64, _ time.Time) (time.Time, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.clk.Now()
+	s.ends[job] = now
+	return now, nil
+}
+
+func (s *fakeSchedules) set(job string, end time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ends[job] = end
+}
+
+// countingLocks is a Locker that always grants and counts attempts.
+type countingLocks struct {
+	mu       sync.Mutex
+	attempts int
+}
+
+func (c *countingLocks) TryLock(context.Context, string, time.Duration, time.Duration) (runner.Lock, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.attempts++
+	return nopLock{}, nil
+}
+
+func (c *countingLocks) n() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.attempts
+}
+
+type nopLock struct{}
+
+func (nopLock) Extend(context.Context, time.Duration, time.Duration) (runner.Lock, error) {
+	return nopLock{}, nil
+}
+func (nopLock) Unlock(context.Context) error { return nil }
+
+func sharedEnv(t *testing.T, missed jobs.Missed, lastEnd time.Time) (*env, *fakeSchedules, *countingLocks, *fakeTask, runner.Options) {
+	e := newMemEnv(t)
+	sch := &fakeSchedules{clk: e.clk, ends: map[string]time.Time{}}
+	if !lastEnd.IsZero() {
+		sch.ends["shared"] = lastEnd
+	}
+	ft := e.task()
+	ft.auto = true
+	j := e.job("shared", jobs.ScopeInstallation, 10*time.Second, ft)
+	j.Missed = missed
+	lk := &countingLocks{}
+	o := e.options(j)
+	o.Locks, o.Schedules = lk, sch
+	return e, sch, lk, ft, o
+}
+
+// TestSharedScheduleFollowsAnEndElsewhere: the timer of an installation job
+// is due every after the last end anywhere; an end elsewhere (the bus's
+// job.schedule signal) moves it, and the due time it left costs no lock
+// attempt.
+func TestSharedScheduleFollowsAnEndElsewhere(t *testing.T) {
+	e, sch, lk, ft, o := sharedEnv(t, "", t0.Add(-3*time.Second))
+	r := e.start(o)
+	e.waitIdle("shared", t0.Add(7*time.Second)) // a restart does not reset the delay
+	sch.set("shared", t0.Add(5*time.Second))    // another replica's run ended
+	r.ScheduleChanged("shared")
+	e.waitIdle("shared", t0.Add(15*time.Second))
+	e.clk.Advance(7 * time.Second)
+	e.clk.Advance(7 * time.Second)
+	if n := lk.n(); n != 0 || ft.startCount() != 0 {
+		t.Fatalf("%d lock attempts and %d runs before the due time, want none", n, ft.startCount())
+	}
+	e.clk.Advance(time.Second) // t0+15s
+	ft.waitEnds(t, 1)
+	e.waitIdle("shared", t0.Add(25*time.Second)) // every after this run's end
+	if n := lk.n(); n != 1 {
+		t.Fatalf("%d lock attempts for one due time, want 1", n)
+	}
+}
+
+// TestSharedScheduleAsksTheDatabaseAtAFire: when the end signal is lost (bus
+// down), the fire reads the row, finds the due time moved, and does not try
+// the lock.
+func TestSharedScheduleAsksTheDatabaseAtAFire(t *testing.T) {
+	e, sch, lk, ft, o := sharedEnv(t, "", t0.Add(-3*time.Second))
+	e.start(o)
+	e.waitIdle("shared", t0.Add(7*time.Second))
+	sch.set("shared", t0.Add(5*time.Second)) // no ScheduleChanged: the signal was lost
+	e.clk.Advance(7 * time.Second)
+	e.waitIdle("shared", t0.Add(15*time.Second))
+	if n := lk.n(); n != 0 || ft.startCount() != 0 {
+		t.Fatalf("%d lock attempts and %d runs at a due time that moved, want none", n, ft.startCount())
+	}
+}
+
+// TestSharedScheduleMissedAtStart: a due time that passed while no replica
+// was up runs once at start by default, and waits for last end + k × every
+// with missed: skip; a job that never ran is due at once.
+func TestSharedScheduleMissedAtStart(t *testing.T) {
+	t.Run("run-once", func(t *testing.T) {
+		e, _, _, ft, o := sharedEnv(t, "", t0.Add(-95*time.Second))
+		e.start(o)
+		ft.waitEnds(t, 1)
+		e.waitIdle("shared", t0.Add(10*time.Second))
+	})
+	t.Run("skip", func(t *testing.T) {
+		e, _, _, ft, o := sharedEnv(t, jobs.MissedSkip, t0.Add(-95*time.Second))
+		e.start(o)
+		e.waitIdle("shared", t0.Add(5*time.Second))
+		if ft.startCount() != 0 {
+			t.Fatal("missed: skip ran at start")
+		}
+	})
+	t.Run("never ran", func(t *testing.T) {
+		e, _, _, ft, o := sharedEnv(t, jobs.MissedSkip, time.Time{})
+		e.start(o)
+		ft.waitEnds(t, 1)
+	})
+}
+
+// TestSharedScheduleTriggerRunsNow: a trigger runs at once whatever the
+// shared schedule says, and the schedule continues from that run's end.
+func TestSharedScheduleTriggerRunsNow(t *testing.T) {
+	e, _, _, ft, o := sharedEnv(t, "", t0.Add(-3*time.Second))
+	r := e.start(o)
+	e.waitIdle("shared", t0.Add(7*time.Second))
+	e.clk.Advance(2 * time.Second)
+	if !r.Trigger("shared") {
+		t.Fatal("Trigger refused")
+	}
+	ft.waitEnds(t, 1)
+	e.waitIdle("shared", t0.Add(12*time.Second))
+}
+
+// TestSharedScheduleOffset: timers fire at due times in database time, the
+// replica's clock plus its measured offset.
+func TestSharedScheduleOffset(t *testing.T) {
+	e, _, lk, ft, o := sharedEnv(t, "", time.Time{})
+	// The fake clock reads t0; the database reads t0 - 40 s (this replica
+	// is 40 s fast), and its last end was 3 s before that.
+	o.Schedules.(*fakeSchedules).clk = clock.NewFake(t0.Add(-40 * time.Second))
+	o.Schedules.(*fakeSchedules).set("shared", t0.Add(-43*time.Second))
+	o.Offset = func() time.Duration { return -40 * time.Second }
+	e.start(o)
+	e.waitIdle("shared", t0.Add(-33*time.Second)) // database time
+	e.clk.Advance(6 * time.Second)
+	if lk.n() != 0 || ft.startCount() != 0 {
+		t.Fatal("fired before the due database time")
+	}
+}
+
+// TestSharedScheduleCronNeverRan: a cron job that never ran anywhere fires
+// at its next cron time (the pre-check must not push it to the next one
+// for ever).
+func TestSharedScheduleCronNeverRan(t *testing.T) {
+	e := newMemEnv(t)
+	sch := &fakeSchedules{clk: e.clk, ends: map[string]time.Time{}}
+	ft := e.task()
+	ft.auto = true
+	c, err := jobs.ParseCron("* * * * *")
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := jobs.Job{ID: "cron", Scope: jobs.ScopeInstallation, Schedule: c, Task: ft}
+	lk := &countingLocks{}
+	o := e.options(j)
+	o.Locks, o.Schedules = lk, sch
+	e.start(o)
+	e.waitIdle("cron", t0.Add(time.Minute))
+	e.clk.Advance(time.Minute)
+	ft.waitEnds(t, 1)
+	e.waitIdle("cron", t0.Add(2*time.Minute))
+	e.clk.Advance(time.Minute)
+	ft.waitEnds(t, 2)
+	if n := lk.n(); n != 2 {
+		t.Fatalf("%d lock attempts for two cron times, want 2", n)
+	}
+}
+
+// TestSharedScheduleSetEveryFromTheLastEnd: `jobs set --every` applies from
+// the last end anywhere (not from this replica's start or its last run),
+// and pause then resume holds and releases the shared due time.
+func TestSharedScheduleSetEveryFromTheLastEnd(t *testing.T) {
+	e, sch, lk, _, o := sharedEnv(t, "", t0.Add(-3*time.Second))
+	r := e.start(o)
+	e.waitIdle("shared", t0.Add(7*time.Second))
+	sch.set("shared", t0.Add(-1*time.Second)) // a run ended elsewhere
+	e.mem.set(jobs.Setting{JobID: "shared", Schedule: "every 30s"})
+	r.SettingsChanged("shared")
+	e.waitIdle("shared", t0.Add(29*time.Second))
+	e.mem.set(jobs.Setting{JobID: "shared", Schedule: "every 30s", Paused: true})
+	r.SettingsChanged("shared")
+	e.clk.Advance(29 * time.Second) // paused: fires, does not run
+	e.waitIdle("shared", t0.Add(59*time.Second))
+	if n := lk.n(); n != 0 {
+		t.Fatalf("%d lock attempts while paused, want 0", n)
+	}
+	e.mem.set(jobs.Setting{JobID: "shared", Schedule: "every 30s"})
+	r.SettingsChanged("shared") // resume: the due time (t0+29s) passed: at once
+	eventually(t, "a run after resume", func() bool { return lk.n() == 1 })
+}
