@@ -115,7 +115,9 @@ func TestOneRenewalStatementPerRoundForAThousandLeases(t *testing.T) {
 	perRound := float64(total1-total0) / float64(rounds)
 	t.Logf("1000 leases: %d rounds, %d renewal statements, %.2f statements per round (%.0f per minute at the default %s), pg_stat_statements renewal calls +%d",
 		rounds, renewals, perRound, perRound*float64(time.Minute/RenewEvery), RenewEvery, stat1-stat0)
-	if d := int64(renewals) - rounds; d < 0 || d > 1 {
+	// The counts are read while the loop runs, so a round that begins
+	// just before or after a read may fall on either side: ±1.
+	if d := int64(renewals) - rounds; d < -1 || d > 1 {
 		t.Fatalf("%d renewal statements in %d rounds", renewals, rounds)
 	}
 	if perRound > 2.1 {
