@@ -50,8 +50,12 @@ type Binary struct {
 	PathDir string
 }
 
+// EnvNoRace makes Build leave out -race: for measurements, where the race
+// detector's cost would be measured too (docs/benchmarks.md).
+const EnvNoRace = "STUDIO_BENCH_NORACE"
+
 // Build runs `go build -race` on ./cmd/studioctl from the module root into
-// dir and returns the binary.
+// dir and returns the binary (without -race when EnvNoRace is set).
 func Build(dir string) (*Binary, error) {
 	out, err := exec.Command("go", "env", "GOMOD").Output()
 	if err != nil {
@@ -62,7 +66,11 @@ func Build(dir string) (*Binary, error) {
 		return nil, fmt.Errorf("go env GOMOD: not inside a module")
 	}
 	bin := filepath.Join(dir, "studioctl")
-	cmd := exec.Command("go", "build", "-race", "-o", bin, "./cmd/studioctl")
+	args := []string{"build", "-race", "-o", bin, "./cmd/studioctl"}
+	if os.Getenv(EnvNoRace) != "" {
+		args = []string{"build", "-o", bin, "./cmd/studioctl"}
+	}
+	cmd := exec.Command("go", args...)
 	cmd.Dir = filepath.Dir(gomod)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("build studioctl: %w\n%s", err, out)
