@@ -11,6 +11,8 @@ import (
 
 	"github.com/studioctl/studioctl/internal/config"
 	"github.com/studioctl/studioctl/internal/db"
+	"github.com/studioctl/studioctl/internal/jobs"
+	"github.com/studioctl/studioctl/internal/leases"
 	"github.com/studioctl/studioctl/internal/locks"
 	"github.com/studioctl/studioctl/internal/pgtest"
 )
@@ -85,5 +87,20 @@ func TestRunRunHostsAReplicaUntilASignalDrainsIt(t *testing.T) {
 	}
 	if s := state(); s != "stopped" {
 		t.Errorf("state after the drain = %q, want stopped", s)
+	}
+}
+
+// The README's tour runs examples/demo.yaml: it must stay a valid config.
+func TestTheDemoConfigurationLoads(t *testing.T) {
+	list, err := jobs.LoadFile("../../examples/demo.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	clusters, err := leases.LoadFile("../../examples/demo.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) == 0 || len(clusters) != 12 {
+		t.Errorf("demo.yaml: %d jobs, %d clusters; want jobs and 12 clusters", len(list), len(clusters))
 	}
 }
