@@ -153,17 +153,24 @@ func TestMeasureDrainHandoverAndBalance(t *testing.T) {
 		// The duties are idle: a drain waits for running ones to end, and
 		// that is the duty's time, not the handover's (a replacement runs
 		// the duties of what it claims at once).
-		replicaproc.Eventually(t, 30*time.Second, "no running duty on "+victim, func() error {
+		// A run's row reaches the table only at the run store's next flush
+		// (every second), so "no row running" is not enough: every cluster
+		// the victim owns must show a finished run of the victim's (its
+		// duty runs at once when the lease is acquired, then every minute),
+		// and none running.
+		moved := f.ownedBy()[victim]
+		replicaproc.Eventually(t, 30*time.Second, "every duty on "+victim+" run and idle", func() error {
 			var n int
-			if err := f.pool.QueryRow(t.Context(), `SELECT count(*) FROM studio_job_run WHERE replica_id = $1 AND outcome = 'running'`, victim).Scan(&n); err != nil {
+			if err := f.pool.QueryRow(t.Context(), `SELECT count(*) FROM unnest($2::text[]) AS c(cluster)
+WHERE NOT EXISTS (SELECT 1 FROM studio_job_run r WHERE r.replica_id = $1 AND r.cluster = c.cluster AND r.finished_at IS NOT NULL)
+   OR EXISTS (SELECT 1 FROM studio_job_run r WHERE r.replica_id = $1 AND r.cluster = c.cluster AND r.outcome = 'running')`, victim, moved).Scan(&n); err != nil {
 				return err
 			}
 			if n > 0 {
-				return fmt.Errorf("%d running", n)
+				return fmt.Errorf("%d duties not yet run or running", n)
 			}
 			return nil
 		})
-		moved := f.ownedBy()[victim]
 		if len(moved) == 0 {
 			t.Fatalf("%s owns nothing", victim)
 		}
