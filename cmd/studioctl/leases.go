@@ -178,33 +178,13 @@ func leasesListRun(ctx context.Context, o *leasesListOptions) error {
 	if err != nil {
 		return err
 	}
-	p := o.Printer()
-	for {
+	return watchList(ctx, o.deps, o.Watch, o.Every, func(ctx context.Context) (func(*output.Printer) error, error) {
 		infos, err := leases.List(ctx, pool)
 		if err != nil {
-			if o.Watch && ctx.Err() != nil {
-				return nil
-			}
-			return err
+			return nil, err
 		}
-		if o.Watch && p.Terminal() && !p.Structured() {
-			fmt.Fprint(o.IO.Out, "\x1b[H\x1b[2J")
-		}
-		if err := printLeases(p, displayedLeases(o.deps, infos)); err != nil {
-			return err
-		}
-		if !o.Watch {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(o.Every):
-		}
-		if !p.Terminal() && !p.Structured() {
-			fmt.Fprintln(o.IO.Out)
-		}
-	}
+		return func(p *output.Printer) error { return printLeases(p, displayedLeases(o.deps, infos)) }, nil
+	})
 }
 
 // --- leases add

@@ -141,38 +141,52 @@ func replicasListRun(ctx context.Context, o *replicasListOptions) error {
 	if err != nil {
 		return err
 	}
-	p := o.Printer()
-	for {
+	return watchList(ctx, o.deps, o.Watch, o.Every, func(ctx context.Context) (func(*output.Printer) error, error) {
 		infos, err := replicas.List(ctx, pool)
 		if err != nil {
-			if o.Watch && ctx.Err() != nil {
-				return nil
-			}
-			return err
-		}
-		if o.Watch && p.Terminal() && !p.Structured() {
-			fmt.Fprint(o.IO.Out, "\x1b[H\x1b[2J")
+			return nil, err
 		}
 		leaseCount, err := leases.CountByOwner(ctx, pool)
 		if err != nil {
-			if o.Watch && ctx.Err() != nil {
+			return nil, err
+		}
+		return func(p *output.Printer) error {
+			return printReplicas(p, displayedReplicas(o.deps, infos), leaseCount)
+		}, nil
+	})
+}
+
+// watchList reads and prints a list once, or, with watch, again every
+// interval until ctx is done (a terminal table is redrawn in place; piped
+// output gets a blank line between refreshes). load reads the rows and
+// returns how to print them, so the screen is cleared only once they are
+// in hand. An error after ctx is done ends a watch quietly.
+func watchList(ctx context.Context, d deps, watch bool, every time.Duration, load func(context.Context) (func(*output.Printer) error, error)) error {
+	p := d.Printer()
+	for {
+		print, err := load(ctx)
+		if err != nil {
+			if watch && ctx.Err() != nil {
 				return nil
 			}
 			return err
 		}
-		if err := printReplicas(p, displayedReplicas(o.deps, infos), leaseCount); err != nil {
+		if watch && p.Terminal() && !p.Structured() {
+			fmt.Fprint(d.IO.Out, "\x1b[H\x1b[2J")
+		}
+		if err := print(p); err != nil {
 			return err
 		}
-		if !o.Watch {
+		if !watch {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(o.Every):
+		case <-time.After(every):
 		}
 		if !p.Terminal() && !p.Structured() {
-			fmt.Fprintln(o.IO.Out)
+			fmt.Fprintln(d.IO.Out)
 		}
 	}
 }
