@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -41,10 +42,23 @@ func ValidateID(id string) error {
 		return fmt.Errorf("must not be empty")
 	case len(id) > MaxIDBytes:
 		return fmt.Errorf("%q is %d bytes, at most %d allowed", id, len(id), MaxIDBytes)
+	case dutyOf(id) != "":
+		// A per-cluster duty's key (job@cluster): settings, pauses and
+		// triggers apply to the job, on every cluster it owns.
+		return fmt.Errorf("%q is one cluster's duty of job %q: give the job's id", id, dutyOf(id))
 	case !idPattern.MatchString(id):
 		return fmt.Errorf("%q must match [a-z0-9][a-z0-9-]*", id)
 	}
 	return nil
+}
+
+// dutyOf returns the job of a per-cluster duty's key (job@cluster), or "".
+func dutyOf(id string) string {
+	job, _, ok := strings.Cut(id, "@")
+	if !ok || !idPattern.MatchString(job) {
+		return ""
+	}
+	return job
 }
 
 // TaskSpec is a task as configured, before it is bound to a database pool.
