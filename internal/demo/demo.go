@@ -67,7 +67,9 @@ type optionError struct{ msg string }
 func (e *optionError) Error() string        { return e.msg }
 func (e *optionError) Is(target error) bool { return target == ErrInvalid }
 
-func invalid(format string, args ...any) error { return &optionError{msg: fmt.Sprintf(format, args...)} }
+func invalid(format string, args ...any) error {
+	return &optionError{msg: fmt.Sprintf(format, args...)}
+}
 
 // Options are the demo's flags and what it depends on.
 type Options struct {
@@ -124,6 +126,8 @@ type run struct {
 	fates  map[string]string
 	rep    *Report
 	cancel context.CancelCauseFunc
+	// stopView ends the observer and waits for it.
+	stopView func()
 }
 
 // Run runs the demo and returns its report. The error is ErrOverlap when an
@@ -156,7 +160,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 		dropDatabase(c, admin, name)
 		return nil, err
 	}
-	rep = &Report{Database: name, Kept: o.Keep, Faults: o.Faults, Incidents: []Incident{}}
+	rep = &Report{Database: name, Kept: o.Keep, Faults: o.Faults, Incidents: []Incident{}, Job: MainJob, EverySeconds: mainEvery.Seconds()}
 	defer func() {
 		// The database goes last, after every child has been reaped.
 		if o.Keep {
@@ -217,6 +221,11 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	defer scr.done()
 	ctx, r.cancel = context.WithCancelCause(ctx)
 	defer r.cancel(nil)
+	defer func() {
+		if r.stopView != nil {
+			r.stopView()
+		}
+	}()
 
 	err = r.play(ctx)
 	// Stop every replica (a drain each) before the report: the last runs
@@ -226,6 +235,10 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 		scr.say("stopping the replicas (SIGTERM: each drains and exits)")
 	}
 	r.kids.stopAll()
+	if r.stopView != nil {
+		r.stopView()
+	}
+	scr.done()
 	for _, id := range r.ids {
 		fate := r.fates[id]
 		if fate == "" {
@@ -308,7 +321,13 @@ func (r *run) play(ctx context.Context) error {
 	}
 	r.scr.say("all %d replicas ready in %.1fs. They share the installation jobs %s and %s (one replica per tick, through the lock table), each runs %s, and they own %d clusters through leases",
 		len(r.ids), time.Since(t0).Seconds(), MainJob, secondJob, instanceJob, len(demoClusters))
-	go r.observe(ctx)
+	vctx, vcancel := context.WithCancel(ctx)
+	vdone := make(chan struct{})
+	go func() {
+		defer close(vdone)
+		r.observe(vctx)
+	}()
+	r.stopView = func() { vcancel(); <-vdone }
 
 	if r.o.Faults {
 		if err := r.faults(ctx); err != nil {
@@ -369,6 +388,7 @@ func (r *run) observe(ctx context.Context) {
 // reports every one that started since the row after lastID.
 func (r *run) executions(ctx context.Context, lastID int64) (map[string]map[string]int, int64) {
 	out := map[string]map[string]int{}
+	total := map[string]int{}
 	rows, err := r.pool.Query(ctx, `SELECT id, job_id, replica FROM demo_execution WHERE job_id = ANY($1) ORDER BY id`, installationJobs)
 	if err != nil {
 		return out, lastID
@@ -384,8 +404,9 @@ func (r *run) executions(ctx context.Context, lastID int64) (map[string]map[stri
 			out[job] = map[string]int{}
 		}
 		out[job][rep]++
+		total[job]++
 		if id > lastID {
-			r.scr.event(fmt.Sprintf("job %s: execution %d started on %s", job, out[job][rep], rep))
+			r.scr.event(fmt.Sprintf("job %s: %s started execution %d", job, rep, total[job]))
 			lastID = id
 		}
 	}

@@ -33,21 +33,21 @@ type Report struct {
 	Overlaps         []string `json:"overlaps"`
 	// Runs is the executions of Job in the window; Due the ideal for its
 	// schedule over that window (docs/demo.md).
-	Runs          int          `json:"runs"`
-	Due           float64      `json:"due"`
-	WindowSeconds float64      `json:"window_seconds"`
-	MeanRunSecs   float64      `json:"mean_execution_seconds"`
-	Lock          *LockRow     `json:"lock"`
-	Jobs          []JobReport  `json:"jobs"`
-	Faults        bool         `json:"faults"`
-	Incidents     []Incident   `json:"incidents"`
-	Takeover      *float64     `json:"takeover_seconds,omitempty"`
-	Handover      *float64     `json:"handover_seconds,omitempty"`
-	Moved         []string     `json:"moved_clusters,omitempty"`
-	Connect       string       `json:"connect,omitempty"`
-	Interrupted   bool         `json:"interrupted,omitempty"`
-	Children      []int        `json:"child_pids"`
-	start, stopAt time.Time    // the window, database time
+	Runs          int           `json:"runs"`
+	Due           float64       `json:"due"`
+	WindowSeconds float64       `json:"window_seconds"`
+	MeanRunSecs   float64       `json:"mean_execution_seconds"`
+	Lock          *LockRow      `json:"lock"`
+	Jobs          []JobReport   `json:"jobs"`
+	Faults        bool          `json:"faults"`
+	Incidents     []Incident    `json:"incidents"`
+	Takeover      *float64      `json:"takeover_seconds,omitempty"`
+	Handover      *float64      `json:"handover_seconds,omitempty"`
+	Moved         []string      `json:"moved_clusters,omitempty"`
+	Connect       string        `json:"connect,omitempty"`
+	Interrupted   bool          `json:"interrupted,omitempty"`
+	Children      []int         `json:"child_pids"`
+	start, stopAt time.Time     // the window, database time
 	outage        time.Duration // kill to takeover
 }
 
@@ -198,9 +198,10 @@ func (r *Report) build(ctx context.Context, pool *pgxpool.Pool, admin *locks.Adm
 	}
 
 	// Runs against the ideal: the window runs from the first execution of
-	// the job to the stop; the ideal is one execution per every plus the
-	// mean execution (the delay counts from each end), over the window
-	// less the time the faults kept the job from running.
+	// the job to the stop; the ideal is one execution at its start and one
+	// more per every plus the mean execution (the delay counts from each
+	// end) over the rest of the window, less the time the crash kept the
+	// job from running (kill to takeover).
 	var first *time.Time
 	var mean *float64
 	if err := pool.QueryRow(ctx, `SELECT min(started_at), avg(extract(epoch FROM ended_at - started_at))::float8 FROM demo_execution WHERE job_id = $1`, r.Job).Scan(&first, &mean); err != nil {
@@ -217,7 +218,7 @@ func (r *Report) build(ctx context.Context, pool *pgxpool.Pool, admin *locks.Adm
 		}
 		window := r.stopAt.Sub(*first)
 		r.WindowSeconds = round3(window.Seconds())
-		r.Due = math.Round(10*max(0, (window-r.outage).Seconds())/(mainEvery.Seconds()+m)) / 10
+		r.Due = math.Round(10*(1+max(0, (window-r.outage).Seconds())/(mainEvery.Seconds()+m))) / 10
 	}
 
 	for _, id := range sortedKeys(perJob) {
