@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 
@@ -104,7 +105,9 @@ func demoRun(ctx context.Context, o *demoOptions) error {
 	opts.Environ, opts.Stderr, opts.Terminal, opts.NoColor = o.Environ(), o.IO.Err, o.StderrTTY, o.NoColor()
 	opts.Actor = o.Actor()
 	rep, err := demo.Run(ctx, opts)
-	if rep != nil && rep.Runs+len(rep.Replicas) > 0 {
+	// The report is printed when it is complete: the demo ended, with or
+	// without an overlap (not when it was interrupted or could not finish).
+	if rep != nil && (err == nil || errors.Is(err, demo.ErrOverlap)) {
 		if o.Format() == output.JSON {
 			if perr := o.Printer().Print(rep, nil, nil); perr != nil && err == nil {
 				err = perr

@@ -59,6 +59,9 @@ const (
 // ErrOverlap is the demo's failure: an installation job overlapped itself.
 var ErrOverlap = errors.New("an installation job overlapped itself")
 
+// ErrInterrupted: the demo was interrupted (Ctrl-C) before its report.
+var ErrInterrupted = errors.New("demo interrupted before its report")
+
 // ErrInvalid marks bad options (exit 2); the error's text names the flag.
 var ErrInvalid = errors.New("invalid demo option")
 
@@ -160,11 +163,16 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 		dropDatabase(c, admin, name)
 		return nil, err
 	}
-	rep = &Report{Database: name, Kept: o.Keep, Faults: o.Faults, Incidents: []Incident{}, Job: MainJob, EverySeconds: mainEvery.Seconds()}
+	var r0 struct{ tgt *target }
+	// report is what Run returns; a return of nil still leaves it to the
+	// deferred cleanup.
+	report := &Report{Database: name, Kept: o.Keep, Faults: o.Faults, Incidents: []Incident{}, Job: MainJob, EverySeconds: mainEvery.Seconds()}
+	rep = report
 	defer func() {
 		// The database goes last, after every child has been reaped.
 		if o.Keep {
-			rep.Connect = connectHint(dir, name)
+			report.Connect = connectHint(r0.tgt, dir)
+			scr.say("kept the database %s: %s", name, report.Connect)
 			return
 		}
 		os.RemoveAll(dir)
@@ -177,13 +185,14 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 			}
 			return
 		}
-		rep.Dropped = true
+		report.Dropped = true
 	}()
 
 	tgt, err := newTarget(o.ConnString, name, dir)
 	if err != nil {
 		return nil, err
 	}
+	r0.tgt = tgt
 	cfg, err := db.ParsePoolConfig(tgt.secret)
 	if err != nil {
 		return nil, err
@@ -240,17 +249,22 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	}
 	scr.done()
 	for _, id := range r.ids {
+		p, ok := r.procs[id]
+		if !ok {
+			continue // not started
+		}
 		fate := r.fates[id]
 		if fate == "" {
 			fate = "stopped"
 		}
-		rep.Replicas = append(rep.Replicas, ReplicaReport{ID: id, PID: r.procs[id].cmd.Process.Pid, Fate: fate})
+		rep.Replicas = append(rep.Replicas, ReplicaReport{ID: id, PID: p.cmd.Process.Pid, Fate: fate})
 	}
 	rep.Children = r.kids.pids()
 	if err != nil {
 		if ctx.Err() != nil && context.Cause(ctx) == context.Canceled {
 			rep.Interrupted = true
-			return rep, fmt.Errorf("demo interrupted")
+			scr.say("interrupted: every replica is stopped")
+			return rep, ErrInterrupted
 		}
 		if c := context.Cause(ctx); c != nil && !errors.Is(c, context.Canceled) {
 			err = c
@@ -275,8 +289,14 @@ func cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
 }
 
 // connectHint says how to reach a kept demo database, without the password.
-func connectHint(dir, name string) string {
-	return fmt.Sprintf("PGPASSFILE=%s psql '<the same server> dbname=%s' (the password file stays until you remove %s)", filepath.Join(dir, "pgpass"), name, dir)
+func connectHint(t *target, dir string) string {
+	if t == nil {
+		return ""
+	}
+	if t.passfile == "" {
+		return "psql " + shellQuote(t.public)
+	}
+	return fmt.Sprintf("PGPASSFILE=%s psql %s (remove %s when done)", shellQuote(t.passfile), shellQuote(t.public), dir)
 }
 
 // play starts the replicas, walks through the faults and waits out the

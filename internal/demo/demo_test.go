@@ -5,11 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -21,7 +24,34 @@ import (
 	"github.com/studioctl/studioctl/internal/replicaproc"
 )
 
-func TestMain(m *testing.M) { os.Exit(pgtest.MainNoLeaks(m)) }
+func TestMain(m *testing.M) {
+	code := pgtest.MainNoLeaks(m)
+	if buildDir != "" {
+		os.RemoveAll(buildDir)
+	}
+	os.Exit(code)
+}
+
+var (
+	buildOnce sync.Once
+	buildDir  string
+	built     *replicaproc.Binary
+	buildErr  error
+)
+
+// binary builds the race-enabled studioctl once for the package's tests.
+func binary(t *testing.T) *replicaproc.Binary {
+	t.Helper()
+	buildOnce.Do(func() {
+		if buildDir, buildErr = os.MkdirTemp("", "studioctl-demo-test-"); buildErr == nil {
+			built, buildErr = replicaproc.Build(buildDir)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return built
+}
 
 // demoTimeout bounds the whole demo process of the end-to-end test: the
 // race-enabled replicas, the 15 s replica TTL of the crash, the drain.
@@ -40,10 +70,7 @@ const testPassword = "s3cr3t-demo-Pa55"
 // process is left, and the password appears in no output.
 func TestDemoWithFaultsReportsNoOverlapAndItsIncidents(t *testing.T) {
 	admin := pgtest.AdminURL(t)
-	bin, err := replicaproc.Build(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := binary(t)
 	u, err := url.Parse(admin)
 	if err != nil {
 		t.Fatal(err)
@@ -54,7 +81,7 @@ func TestDemoWithFaultsReportsNoOverlapAndItsIncidents(t *testing.T) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin.Path, "demo", "--duration", "10s", "--faults", "-o", "json")
 	cmd.Dir = dir
-	cmd.Env = bin.Env(dir, "STUDIO_DATABASE_URL="+u.String())
+	cmd.Env = bin.Env(dir, "STUDIO_DATABASE_URL="+u.String(), "TMPDIR="+dir)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	start := time.Now()
@@ -146,6 +173,109 @@ func TestDemoWithFaultsReportsNoOverlapAndItsIncidents(t *testing.T) {
 		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
 			t.Errorf("child %d is still there after the demo (%v)", pid, err)
 		}
+	}
+	if left := childrenOf(dir); len(left) > 0 {
+		t.Errorf("processes left that run with the demo's files: %v", left)
+	}
+}
+
+// childrenOf lists the processes whose command line names a file below
+// dir (the replicas run --config DIR/studioctl-demo-*/demo.yaml).
+func childrenOf(dir string) []string {
+	var out []string
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		if cl := strings.ReplaceAll(string(b), "\x00", " "); strings.Contains(cl, dir+"/studioctl-demo-") {
+			out = append(out, e.Name()+": "+cl)
+		}
+	}
+	return out
+}
+
+// TestDemoStopsEveryChildOnCtrlCAndWhenKilled: a demo interrupted with
+// SIGINT stops and reaps every replica, drops its database and exits 1;
+// a demo killed with SIGKILL takes its replicas with it (Pdeathsig).
+func TestDemoStopsEveryChildOnCtrlCAndWhenKilled(t *testing.T) {
+	admin := pgtest.AdminURL(t)
+	bin := binary(t)
+	conn, err := pgx.Connect(context.Background(), admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	dbRE := regexp.MustCompile(`creating the demo database (` + DatabasePrefix + `[0-9a-f]+)`)
+
+	for _, tc := range []struct {
+		name string
+		sig  syscall.Signal
+	}{
+		{"ctrl-c", syscall.SIGINT},
+		{"kill -9", syscall.SIGKILL},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			cmd := exec.Command(bin.Path, "demo", "--duration", "5m")
+			cmd.Env = bin.Env(dir, "STUDIO_DATABASE_URL="+admin, "TMPDIR="+dir)
+			var stderr replicaproc.SyncBuffer
+			cmd.Stderr = &stderr
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			exited := make(chan struct{})
+			go func() { cmd.Wait(); close(exited) }()
+			defer func() {
+				cmd.Process.Kill()
+				<-exited
+			}()
+			replicaproc.Eventually(t, 60*time.Second, "the demo's replicas to be ready", func() error {
+				if !strings.Contains(stderr.String(), "replicas ready") {
+					return errors.New("not yet:\n" + stderr.String())
+				}
+				return nil
+			})
+			if n := len(childrenOf(dir)); n < 3 {
+				t.Fatalf("%d replicas running, want 3", n)
+			}
+			m := dbRE.FindStringSubmatch(stderr.String())
+			if m == nil {
+				t.Fatalf("no database named on stderr:\n%s", stderr.String())
+			}
+			name := m[1]
+			cmd.Process.Signal(tc.sig)
+			select {
+			case <-exited:
+			case <-time.After(30 * time.Second):
+				t.Fatalf("the demo still runs 30s after %v", tc.sig)
+			}
+			replicaproc.Eventually(t, 10*time.Second, "every replica to be gone", func() error {
+				if left := childrenOf(dir); len(left) > 0 {
+					return fmt.Errorf("left: %v", left)
+				}
+				return nil
+			})
+			var n int
+			if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM pg_database WHERE datname = $1`, name).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			switch tc.sig {
+			case syscall.SIGINT:
+				if code := cmd.ProcessState.ExitCode(); code != 1 || n != 0 {
+					t.Errorf("exit %d, database left %d: want exit 1 and the database dropped\n%s", code, n, stderr.String())
+				}
+			case syscall.SIGKILL:
+				// Killed, the demo cannot drop its database: the test does.
+				if _, err := conn.Exec(context.Background(), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1`, name); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
 	}
 }
 

@@ -215,7 +215,7 @@ func (s *screen) render(snap snapshot, execs map[string]map[string]int) string {
 		}
 		line("%-14s %-12s %s %5d %5d %5d   %s", v.ID, v.Scope, st.Render(fmt.Sprintf("%-9s", v.Health)), v.Runs, v.Failures, v.Timeouts, last)
 	}
-	line("%s", s.title.Render(fmt.Sprintf("%-14s %-10s %-7s %-7s %s", "LOCK", "HOLDER", "STATE", "HOLDER", "UNTIL")))
+	line("%s", s.title.Render(fmt.Sprintf("%-14s %-10s %-7s %-7s %s", "LOCK", "LOCKED BY", "STATE", "HOLDER", "UNTIL")))
 	for _, l := range snap.locks {
 		if l.Name == jobs.HousekeepingID {
 			continue
