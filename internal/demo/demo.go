@@ -38,7 +38,7 @@ const (
 	FaultReplicas = 3
 	// DefaultDuration makes `demo --faults` take about a minute: the kill
 	// waits about 15 s for the replica TTL before the release.
-	DefaultDuration = 45 * time.Second
+	DefaultDuration = 55 * time.Second
 	MinDuration     = 5 * time.Second
 	MaxDuration     = time.Hour
 )

@@ -26,7 +26,7 @@ const (
 // the main installation job, the stale lock it leaves and its release, the
 // takeover; then a drain and the handover of its cluster leases.
 func (r *run) faults(ctx context.Context) error {
-	warm := max(warmUp, r.o.Duration/6).Round(time.Second)
+	warm := max(warmUp, r.o.Duration/4).Round(time.Second)
 	r.scr.say("letting them share the work for %s", warm)
 	if err := sleep(ctx, warm); err != nil {
 		return err
@@ -225,9 +225,9 @@ GROUP BY cluster ORDER BY cluster`, clusterJob, moved, victim, drainAt)
 	handover := last.Sub(drainAt)
 	secs := round3(handover.Seconds())
 	r.rep.Handover, r.rep.Moved = &secs, moved
-	r.scr.say("handover: %s; %.1fs from the drain request to the first duty start of every moved cluster on its new owner", strings.Join(to, ", "), handover.Seconds())
+	r.scr.say("handover: %s; %.2fs from the drain request to the first duty start of every moved cluster on its new owner", strings.Join(to, ", "), handover.Seconds())
 	r.incident(Incident{Step: "handover", At: last.UTC(), Replica: victim,
-		Detail: fmt.Sprintf("%s, %.1fs after the drain request", strings.Join(to, ", "), handover.Seconds())})
+		Detail: fmt.Sprintf("%s, %.2fs after the drain request", strings.Join(to, ", "), handover.Seconds())})
 
 	select {
 	case <-p.done:

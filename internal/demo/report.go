@@ -308,7 +308,7 @@ func (r *Report) WriteText(w io.Writer) {
 			fmt.Fprintf(w, "  takeover:  %.1fs from the kill to the next execution of %s on another replica\n", *r.Takeover, r.Job)
 		}
 		if r.Handover != nil {
-			fmt.Fprintf(w, "  handover:  %.1fs from the drain request to the first duty start of every moved cluster elsewhere (%s)\n", *r.Handover, strings.Join(r.Moved, ", "))
+			fmt.Fprintf(w, "  handover:  %.2fs from the drain request to the first duty start of every moved cluster elsewhere (%s)\n", *r.Handover, strings.Join(r.Moved, ", "))
 		}
 	}
 	fmt.Fprintln(w)

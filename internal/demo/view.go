@@ -319,10 +319,11 @@ func events(prev, cur snapshot) []string {
 	}
 	for _, l := range cur.locks {
 		o, seen := oldLocks[l.Name]
-		if l.State == locks.StateStale && (!seen || o.State != locks.StateStale) {
+		// (A stopped holder's lockAtLeastFor, the last second, is no news.)
+		if l.State == locks.StateStale && (!seen || o.State != locks.StateStale) && l.Remaining >= time.Second {
 			out = append(out, fmt.Sprintf("lock %s: stale: its holder %s is gone, and it is held for another %s", l.Name, l.LockedBy, l.Remaining.Round(time.Second)))
 		}
-		if seen && o.State == locks.StateStale && l.State != locks.StateStale {
+		if seen && o.State == locks.StateStale && l.State != locks.StateStale && o.Remaining >= time.Second {
 			out = append(out, fmt.Sprintf("lock %s: %s", l.Name, l.State))
 		}
 	}
