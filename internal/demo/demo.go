@@ -336,8 +336,7 @@ func (r *run) play(ctx context.Context) error {
 	r.rep.start = start
 	end := time.Now().Add(r.o.Duration)
 	r.scr.header = func() string {
-		left := max(0, time.Until(end)).Round(time.Second)
-		return fmt.Sprintf("studioctl demo · database %s · %s left", r.rep.Database, left)
+		return fmt.Sprintf("studioctl demo · database %s · %s of at least %s", r.rep.Database, time.Since(t0).Round(time.Second), r.o.Duration)
 	}
 	r.scr.say("all %d replicas ready in %.1fs. They share the installation jobs %s and %s (one replica per tick, through the lock table), each runs %s, and they own %d clusters through leases",
 		len(r.ids), time.Since(t0).Seconds(), MainJob, secondJob, instanceJob, len(demoClusters))

@@ -78,8 +78,8 @@ ORDER BY e.id DESC LIMIT 1`, MainJob, fmt.Sprintf("%d milliseconds", midRun.Mill
 	}
 	r.kids.kill(p)
 	r.fates[victim] = "killed"
-	r.scr.say("kill -9 %s (pid %d): it was %.1fs into an execution of %s and holds its lock; it gets no chance to release it",
-		victim, p.cmd.Process.Pid, ranFor, MainJob)
+	r.scr.say("kill -9 %s (pid %d): it was %s into an execution of %s and holds its lock; it gets no chance to release it",
+		victim, p.cmd.Process.Pid, time.Duration(ranFor*float64(time.Second)).Round(time.Millisecond), MainJob)
 	r.incident(Incident{Step: "kill", At: killAt, Replica: victim, Command: fmt.Sprintf("kill -9 %d", p.cmd.Process.Pid),
 		Detail: fmt.Sprintf("kill -9 %s while it ran %s (execution started %s)", victim, MainJob, began.UTC().Format("15:04:05.000"))})
 	if in, err := r.locks.Get(ctx, MainJob); err == nil {
