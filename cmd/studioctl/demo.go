@@ -103,7 +103,6 @@ func demoRun(ctx context.Context, o *demoOptions) error {
 	}
 	opts.ConnString, opts.Described, opts.Executable = cs, described, exe
 	opts.Environ, opts.Stderr, opts.Terminal, opts.NoColor = o.Environ(), o.IO.Err, o.StderrTTY, o.NoColor()
-	opts.Actor = o.Actor()
 	rep, err := demo.Run(ctx, opts)
 	// The report is printed when it is complete: the demo ended, with or
 	// without an overlap (not when it was interrupted or could not finish).

@@ -96,8 +96,6 @@ type Options struct {
 	Stderr   io.Writer
 	Terminal bool // Stderr is a terminal: a live view that redraws
 	NoColor  bool
-	// Actor is who the release and drain name in the audit log.
-	Actor string
 }
 
 // Validate checks the options, naming the flag.

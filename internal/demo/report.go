@@ -252,7 +252,11 @@ func stampOf(t *time.Time) string {
 
 // WriteText prints the report for people.
 func (r *Report) WriteText(w io.Writer) {
-	fmt.Fprintf(w, "studioctl demo: %d replicas for %.0fs", len(r.Replicas), r.DurationSeconds)
+	noun := "replicas"
+	if len(r.Replicas) == 1 {
+		noun = "replica"
+	}
+	fmt.Fprintf(w, "studioctl demo: %d %s for %.0fs", len(r.Replicas), noun, r.DurationSeconds)
 	if r.Faults {
 		fmt.Fprint(w, ", with faults")
 	}
