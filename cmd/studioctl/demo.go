@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -103,6 +105,10 @@ func demoRun(ctx context.Context, o *demoOptions) error {
 	}
 	opts.ConnString, opts.Described, opts.Executable = cs, described, exe
 	opts.Environ, opts.Stderr, opts.Terminal, opts.NoColor = o.Environ(), o.IO.Err, o.StderrTTY, o.NoColor()
+	// A closed terminal (SIGHUP) ends the demo as Ctrl-C does: the replicas
+	// are stopped and the database dropped, rather than left to Pdeathsig.
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGHUP)
+	defer stop()
 	rep, err := demo.Run(ctx, opts)
 	// The report is printed when it is complete: the demo ended, with or
 	// without an overlap (not when it was interrupted or could not finish).
