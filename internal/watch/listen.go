@@ -86,13 +86,12 @@ func (n *Notifier) run(ctx context.Context) {
 	lo.OnResync = func() {
 		n.o.Wakes.Post(Wake{Resync: true})
 		n.mu.Lock()
-		told := n.told
-		n.told = false
-		n.mu.Unlock()
-		if !told {
+		defer n.mu.Unlock()
+		if !n.told {
 			// Lost and back between two checks: say it once now.
 			n.o.Notice(n.o.Lost)
 		}
+		n.told = false
 		n.o.Notice(n.o.Back)
 	}
 	// Connect, retrying until it works.
@@ -137,16 +136,13 @@ func (n *Notifier) run(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if l.Connected() {
-			continue
-		}
+		// Under the lock, so a reconnection (OnResync) is told after.
 		n.mu.Lock()
-		tell := !n.told
-		n.told = true
-		n.mu.Unlock()
-		if tell {
+		if !l.Connected() && !n.told {
+			n.told = true
 			n.o.Notice(n.o.Lost)
 		}
+		n.mu.Unlock()
 	}
 }
 
