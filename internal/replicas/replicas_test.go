@@ -353,9 +353,6 @@ func TestRequestDrain(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer listen.Close(context.Background())
-	if _, err := listen.Exec(ctx, "LISTEN "+bus.Channel); err != nil {
-		t.Fatal(err)
-	}
 
 	e.register(t, "live", Options{})
 	stopped := e.register(t, "stopped", Options{})
@@ -364,6 +361,11 @@ func TestRequestDrain(t *testing.T) {
 	}
 	e.register(t, "gone", Options{})
 	e.age(t, "gone")
+	// Listen after the registrations, whose replica.state signals are not
+	// what this test is about.
+	if _, err := listen.Exec(ctx, "LISTEN "+bus.Channel); err != nil {
+		t.Fatal(err)
+	}
 
 	tests := []struct {
 		name       string
