@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/studioctl/studioctl/internal/bus"
+	"github.com/studioctl/studioctl/internal/stream"
 )
 
 // Listen timings.
@@ -77,9 +78,12 @@ func (n *Notifier) run(ctx context.Context) {
 	defer close(n.done)
 	lo := n.o.Listener
 	lo.Handler = func(m bus.Message) {
-		if m.Type == bus.TypeFrame {
-			return // stream frames carry no change of the tables
+		if m.Type == bus.TypeFrame && m.Stream != stream.BusStream {
+			return // other stream frames carry no change of the tables
 		}
+		// An events frame (internal/stream) says a transaction changed runs,
+		// replicas, leases or audited state: a lease claimed after its TTL,
+		// for one, has no signal of its own.
 		n.o.Wakes.Post(Wake{Message: true, Signal: m.Type == bus.TypeSignal})
 	}
 	lost := false
