@@ -65,7 +65,9 @@ GRANT UPDATE (done_at, done_by) ON studio_request TO studio_replica;
 -- the installation-wide schedule (one row per installation job).
 GRANT SELECT, INSERT, UPDATE ON studio_job_schedule TO studio_replica;
 GRANT SELECT ON studio_job_setting, studio_audit, goose_db_version TO studio_replica;
--- the event stream (/v1/events): its triggers write it as its owner; a
--- replica reads it for its clients and housekeeping prunes it.
+-- the event stream (/v1/events): its triggers and studio_event_runs (the
+-- run store's flush) write it as its owner; a replica reads it for its
+-- clients and housekeeping prunes it.
 GRANT SELECT, DELETE ON studio_event TO studio_replica;
+GRANT EXECUTE ON FUNCTION studio_event_runs(bigint[], text[]) TO studio_replica;
 GRANT USAGE ON SEQUENCE studio_job_run_seq_seq TO studio_replica;

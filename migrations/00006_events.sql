@@ -1,22 +1,29 @@
 -- The event stream of /v1/events (issue 12, docs/events.md).
 --
 -- studio_event holds what happened in the installation, one row per event,
--- with an id that orders events installation-wide. Triggers write the rows:
--- a run started or finished (studio_job_run), a replica's state changed
--- (studio_replica), a lease changed owner or a cluster was added or removed
--- (cluster_lease), an operator action was audited (studio_audit; a lock
--- release also gives a lock event). No trigger touches shedlock, which Java
--- nodes share.
+-- with an id that orders events installation-wide:
+--   - runs that started or ended: the run store's flush writes them in one
+--     statement per flush (studio_event_runs, below), and so does
+--     housekeeping when it marks a gone replica's runs interrupted. A
+--     trigger per run row would cost a PL/pgSQL call per run: at 10,000
+--     jobs that tripled the database's CPU (docs/benchmarks.md);
+--   - triggers write the rest, which is rare: a replica's state changed
+--     (studio_replica), a lease changed owner or a cluster was added or
+--     removed (cluster_lease), an operator action was audited (studio_audit;
+--     a lock release also gives a lock event).
+-- No trigger touches shedlock, which Java nodes share.
 --
 -- Why a table and not the seqs of runs and audit rows: state changes and
 -- lease moves have no history row, and one id across all kinds needs one
 -- sequence. Ids are handed out in commit order, so a reader that has seen
 -- id N has seen every committed event below N and will never see a later
--- one below it:
---   - the triggers are deferred constraint triggers, so they run at commit,
---     after every row lock of the transaction has been taken;
---   - each takes one transaction-level advisory lock (key 1937012068,
---     'stud') before it takes an id, and holds it until the commit ends.
+-- one below it: every writer takes one transaction-level advisory lock
+-- (key 1937012068, 'stud') before it takes an id, and holds it until its
+-- commit ends. The lock is taken after the writer's row locks:
+--   - the triggers are deferred constraint triggers, so they run at commit;
+--   - studio_event_runs is the last statement of a flush but the status
+--     upsert of the flush's own rows (no other writer takes those locks),
+--     and housekeeping's one statement locks its rows first.
 -- A transaction that wrote events sends ONE notification on the bus, a
 -- frame without data (truncated) naming its first id: readers read the
 -- table after the last id they have, so a run store flush of a thousand
@@ -58,17 +65,36 @@ $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
-CREATE FUNCTION studio_event_run() RETURNS trigger
+CREATE FUNCTION studio_event_runs(p_seqs bigint[], p_notify text[] DEFAULT '{}') RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+DECLARE
+    v_first bigint;
+    v_payload text;
 BEGIN
-    PERFORM studio_event_add('run', jsonb_strip_nulls(jsonb_build_object(
-        'seq', NEW.seq, 'job_id', NEW.job_id, 'replica_id', NEW.replica_id,
-        'cluster', coalesce(NEW.cluster, ''), 'outcome', NEW.outcome,
-        'started_at', studio_event_time(NEW.started_at),
-        'finished_at', studio_event_time(NEW.finished_at),
-        'duration_seconds', round(extract(epoch FROM NEW.finished_at - NEW.started_at)::numeric, 3),
-        'error', NEW.error)));
-    RETURN NULL;
+    IF cardinality(p_seqs) > 0 THEN
+        PERFORM pg_advisory_xact_lock(1937012068);
+        WITH ins AS (
+            INSERT INTO studio_event (event, data)
+            SELECT 'run', jsonb_strip_nulls(jsonb_build_object(
+                'seq', r.seq, 'job_id', r.job_id, 'replica_id', r.replica_id,
+                'cluster', coalesce(r.cluster, ''), 'outcome', r.outcome,
+                'started_at', studio_event_time(r.started_at),
+                'finished_at', studio_event_time(r.finished_at),
+                'duration_seconds', round(extract(epoch FROM r.finished_at - r.started_at)::numeric, 3),
+                'error', r.error))
+            FROM studio_job_run r WHERE r.seq = ANY(p_seqs) ORDER BY r.seq
+            RETURNING id)
+        SELECT min(id) INTO v_first FROM ins;
+        IF v_first IS NOT NULL AND current_setting('studio.event_notified', true) IS DISTINCT FROM '1' THEN
+            PERFORM set_config('studio.event_notified', '1', true);
+            PERFORM pg_notify('studio', json_build_object('v', 1, 'type', 'frame', 'stream', 'events',
+                'id', v_first::text, 'event', 'run', 'truncated', true)::text);
+        END IF;
+    END IF;
+    -- The flush's seqs batch (docs/bus.md) goes in the same statement.
+    FOREACH v_payload IN ARRAY coalesce(p_notify, '{}') LOOP
+        PERFORM pg_notify('studio', v_payload);
+    END LOOP;
 END
 $$;
 -- +goose StatementEnd
@@ -124,12 +150,6 @@ $$;
 -- +goose StatementEnd
 
 -- Deferred: they run at commit, after every row lock (see above).
-CREATE CONSTRAINT TRIGGER studio_event_run_insert AFTER INSERT ON studio_job_run
-    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION studio_event_run();
-CREATE CONSTRAINT TRIGGER studio_event_run_update AFTER UPDATE ON studio_job_run
-    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW
-    WHEN (OLD.outcome IS DISTINCT FROM NEW.outcome OR OLD.finished_at IS DISTINCT FROM NEW.finished_at)
-    EXECUTE FUNCTION studio_event_run();
 CREATE CONSTRAINT TRIGGER studio_event_replica_insert AFTER INSERT ON studio_replica
     DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION studio_event_replica();
 CREATE CONSTRAINT TRIGGER studio_event_replica_update AFTER UPDATE ON studio_replica
@@ -149,8 +169,10 @@ CREATE CONSTRAINT TRIGGER studio_event_lease_delete AFTER DELETE ON cluster_leas
 CREATE CONSTRAINT TRIGGER studio_event_audit_insert AFTER INSERT ON studio_audit
     DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION studio_event_audit();
 
--- Only the triggers write events: no role may call the functions directly.
-REVOKE EXECUTE ON FUNCTION studio_event_add(text, jsonb), studio_event_run(), studio_event_replica(),
+-- Only the triggers, the run store and housekeeping write events: no role
+-- may call the functions directly; docs/roles.sql grants studio_event_runs
+-- to the replica role, which writes the runs it describes anyway.
+REVOKE EXECUTE ON FUNCTION studio_event_add(text, jsonb), studio_event_runs(bigint[], text[]), studio_event_replica(),
     studio_event_lease(), studio_event_audit() FROM PUBLIC;
 
 -- +goose Down
@@ -161,12 +183,10 @@ DROP TRIGGER studio_event_lease_insert ON cluster_lease;
 DROP TRIGGER studio_event_replica_delete ON studio_replica;
 DROP TRIGGER studio_event_replica_update ON studio_replica;
 DROP TRIGGER studio_event_replica_insert ON studio_replica;
-DROP TRIGGER studio_event_run_update ON studio_job_run;
-DROP TRIGGER studio_event_run_insert ON studio_job_run;
 DROP FUNCTION studio_event_audit();
 DROP FUNCTION studio_event_lease();
 DROP FUNCTION studio_event_replica();
-DROP FUNCTION studio_event_run();
+DROP FUNCTION studio_event_runs(bigint[], text[]);
 DROP FUNCTION studio_event_time(timestamptz);
 DROP FUNCTION studio_event_add(text, jsonb);
 DROP TABLE studio_event;

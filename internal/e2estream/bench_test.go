@@ -129,8 +129,8 @@ func sample(t *testing.T, pid int, addr string, d time.Duration, received *atomi
 	}
 	wall := time.Since(start)
 	w := window{wall: wall, cpu: (procCPU(t, pid) - cpu0).Seconds() / wall.Seconds(), rssMiB: rss,
-		maxGapS: metric(t, addr, "studio_replica_heartbeat_max_gap_seconds"),
-		dropped: metric(t, addr, "studio_stream_clients_dropped_total"),
+		maxGapS:     metric(t, addr, "studio_replica_heartbeat_max_gap_seconds"),
+		dropped:     metric(t, addr, "studio_stream_clients_dropped_total"),
 		streamReads: (metric(t, addr, "studio_stream_reads_total") - reads0) / wall.Seconds()}
 	if received != nil {
 		w.eventsPerS = float64(received.Load()) / wall.Seconds()

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/studioctl/studioctl/internal/jobs"
 	"github.com/studioctl/studioctl/internal/liveness"
 	"github.com/studioctl/studioctl/internal/tasks"
@@ -51,15 +53,28 @@ func Housekeep(ctx context.Context, q Querier) (pruned, interrupted, dropped int
 		return 0, 0, 0, fmt.Errorf("prune run history: %w", err)
 	}
 	pruned = tag.RowsAffected()
-	tag, err = q.Exec(ctx, `
+	// The rows, then their events (docs/events.md), in one transaction.
+	err = pgx.BeginFunc(ctx, q, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `
 UPDATE studio_job_run j SET outcome = 'interrupted', finished_at = now(),
   error = 'replica ' || j.replica_id || ' is gone: the run was interrupted'
 WHERE j.outcome = 'running' AND NOT EXISTS (
-  SELECT 1 FROM studio_replica r WHERE r.id = j.replica_id AND `+liveness.LiveSQL("r")+`)`)
+  SELECT 1 FROM studio_replica r WHERE r.id = j.replica_id AND `+liveness.LiveSQL("r")+`)
+RETURNING j.seq`)
+		if err != nil {
+			return err
+		}
+		seqs, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil || len(seqs) == 0 {
+			return err
+		}
+		interrupted = int64(len(seqs))
+		_, err = tx.Exec(ctx, eventRunsSQL, seqs, []string{})
+		return err
+	})
 	if err != nil {
 		return pruned, 0, 0, fmt.Errorf("mark runs of gone replicas interrupted: %w", err)
 	}
-	interrupted = tag.RowsAffected()
 	err = q.QueryRow(ctx, `
 WITH gone AS (
   DELETE FROM studio_replica r

@@ -192,3 +192,35 @@ func TestHousekeepDropsOldStatusRowsOfReplicasThatHaveNoRow(t *testing.T) {
 		t.Errorf("%d status rows of a replica forgotten two days ago, want 0", n)
 	}
 }
+
+// A run that housekeeping marks interrupted reaches the event stream as a
+// run event, like a run the store flushes (docs/events.md), and old
+// events are pruned.
+func TestHousekeepWritesTheEventsOfTheRunsItInterrupts(t *testing.T) {
+	t.Parallel()
+	pool, _ := newPool(t)
+	insertReplica(t, pool, "crashed", "ready", time.Minute)
+	seq := insertRun(t, pool, "crashed", "running", time.Minute)
+	if _, _, _, err := jobstore.Housekeep(t.Context(), pool); err != nil {
+		t.Fatal(err)
+	}
+	var outcome, finished string
+	var gotSeq int64
+	if err := pool.QueryRow(t.Context(), `SELECT (data->>'seq')::bigint, data->>'outcome', coalesce(data->>'finished_at', '') FROM studio_event WHERE event = 'run'`).Scan(&gotSeq, &outcome, &finished); err != nil {
+		t.Fatalf("the interrupted run's event: %v", err)
+	}
+	if gotSeq != seq || outcome != "interrupted" || finished == "" {
+		t.Fatalf("event of run %d: outcome %q, finished_at %q; want run %d interrupted, with its end", gotSeq, outcome, finished, seq)
+	}
+	// Pruning: an event older than EventRetention goes.
+	if _, err := pool.Exec(t.Context(), `UPDATE studio_event SET at = now() - make_interval(secs => $1) - interval '1 minute'`, jobstore.EventRetention.Seconds()); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := jobstore.Housekeep(t.Context(), pool); err != nil {
+		t.Fatal(err)
+	}
+	var left int
+	if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM studio_event WHERE event = 'run'`).Scan(&left); err != nil || left != 0 {
+		t.Fatalf("%d old run events left (%v), want 0", left, err)
+	}
+}

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/studioctl/studioctl/internal/bus"
 	"github.com/studioctl/studioctl/internal/jobs"
 	"github.com/studioctl/studioctl/internal/startstop"
@@ -243,7 +245,13 @@ WHERE studio_job_run.outcome = 'running'
    -- A replica that was paused past the gone threshold finds its run marked
    -- interrupted by housekeeping; its own final outcome is the truth.
    OR (studio_job_run.outcome = 'interrupted' AND EXCLUDED.outcome <> 'running'
-       AND studio_job_run.replica_id = EXCLUDED.replica_id)`
+       AND studio_job_run.replica_id = EXCLUDED.replica_id)
+RETURNING seq`
+
+// eventRunsSQL writes the event stream's rows of the runs the upsert
+// changed and sends the flush's bus messages (the seqs batch, and one
+// events frame), in one statement (migrations/00006_events.sql).
+const eventRunsSQL = `SELECT studio_event_runs($1::bigint[], $2::text[])`
 
 func (s *Store) write(ctx context.Context, runs map[int64]jobs.Run, status map[string]jobs.Status) error {
 	tx, err := s.q.Begin(ctx)
@@ -261,11 +269,20 @@ func (s *Store) write(ctx context.Context, runs map[int64]jobs.Run, status map[s
 			started, finished = append(started, r.StartedAt), append(finished, r.FinishedAt)
 			out, errs, tail = append(out, string(r.Outcome)), append(errs, r.Error), append(tail, r.OutputTail)
 		}
-		if _, err := tx.Exec(ctx, upsertRunsSQL, seq, job, rep, cl, started, finished, out, errs, tail); err != nil {
+		rows, err := tx.Query(ctx, upsertRunsSQL, seq, job, rep, cl, started, finished, out, errs, tail)
+		if err != nil {
+			return fmt.Errorf("write job history: %w", err)
+		}
+		changed, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
 			return fmt.Errorf("write job history: %w", err)
 		}
 		stmts++
-		if err := bus.Notify(ctx, tx, bus.Seqs(seq...)); err != nil {
+		payloads, err := bus.Encode(bus.Seqs(seq...))
+		if err != nil {
+			return fmt.Errorf("announce job runs: %w", err)
+		}
+		if _, err := tx.Exec(ctx, eventRunsSQL, changed, payloads); err != nil {
 			return fmt.Errorf("announce job runs: %w", err)
 		}
 		stmts++

@@ -510,6 +510,11 @@ func TestFlushingAThousandRunsAndStatusesTakesABoundedNumberOfStatements(t *test
 		t.Errorf("%d status rows with runs = 1, want %d", got, n)
 	}
 
+	// Each flush wrote an event per run it changed (docs/events.md).
+	if got := count(t, pool, `SELECT count(*) FROM studio_event WHERE event = 'run'`); got != 2*n {
+		t.Errorf("%d run events, want %d (a start and an end per run)", got, 2*n)
+	}
+
 	// The server agrees: pg_stat_statements saw each writing statement twice.
 	calls, ok := statementCalls(t, pool)
 	if !ok {
@@ -521,8 +526,8 @@ func TestFlushingAThousandRunsAndStatusesTakesABoundedNumberOfStatements(t *test
 	}{
 		{"INSERT INTO studio_job_run", 2},
 		{"INSERT INTO studio_job_status", 2},
-		{"SELECT pg_notify", 2},
-		{"SELECT nextval", 1}, // 1,000 seqs are one block
+		{"SELECT studio_event_runs", 2}, // the runs' events and the bus messages, in one statement
+		{"SELECT nextval", 1},           // 1,000 seqs are one block
 	} {
 		if got := calls[w.prefix]; got != w.calls {
 			t.Errorf("pg_stat_statements: %q ran %d times, want %d (all: %v)", w.prefix, got, w.calls, calls)
@@ -557,7 +562,7 @@ WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())`)
 		if err := rows.Scan(&q, &c); err != nil {
 			t.Fatal(err)
 		}
-		for _, prefix := range []string{"INSERT INTO studio_job_run", "INSERT INTO studio_job_status", "SELECT pg_notify", "SELECT nextval"} {
+		for _, prefix := range []string{"INSERT INTO studio_job_run", "INSERT INTO studio_job_status", "SELECT pg_notify", "SELECT studio_event_runs", "SELECT nextval"} {
 			if strings.HasPrefix(strings.TrimSpace(q), prefix) {
 				out[prefix] += c
 			}

@@ -42,12 +42,32 @@ func mustExec(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) {
 	}
 }
 
-// insertRuns writes n runs of job in one transaction, as a run store flush
-// does, and returns their seqs.
+// insertRuns writes n runs of job and their events in one transaction, as
+// a run store flush does (jobstore: the upsert, then studio_event_runs).
 func insertRuns(t testing.TB, pool *pgxpool.Pool, job string, n int) {
 	t.Helper()
-	mustExec(t, pool, `INSERT INTO studio_job_run (job_id, replica_id, started_at, outcome)
-SELECT $1, 'r1', now(), 'running' FROM generate_series(1, $2)`, job, n)
+	err := pgx.BeginFunc(context.Background(), pool, func(tx pgx.Tx) error {
+		return addRuns(tx, `INSERT INTO studio_job_run (job_id, replica_id, started_at, outcome)
+SELECT $1, 'r1', now(), 'running' FROM generate_series(1, $2) RETURNING seq`, job, n)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// addRuns runs a statement that returns run seqs, then writes their events.
+func addRuns(tx pgx.Tx, sql string, args ...any) error {
+	ctx := context.Background()
+	rows, err := tx.Query(ctx, sql, args...)
+	if err != nil {
+		return err
+	}
+	seqs, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, `SELECT studio_event_runs($1, '{}')`, seqs)
+	return err
 }
 
 func events(t testing.TB, pool *pgxpool.Pool, after int64) []Event {
@@ -68,8 +88,8 @@ func data(t testing.TB, e Event) map[string]any {
 	return m
 }
 
-// The triggers write what happened, and nothing for a heartbeat or a
-// renewal.
+// The triggers and the run store's function write what happened, and
+// nothing for a heartbeat or a renewal.
 func TestTriggersWriteEventsForChangesOnly(t *testing.T) {
 	t.Parallel()
 	pool, _ := openPool(t)
@@ -79,8 +99,15 @@ func TestTriggersWriteEventsForChangesOnly(t *testing.T) {
 	mustExec(t, pool, `INSERT INTO cluster_lease (cluster) VALUES ('c1')`)
 	mustExec(t, pool, `UPDATE cluster_lease SET owner = 'r1', renewed_at = now(), generation = generation + 1 WHERE cluster = 'c1'`)
 	mustExec(t, pool, `UPDATE cluster_lease SET renewed_at = now() WHERE cluster = 'c1'`) // no event
-	mustExec(t, pool, `INSERT INTO studio_job_run (job_id, replica_id, cluster, started_at, outcome) VALUES ('j', 'r1', 'c1', '2026-12-01T10:00:00Z', 'running')`)
-	mustExec(t, pool, `UPDATE studio_job_run SET outcome = 'failed', finished_at = '2026-12-01T10:00:01.5Z', error = 'boom' WHERE job_id = 'j'`)
+	mustExec(t, pool, `INSERT INTO studio_job_run (job_id, replica_id, cluster, started_at, outcome) VALUES ('j0', 'r1', 'c1', now(), 'running')`) // no event: not through the run store
+	for _, stmt := range []string{
+		`INSERT INTO studio_job_run (job_id, replica_id, cluster, started_at, outcome) VALUES ('j', 'r1', 'c1', '2026-12-01T10:00:00Z', 'running') RETURNING seq`,
+		`UPDATE studio_job_run SET outcome = 'failed', finished_at = '2026-12-01T10:00:01.5Z', error = 'boom' WHERE job_id = 'j' RETURNING seq`,
+	} {
+		if err := pgx.BeginFunc(context.Background(), pool, func(tx pgx.Tx) error { return addRuns(tx, stmt) }); err != nil {
+			t.Fatal(err)
+		}
+	}
 	mustExec(t, pool, `INSERT INTO studio_audit (actor, action, target, reason) VALUES ('alice', 'locks.release', 'nightly', 'stuck')`)
 
 	var got []string
@@ -165,10 +192,6 @@ func TestOneNotificationPerTransaction(t *testing.T) {
 func TestIdsFollowCommitOrder(t *testing.T) {
 	t.Parallel()
 	pool, _ := openPool(t)
-	// Each event's transaction takes a while between its event and its
-	// commit: without the ordering, a later id would often commit first.
-	mustExec(t, pool, `CREATE OR REPLACE FUNCTION studio_event_run() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN PERFORM studio_event_add('run', '{}'); PERFORM pg_sleep(random() / 200); RETURN NULL; END $$`)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	const writers, each = 6, 30
@@ -179,10 +202,12 @@ BEGIN PERFORM studio_event_add('run', '{}'); PERFORM pg_sleep(random() / 200); R
 			defer wg.Done()
 			for i := range each {
 				err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-					if _, err := tx.Exec(ctx, `INSERT INTO studio_job_run (job_id, replica_id, started_at, outcome) VALUES ($1, 'r', now(), 'running')`, fmt.Sprintf("w%d-%d", w, i)); err != nil {
+					if err := addRuns(tx, `INSERT INTO studio_job_run (job_id, replica_id, started_at, outcome) VALUES ($1, 'r', now(), 'running') RETURNING seq`, fmt.Sprintf("w%d-%d", w, i)); err != nil {
 						return err
 					}
-					// Hold the transaction open a little, differently per writer.
+					// Each transaction takes a while between its event and its
+					// commit: without the ordering, a later id would often
+					// commit first.
 					_, err := tx.Exec(ctx, `SELECT pg_sleep($1)`, float64((w*7+i)%5)/1000)
 					return err
 				})
