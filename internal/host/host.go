@@ -30,6 +30,7 @@ import (
 	"github.com/studioctl/studioctl/internal/replicas"
 	"github.com/studioctl/studioctl/internal/runner"
 	"github.com/studioctl/studioctl/internal/startstop"
+	"github.com/studioctl/studioctl/internal/statuspage"
 )
 
 // Defaults of SPEC §6 and §8.
@@ -587,6 +588,8 @@ func (h *Host) routes() http.Handler {
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(h.metrics, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /v1/jobs", h.serveJobs)
+	mux.Handle("GET /{$}", statuspage.New(statuspage.Options{DB: h.pool, LockTable: h.o.LockTable, ReplicaID: h.o.ID, Logger: h.log,
+		Scrub: func(err error) error { return db.Scrub(err, h.o.ConnString) }})) // docs/status-page.md
 	return mux
 }
 
