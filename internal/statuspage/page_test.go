@@ -32,11 +32,11 @@ func TestReplicaServesThePageWithEverySectionFromTheDatabase(t *testing.T) {
 		`<meta name="viewport"`,
 		`data-replica="replica-a"`, `data-replica="replica-b"`, // replicas
 		`data-job="nightly-report"`, `data-job="flaky-export"`, `data-job="compact@eu-west"`, // jobs, and a duty per cluster
-		`exit status 3`,                                        // the failing job's error
-		`data-lease="eu-west"`, `data-lease="us-east"`,         // leases
-		`data-lock="nightly-report"`,                           // locks
-		`data-run=`,                                            // runs
-		`<script>`,                                             // the live script
+		`exit status 3`,                                // the failing job's error
+		`data-lease="eu-west"`, `data-lease="us-east"`, // leases
+		`data-lock="nightly-report"`, // locks
+		`data-run=`,                  // runs
+		`<script>`,                   // the live script
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("page lacks %s", want)
