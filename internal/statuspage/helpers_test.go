@@ -24,7 +24,9 @@ const (
 )
 
 // testJobs are the jobs of the page's replicas: one that succeeds, one
-// that fails (both run when the test triggers them: every 1h), and a duty
+// that fails (both run when the test triggers them: every 1h), one the
+// browser test triggers while the page is open (a triggered installation
+// job keeps its lock for the minimum gap, so each is triggered once), and a duty
 // per owned cluster every 5s (a trigger does not reach a clusters: owned
 // job: jobstore.Trigger finds no host for it).
 const testJobs = `
@@ -39,6 +41,11 @@ jobs:
     every: 1h
     run:
       command: ["sh", "-c", "echo 'upload refused' >&2; exit 3"]
+  - id: backup
+    scope: installation
+    every: 1h
+    run:
+      command: ["sh", "-c", "echo backed up"]
   - id: compact
     scope: instance
     clusters: owned
@@ -117,16 +124,6 @@ func do(t *testing.T, method, url string) (*http.Response, string) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp, string(b)
-}
-
-// maxSeq is the newest run's seq (0 when none).
-func maxSeq(t *testing.T, pool *pgxpool.Pool) int64 {
-	t.Helper()
-	var seq int64
-	if err := pool.QueryRow(context.Background(), `SELECT coalesce(max(seq), 0) FROM studio_job_run`).Scan(&seq); err != nil {
-		t.Fatal(err)
-	}
-	return seq
 }
 
 // finishedRuns counts job's finished runs.

@@ -4,8 +4,12 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/studioctl/studioctl/internal/locks"
 	"github.com/studioctl/studioctl/internal/pgtest"
@@ -110,5 +114,49 @@ func TestPageShowsWhyItCannotReadTheDatabase(t *testing.T) {
 	var n int
 	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM studio_audit`).Scan(&n); err != nil || n != 0 {
 		t.Errorf("audit rows after reading the page: %d, %v", n, err)
+	}
+}
+
+// The latest runs are the newest by start time across replicas. Each
+// replica numbers its runs from its own block of seqs, so ordering by seq
+// (as the first version did) listed one replica's old runs above the
+// other's new ones.
+func TestLatestRunsAreNewestFirstAcrossReplicas(t *testing.T) {
+	addr, pool := installation(t)
+	ctx := context.Background()
+	// A run that started later than another has the smaller seq (it is
+	// of the replica with the lower block).
+	waitUntil(t, 60*time.Second, "seqs that disagree with start times", func() bool {
+		var ok bool
+		pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM studio_job_run a JOIN studio_job_run b ON a.started_at > b.started_at AND a.seq < b.seq)`).Scan(&ok)
+		return ok
+	})
+	var want []string
+	rows, err := pool.Query(ctx, `SELECT seq::text FROM studio_job_run ORDER BY started_at DESC, seq DESC LIMIT $1`, statuspage.MaxRuns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var s string
+		rows.Scan(&s)
+		want = append(want, s)
+	}
+	_, body := do(t, http.MethodGet, "http://"+addr+"/?fragment=main")
+	var got []string
+	var started []int64
+	for _, m := range regexp.MustCompile(`data-run="(\d+)" data-started="(\d+)"`).FindAllStringSubmatch(body, -1) {
+		got = append(got, m[1])
+		ms, _ := strconv.ParseInt(m[2], 10, 64)
+		started = append(started, ms)
+	}
+	for i := 1; i < len(started); i++ {
+		if started[i] > started[i-1] {
+			t.Errorf("run %s (started %d) is listed below run %s (started %d)", got[i], started[i], got[i-1], started[i-1])
+		}
+	}
+	// The page's snapshot may hold a run or two fewer or more than ours,
+	// taken a moment apart; the newest it lists is among our newest.
+	if len(got) == 0 || !slices.Contains(want[:min(3, len(want))], got[0]) && !slices.Contains(got[:min(3, len(got))], want[0]) {
+		t.Errorf("newest runs on the page %v, in the database %v", got, want)
 	}
 }

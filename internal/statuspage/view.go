@@ -42,10 +42,13 @@ type jobRow struct {
 	jobstore.View
 }
 
-// latestRunsSQL reads the newest runs of every job by the primary key, so
-// it stays cheap however long the history is.
+// latestRunsSQL reads the newest runs of every job, newest start first.
+// Not by seq: each replica numbers its runs from a block of seqs of its
+// own (jobstore.Store.NextSeq), so seqs do not follow time across
+// replicas. The started_at index (migrations/00002) keeps it cheap however
+// long the history is.
 const latestRunsSQL = `SELECT seq, job_id, replica_id, coalesce(cluster, ''), started_at, finished_at, outcome, coalesce(error, '')
-FROM studio_job_run ORDER BY seq DESC LIMIT $1`
+FROM studio_job_run ORDER BY started_at DESC, seq DESC LIMIT $1`
 
 // load reads everything in one READ ONLY, REPEATABLE READ transaction: the
 // sections agree with each other (one database now, one set of rows), and
