@@ -8,8 +8,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/studioctl/studioctl/internal/locks"
 	"github.com/studioctl/studioctl/internal/pgtest"
@@ -158,5 +162,49 @@ func TestLatestRunsAreNewestFirstAcrossReplicas(t *testing.T) {
 	// taken a moment apart; the newest it lists is among our newest.
 	if len(got) == 0 || !slices.Contains(want[:min(3, len(want))], got[0]) && !slices.Contains(got[:min(3, len(got))], want[0]) {
 		t.Errorf("newest runs on the page %v, in the database %v", got, want)
+	}
+}
+
+// countingDB counts the snapshots the page reads (one transaction each).
+type countingDB struct {
+	statuspage.Querier
+	begins atomic.Int64
+}
+
+func (c *countingDB) Begin(ctx context.Context) (pgx.Tx, error) {
+	c.begins.Add(1)
+	return c.Querier.Begin(ctx)
+}
+
+// Many pages refetching at once (one event, every open page) share
+// snapshots, yet each gets one read after it asked.
+func TestConcurrentRequestsShareSnapshots(t *testing.T) {
+	url := pgtest.NewDB(t)
+	cdb := &countingDB{Querier: testPool(t, url)}
+	h := statuspage.New(statuspage.Options{DB: cdb})
+	const pages = 40
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for range pages {
+		wg.Go(func() {
+			<-start
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/?fragment=main", nil))
+			if rec.Code != http.StatusOK {
+				t.Errorf("%d %s", rec.Code, rec.Body.String())
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	n := cdb.begins.Load()
+	t.Logf("%d concurrent requests read %d snapshots", pages, n)
+	if n > pages/4 {
+		t.Errorf("%d concurrent requests read %d snapshots; want them shared", pages, n)
+	}
+	// A request after those gets a new snapshot, not the old one.
+	h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/", nil))
+	if got := cdb.begins.Load(); got != n+1 {
+		t.Errorf("a later request read %d snapshots, want 1", got-n)
 	}
 }

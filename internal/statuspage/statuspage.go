@@ -16,6 +16,7 @@ import (
 	"html/template"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -63,6 +64,14 @@ type Handler struct {
 	o    Options
 	page *template.Template
 	csp  string
+
+	// Requests share snapshots: one that started after a request arrived is
+	// as new as that request asks, so a burst of requests (every open page
+	// refetching on one event) reads the database once or twice, not once
+	// per page.
+	mu        sync.Mutex // held while a snapshot is read
+	last      *view
+	lastStart time.Time
 }
 
 //go:embed page.html
@@ -94,6 +103,26 @@ func New(o Options) *Handler {
 	return &Handler{o: o, page: page, csp: csp}
 }
 
+// snapshot returns a snapshot read after the call began: the last one if
+// it started since, else a new one.
+func (h *Handler) snapshot(ctx context.Context) (*view, error) {
+	arrived := time.Now()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.last != nil && !h.lastStart.Before(arrived) {
+		v := *h.last
+		return &v, nil
+	}
+	start := time.Now()
+	v, err := h.load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	h.last, h.lastStart = v, start
+	cp := *v
+	return &cp, nil
+}
+
 func hash(s string) string {
 	sum := sha256.Sum256([]byte(s))
 	return "sha256-" + base64.StdEncoding.EncodeToString(sum[:])
@@ -114,7 +143,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), snapshotTimeout)
 	defer cancel()
-	v, err := h.load(ctx)
+	v, err := h.snapshot(ctx)
 	status := http.StatusOK
 	if err != nil {
 		h.o.Logger.Warn("status page: read failed", "error", err)
