@@ -56,11 +56,17 @@
   function load() {
     timer = null;
     inflight = true;
-    fetch("/?fragment=main", { cache: "no-store", headers: { Accept: "text/html" } })
+    // Relative URLs: the page works behind a proxy that serves it under a
+    // path prefix.
+    fetch("?fragment=main", { cache: "no-store", headers: { Accept: "text/html" } })
       .then(function (r) {
         return r.text().then(function (body) {
-          if (!r.ok && r.status !== 503) throw new Error("HTTP " + r.status);
-          return body;
+          if (r.ok) return body;
+          // Keep the last good content; say why it is stale.
+          var tpl = document.createElement("template");
+          tpl.innerHTML = body;
+          var why = tpl.content.querySelector("#error p");
+          throw new Error("HTTP " + r.status + (why ? ": " + why.textContent : ""));
         });
       })
       .then(function (body) {
@@ -94,7 +100,7 @@
 
   function connect() {
     if (!window.EventSource) { setLive("no live updates in this browser", "off"); return; }
-    es = new EventSource("/v1/events");
+    es = new EventSource("v1/events");
     es.onopen = function () {
       retry = 1000;
       setLive("live", "on");
