@@ -39,7 +39,7 @@ $$;
 
 -- The inspector: every list, show and status command, with SELECT only.
 GRANT SELECT ON shedlock, studio_replica, cluster_lease, studio_job_status, studio_job_run,
-    studio_job_setting, studio_audit, studio_request, studio_job_schedule, goose_db_version
+    studio_job_setting, studio_audit, studio_request, studio_job_schedule, studio_event, goose_db_version
     TO studio_inspector;
 
 -- The operator: the inspector, plus the writes its commands make.
@@ -65,4 +65,7 @@ GRANT UPDATE (done_at, done_by) ON studio_request TO studio_replica;
 -- the installation-wide schedule (one row per installation job).
 GRANT SELECT, INSERT, UPDATE ON studio_job_schedule TO studio_replica;
 GRANT SELECT ON studio_job_setting, studio_audit, goose_db_version TO studio_replica;
+-- the event stream (/v1/events): its triggers write it as its owner; a
+-- replica reads it for its clients and housekeeping prunes it.
+GRANT SELECT, DELETE ON studio_event TO studio_replica;
 GRANT USAGE ON SEQUENCE studio_job_run_seq_seq TO studio_replica;

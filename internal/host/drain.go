@@ -65,7 +65,13 @@ func (h *Host) stops(drained bool) []stop {
 			}
 		}},
 		{"stream clients", func() {
-			// The live stream (issue 12) tells its clients to reconnect here.
+			// Every /v1/events client gets reconnect and its stream ends;
+			// new ones are refused (503), so a load balancer sends them to
+			// another replica, where they replay from their last id.
+			if h.stream != nil {
+				h.stream.Reconnect()
+				h.stream.Stop()
+			}
 		}},
 		// No more claims: a stopping runner would drop a claimed trigger,
 		// which another replica can still run.

@@ -31,6 +31,7 @@ import (
 	"github.com/studioctl/studioctl/internal/runner"
 	"github.com/studioctl/studioctl/internal/startstop"
 	"github.com/studioctl/studioctl/internal/statuspage"
+	"github.com/studioctl/studioctl/internal/stream"
 )
 
 // Defaults of SPEC §6 and §8.
@@ -122,6 +123,7 @@ type Host struct {
 	runner    *runner.Runner
 	store     *jobstore.Store
 	leases    *leases.Service
+	stream    *stream.Hub // GET /v1/events (docs/events.md)
 	http      *httpServer
 	metrics   *prometheus.Registry
 	req       *requests // claims control requests (requests.go)
@@ -275,6 +277,7 @@ func (h *Host) start(ctx context.Context) (err error) {
 		h.log.Info("clusters added from the configuration", "clusters", added)
 	}
 	// (2) The jobs: bound, and checked by the runner (ids, lock names).
+	h.stream = stream.NewHub(stream.HubOptions{DB: h.pool, Logger: h.log})
 	h.metrics = h.newMetrics()
 	if err := h.newRunner(); err != nil {
 		return err
@@ -342,6 +345,9 @@ func (h *Host) start(ctx context.Context) (err error) {
 	if err := h.req.Start(ctx); err != nil {
 		return err
 	}
+	if err := h.stream.Start(ctx); err != nil {
+		return err
+	}
 	if err := h.http.Start(ctx); err != nil {
 		return err
 	}
@@ -385,8 +391,12 @@ func (h *Host) newRunner() (err error) {
 // replica acts on a studio_request row it claims, never on the signal
 // alone, since any role that can connect can NOTIFY.
 func (h *Host) onMessage(m bus.Message) {
+	if m.Type == bus.TypeFrame && m.Stream == stream.BusStream && h.stream != nil {
+		h.stream.Wake() // a transaction wrote events: the hub reads them
+		return
+	}
 	if m.Type != bus.TypeSignal {
-		return // seqs and frames are for the live stream (docs/bus.md)
+		return // seqs are for watching clients (docs/bus.md)
 	}
 	switch {
 	case m.Kind == bus.KindReplicaDrain && m.Key == h.o.ID:
@@ -418,6 +428,9 @@ func (h *Host) onResync() {
 	}
 	if h.leases != nil {
 		h.leases.Rebalance() // a release signal may have been lost
+	}
+	if h.stream != nil {
+		h.stream.Wake() // so may an events frame
 	}
 	// A drain or trigger whose NOTIFY was lost while the bus was down is
 	// still a pending row.
@@ -588,6 +601,7 @@ func (h *Host) routes() http.Handler {
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(h.metrics, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /v1/jobs", h.serveJobs)
+	mux.Handle("GET /v1/events", h.stream)
 	mux.Handle("GET /{$}", statuspage.New(statuspage.Options{DB: h.pool, LockTable: h.o.LockTable, ReplicaID: h.o.ID, Logger: h.log,
 		Scrub: func(err error) error { return db.Scrub(err, h.o.ConnString) }})) // docs/status-page.md
 	return mux
@@ -617,6 +631,12 @@ func (h *Host) newMetrics() *prometheus.Registry {
 			func() float64 { return h.listener.DownFor().Seconds() }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "studio_bus_undecodable_total", Help: "Bus payloads skipped because they do not decode."},
 			func() float64 { return float64(h.listener.Undecodable()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "studio_stream_clients", Help: "Clients of /v1/events now."},
+			func() float64 { return float64(h.stream.Clients()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "studio_stream_clients_dropped_total", Help: "Clients of /v1/events dropped for falling too far behind."},
+			func() float64 { return float64(h.stream.Dropped()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "studio_stream_reads_total", Help: "Reads of studio_event by the stream hub."},
+			func() float64 { return float64(h.stream.Reads()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "studio_leases_owned", Help: "Cluster leases this replica owns and trusts now."},
 			func() float64 { return float64(h.LeasesOwned()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "studio_control_claims_total", Help: "Passes that looked for control requests to claim (at most one per 50ms, however many signals arrive)."},

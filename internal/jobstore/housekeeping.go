@@ -17,6 +17,10 @@ const (
 	// ForgetStoppedAfter: replicas stopped or gone for this long are dropped,
 	// with their job status rows.
 	ForgetStoppedAfter = 24 * time.Hour
+	// EventRetention and EventKeep bound studio_event: events older than
+	// EventRetention go, and all but the newest EventKeep.
+	EventRetention = 24 * time.Hour
+	EventKeep      = 100_000
 )
 
 // Housekeeping returns the built-in studio-housekeeping job (installation
@@ -78,6 +82,13 @@ SELECT count(*) FROM gone`, ForgetStoppedAfter.Seconds()).Scan(&dropped)
   AND NOT EXISTS (SELECT 1 FROM studio_replica r WHERE r.id = s.replica_id)`, ForgetStoppedAfter.Seconds())
 	if err != nil {
 		return pruned, interrupted, dropped, fmt.Errorf("drop status of forgotten replicas: %w", err)
+	}
+	// The event stream (studio_event, docs/events.md): a client replays at
+	// most 1,000 missed events, so the table needs only the recent ones.
+	_, err = q.Exec(ctx, `DELETE FROM studio_event WHERE at < now() - make_interval(secs => $1)
+   OR id <= (SELECT max(id) FROM studio_event) - $2`, EventRetention.Seconds(), EventKeep)
+	if err != nil {
+		return pruned, interrupted, dropped, fmt.Errorf("prune the event stream: %w", err)
 	}
 	return pruned, interrupted, dropped, nil
 }

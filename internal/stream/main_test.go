@@ -1,0 +1,12 @@
+package stream
+
+import (
+	"os"
+	"testing"
+
+	"github.com/studioctl/studioctl/internal/pgtest"
+)
+
+// TestMain runs the tests against the harness's PostgreSQL and then checks
+// that no goroutine (a hub, a handler) outlived them.
+func TestMain(m *testing.M) { os.Exit(pgtest.MainNoLeaks(m)) }

@@ -1,0 +1,376 @@
+// Package stream is the installation's event stream (docs/events.md): the
+// rows of studio_event, which triggers write in commit order (migrations/
+// 00006_events.sql), fanned out to server-sent-event clients.
+//
+// A Hub on each replica reads the table after the last id it has whenever
+// the bus says a transaction wrote events (a frame of stream "events"), and
+// hands each event to every subscriber without ever blocking: a subscriber
+// whose buffer is full is dropped, and reconnects with the last id it saw.
+// A subscriber that connects with an id first replays what it missed from
+// the table, at most ReplayMax events (past that it gets a resync), then
+// follows the hub, without a gap or a duplicate.
+package stream
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/studioctl/studioctl/internal/startstop"
+)
+
+// The stream's numbers (issue 12, ADR-0152 §3).
+const (
+	// ReplayMax is how many missed events a reconnecting client is
+	// replayed; past that it gets a resync.
+	ReplayMax = 1000
+	// Heartbeat is the period of the SSE heartbeat comment.
+	Heartbeat = 15 * time.Second
+	// ClientBuffer is how many events may wait for one client; a client
+	// that falls further behind is dropped (it reconnects and replays).
+	ClientBuffer = 256
+	// SafetyRead: with clients, the hub reads the table at least this
+	// often, in case a notification was lost without a bus reconnect.
+	SafetyRead = 10 * time.Second
+	// readBatch is how many rows one read of the hub takes.
+	readBatch = 500
+	// statementTimeout bounds each read.
+	statementTimeout = 5 * time.Second
+)
+
+// BusStream is the stream name of the bus frames that announce events.
+const BusStream = "events"
+
+// SSE event names: the event kinds of studio_event, and the two control
+// events of the stream.
+const (
+	EventRun       = "run"
+	EventReplica   = "replica"
+	EventLease     = "lease"
+	EventLock      = "lock"
+	EventAudit     = "audit"
+	EventResync    = "resync"
+	EventReconnect = "reconnect"
+)
+
+// Event is one row of studio_event.
+type Event struct {
+	ID   int64           `json:"id"`
+	At   time.Time       `json:"at"`
+	Name string          `json:"event"`
+	Data json.RawMessage `json:"data"`
+}
+
+// Querier is what the stream needs of a pool.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Read returns the events after id after, in id order, at most limit.
+func Read(ctx context.Context, q Querier, after int64, limit int) ([]Event, error) {
+	ctx, cancel := context.WithTimeout(ctx, statementTimeout)
+	defer cancel()
+	rows, err := q.Query(ctx, `SELECT id, at, event, data FROM studio_event WHERE id > $1 ORDER BY id LIMIT $2`, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("read the event stream: %w", err)
+	}
+	evs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Event, error) {
+		var e Event
+		var data []byte
+		err := r.Scan(&e.ID, &e.At, &e.Name, &data)
+		e.Data, e.At = data, e.At.UTC()
+		return e, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read the event stream: %w", err)
+	}
+	return evs, nil
+}
+
+// Latest returns the newest event id (0 when there is none).
+func Latest(ctx context.Context, q Querier) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, statementTimeout)
+	defer cancel()
+	var id int64
+	if err := q.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM studio_event`).Scan(&id); err != nil {
+		return 0, fmt.Errorf("read the event stream: %w", err)
+	}
+	return id, nil
+}
+
+// Errors a subscription ends with (Sub.Err).
+var (
+	// ErrClosed: the hub is draining; the client should reconnect elsewhere.
+	ErrClosed = errors.New("the event stream is closing: reconnect")
+	// ErrSlow: the client fell ClientBuffer events behind and was dropped.
+	ErrSlow = errors.New("client too slow: dropped")
+)
+
+// HubOptions configure a Hub.
+type HubOptions struct {
+	DB     Querier
+	Logger *slog.Logger
+}
+
+// Hub fans the table out to subscribers. Start it, Wake it on every
+// events frame and bus reconnect, and call Reconnect when draining.
+type Hub struct {
+	startstop.Base
+	o    HubOptions
+	log  *slog.Logger
+	wake chan struct{}
+
+	mu     sync.Mutex
+	subs   map[*Sub]struct{}
+	last   int64 // the newest id handed to subscribers (or a new one's cursor)
+	closed bool
+	failed bool // the last read failed (log once)
+
+	dropped, reads atomic.Int64
+}
+
+// Dropped counts the clients dropped for being too slow.
+func (h *Hub) Dropped() int64 { return h.dropped.Load() }
+
+// Reads counts the hub's reads of the table.
+func (h *Hub) Reads() int64 { return h.reads.Load() }
+
+// NewHub returns a stopped hub.
+func NewHub(o HubOptions) *Hub {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Hub{o: o, log: o.Logger.With("service", "stream"), wake: make(chan struct{}, 1), subs: map[*Sub]struct{}{}}
+}
+
+// Start starts the hub's reader.
+func (h *Hub) Start(ctx context.Context) error {
+	runCtx, err := h.StartInit(ctx)
+	if err != nil {
+		return fmt.Errorf("start the event stream: %w", err)
+	}
+	if h.o.DB == nil {
+		h.StartFailed()
+		return errors.New("start the event stream: a database is required")
+	}
+	h.Go(func() { h.loop(runCtx) })
+	h.MarkStarted()
+	return nil
+}
+
+// Wake asks for a read of the table; it never blocks.
+func (h *Hub) Wake() {
+	select {
+	case h.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Clients is the number of subscribers now.
+func (h *Hub) Clients() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.subs)
+}
+
+// Reconnect ends every subscription with ErrClosed and refuses new ones:
+// the drain step that tells stream clients to reconnect elsewhere.
+func (h *Hub) Reconnect() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.closed = true
+	for s := range h.subs {
+		s.end(ErrClosed)
+		delete(h.subs, s)
+	}
+}
+
+func (h *Hub) loop(ctx context.Context) {
+	defer h.Reconnect()
+	safety := time.NewTicker(SafetyRead)
+	defer safety.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-h.wake:
+		case <-safety.C:
+		}
+		h.readAll(ctx)
+	}
+}
+
+// readAll reads and fans out everything after h.last, while anyone listens.
+func (h *Hub) readAll(ctx context.Context) {
+	for ctx.Err() == nil {
+		h.mu.Lock()
+		n, last := len(h.subs), h.last
+		h.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		evs, err := Read(ctx, h.o.DB, last, readBatch)
+		h.reads.Add(1)
+		if err != nil {
+			h.mu.Lock()
+			first := !h.failed
+			h.failed = true
+			h.mu.Unlock()
+			if first && ctx.Err() == nil {
+				h.log.Warn("event stream: read failed; retrying on the next notification", "error", err)
+			}
+			return
+		}
+		h.mu.Lock()
+		if h.failed {
+			h.failed = false
+			h.log.Info("event stream: reading again")
+		}
+		for _, e := range evs {
+			h.fanoutLocked(e)
+		}
+		if len(evs) > 0 && evs[len(evs)-1].ID > h.last {
+			h.last = evs[len(evs)-1].ID
+		}
+		h.mu.Unlock()
+		if len(evs) < readBatch {
+			return
+		}
+	}
+}
+
+func (h *Hub) fanoutLocked(e Event) {
+	for s := range h.subs {
+		if e.ID <= s.cursor {
+			continue // the subscriber's own replay had it
+		}
+		select {
+		case s.c <- e:
+			s.cursor = e.ID
+		default:
+			s.end(ErrSlow)
+			delete(h.subs, s)
+			h.dropped.Add(1)
+		}
+	}
+}
+
+// Sub is one subscription. Read Backlog first, then C until Done.
+type Sub struct {
+	h *Hub
+	// Resync is set when the subscriber missed more than ReplayMax events
+	// (or named an id this stream never had): it must reload everything;
+	// it resumes after Cursor.
+	Resync bool
+	// Cursor is the id the replay starts after, once Resync is handled.
+	Cursor int64
+	// Backlog is the replay, in id order.
+	Backlog []Event
+
+	c      chan Event
+	cursor int64 // the newest id this subscriber has (hub lock)
+	done   chan struct{}
+	err    error
+}
+
+// C delivers the events after the backlog.
+func (s *Sub) C() <-chan Event { return s.c }
+
+// Done is closed when the subscription ends; Err says why.
+func (s *Sub) Done() <-chan struct{} { return s.done }
+
+// Err is ErrClosed or ErrSlow once Done is closed, nil before.
+func (s *Sub) Err() error {
+	s.h.mu.Lock()
+	defer s.h.mu.Unlock()
+	return s.err
+}
+
+func (s *Sub) end(err error) {
+	if s.err == nil {
+		s.err = err
+		close(s.done)
+	}
+}
+
+// Close ends the subscription (the client went away).
+func (s *Sub) Close() {
+	s.h.mu.Lock()
+	defer s.h.mu.Unlock()
+	delete(s.h.subs, s)
+}
+
+// Subscribe starts a subscription after event id after, or, when fromNow,
+// after the newest event. It replays what was missed (at most ReplayMax,
+// else Resync) and then follows the hub, so the subscriber gets every
+// event once, in order.
+func (h *Hub) Subscribe(ctx context.Context, after int64, fromNow bool) (*Sub, error) {
+	s := &Sub{h: h, c: make(chan Event, ClientBuffer), done: make(chan struct{})}
+	latest, err := Latest(ctx, h.o.DB)
+	if err != nil {
+		return nil, err
+	}
+	cursor := after
+	switch {
+	case fromNow:
+		cursor = latest
+	case after > latest:
+		// An id this stream never had (another installation's, or a table
+		// that was recreated): nothing to replay against.
+		s.Resync, cursor = true, latest
+	default:
+		evs, err := Read(ctx, h.o.DB, after, ReplayMax+1)
+		if err != nil {
+			return nil, err
+		}
+		if len(evs) > ReplayMax {
+			s.Resync, cursor = true, latest
+		} else {
+			s.Backlog = evs
+			if len(evs) > 0 {
+				cursor = evs[len(evs)-1].ID
+			}
+		}
+	}
+	s.Cursor = cursor
+	// Catch up with the hub: join once it has handed out nothing after the
+	// cursor, so the hub's next read delivers the rest.
+	for {
+		h.mu.Lock()
+		if h.closed {
+			h.mu.Unlock()
+			return nil, ErrClosed
+		}
+		if len(h.subs) == 0 {
+			h.last = max(h.last, cursor)
+		}
+		if h.last <= cursor {
+			s.cursor = cursor
+			h.subs[s] = struct{}{}
+			h.mu.Unlock()
+			h.Wake()
+			return s, nil
+		}
+		upTo := h.last
+		h.mu.Unlock()
+		for cursor < upTo {
+			evs, err := Read(ctx, h.o.DB, cursor, readBatch)
+			if err != nil {
+				return nil, err
+			}
+			if len(evs) == 0 {
+				break
+			}
+			s.Backlog = append(s.Backlog, evs...)
+			cursor = evs[len(evs)-1].ID
+		}
+	}
+}
