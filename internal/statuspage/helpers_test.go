@@ -16,19 +16,22 @@ import (
 	"github.com/studioctl/studioctl/internal/pgtest"
 )
 
-// hostileLock is a lock row as another writer of the lock table (a Java
-// node, a hand-made row) may leave it: its name and holder are markup.
+// Lock rows of other writers of the lock table: a Java node's (ShedLock
+// shares the table), and a hostile one whose name and holder are markup.
 const (
+	javaLockName      = "billing.invoice-export"
+	javaLockHolder    = "billing-node-7"
 	hostileLockName   = `<img src=x onerror="window.pwned=1">`
 	hostileLockHolder = `java-1 "><script>window.pwned=2</script>`
 )
 
-// testJobs are the jobs of the page's replicas: one that succeeds, one
-// that fails (both run when the test triggers them: every 1h), one the
-// browser test triggers while the page is open (a triggered installation
-// job keeps its lock for the minimum gap, so each is triggered once), and a duty
-// per owned cluster every 5s (a trigger does not reach a clusters: owned
-// job: jobstore.Trigger finds no host for it).
+// testJobs are the jobs of the page's replicas: one that succeeds and one
+// that fails, both installation jobs that fire when the replicas start
+// (jobstore's shared schedule finds no earlier run) and not again within a
+// test; a backup that runs only when the browser test triggers it while
+// the page is open (scope instance: its first fire is a random part of the
+// hour away, and no lock held since an earlier run makes the triggered run
+// a skip); and a duty per owned cluster every 5s.
 const testJobs = `
 jobs:
   - id: nightly-report
@@ -42,7 +45,7 @@ jobs:
     run:
       command: ["sh", "-c", "echo 'upload refused' >&2; exit 3"]
   - id: backup
-    scope: installation
+    scope: instance
     every: 1h
     run:
       command: ["sh", "-c", "echo backed up"]
@@ -136,9 +139,9 @@ func finishedRuns(t *testing.T, pool *pgxpool.Pool, job string) int {
 	return n
 }
 
-// installation starts two replicas sharing two clusters, runs each job
-// once, and adds a hostile lock row, so that every section of the page has
-// rows. It returns the first replica's address and a pool of the test's.
+// installation starts two replicas sharing two clusters, waits until each
+// job has run once, and adds a Java node's lock row, so that every section of the page
+// has rows. It returns the first replica's address and a pool of the test's.
 func installation(t *testing.T) (string, *pgxpool.Pool) {
 	t.Helper()
 	url := pgtest.NewDB(t)
@@ -152,17 +155,20 @@ func installation(t *testing.T) (string, *pgxpool.Pool) {
 		pool.QueryRow(ctx, `SELECT count(*) FROM cluster_lease WHERE owner IS NOT NULL`).Scan(&n)
 		return n == len(clusters)
 	})
-	for _, job := range []string{"nightly-report", "flaky-export"} {
-		trigger(t, pool, job)
-	}
 	waitUntil(t, 30*time.Second, "a finished run of every job", func() bool {
 		return finishedRuns(t, pool, "nightly-report") > 0 && finishedRuns(t, pool, "flaky-export") > 0 && finishedRuns(t, pool, "compact") > 0
 	})
-	if _, err := pool.Exec(ctx, `INSERT INTO shedlock (name, lock_until, locked_at, locked_by) VALUES ($1, now() + interval '1 hour', now(), $2)`,
-		hostileLockName, hostileLockHolder); err != nil {
+	addLock(t, pool, javaLockName, javaLockHolder)
+	return addr, pool
+}
+
+// addLock stores a lock row held for an hour, as another writer would.
+func addLock(t *testing.T, pool *pgxpool.Pool, name, holder string) {
+	t.Helper()
+	if _, err := pool.Exec(context.Background(), `INSERT INTO shedlock (name, lock_until, locked_at, locked_by) VALUES ($1, now() + interval '1 hour', now(), $2)`,
+		name, holder); err != nil {
 		t.Fatal(err)
 	}
-	return addr, pool
 }
 
 // trigger asks for a run of job now, as `studioctl jobs trigger` does.

@@ -23,7 +23,8 @@ import (
 // The replica serves the page at / from the database: every section has
 // the installation's rows, and text from the database is escaped.
 func TestReplicaServesThePageWithEverySectionFromTheDatabase(t *testing.T) {
-	addr, _ := installation(t)
+	addr, pool := installation(t)
+	addLock(t, pool, hostileLockName, hostileLockHolder)
 	resp, body := do(t, http.MethodGet, "http://"+addr+"/")
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET /: %d\n%s", resp.StatusCode, body)
