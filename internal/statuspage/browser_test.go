@@ -3,6 +3,10 @@ package statuspage_test
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	neturl "net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -210,7 +214,8 @@ func checkSectionsFilled(t *testing.T, b *browser) {
 // respects reduced motion; untrusted text runs no script; the console
 // stays free of errors. The screenshots are test artifacts.
 func TestPageInChromiumIsFilledFromTheDatabaseAndLive(t *testing.T) {
-	addr, pool := installation(t)
+	in := installation(t)
+	addr, pool := in.addrA, in.pool
 	url := "http://" + addr + "/"
 	b := newBrowser(t, 1200, 900)
 
@@ -341,5 +346,91 @@ func runAppears(t *testing.T, b *browser, pool *pgxpool.Pool) {
 	b.waitFor(t, 10*time.Second, "the run's end on the page", row+`.textContent.includes("succeeded")`)
 	if shown := time.Since(inDB); shown > liveWithin {
 		t.Errorf("the run's end appeared %s after it was written, want within %s", shown, liveWithin)
+	}
+}
+
+// balancer stands for a load balancer in front of the replicas: each
+// request goes to the first backend whose /readyz answers 200, so all of
+// them go to the first replica while it is ready. Server-sent events
+// stream through (httputil.ReverseProxy flushes them at once).
+type balancer struct {
+	backends []string
+	proxies  map[string]*httputil.ReverseProxy
+	mu       sync.Mutex
+	streams  []string // the backend of each /v1/events request, in order
+}
+
+func newBalancer(backends ...string) *balancer {
+	lb := &balancer{backends: backends, proxies: map[string]*httputil.ReverseProxy{}}
+	for _, b := range backends {
+		lb.proxies[b] = httputil.NewSingleHostReverseProxy(&neturl.URL{Scheme: "http", Host: b})
+	}
+	return lb
+}
+
+func (lb *balancer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	for _, b := range lb.backends {
+		resp, err := http.Get("http://" + b + "/readyz")
+		if err != nil {
+			continue
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			continue
+		}
+		if r.URL.Path == "/v1/events" {
+			lb.mu.Lock()
+			lb.streams = append(lb.streams, b)
+			lb.mu.Unlock()
+		}
+		lb.proxies[b].ServeHTTP(w, r)
+		return
+	}
+	http.Error(w, "no ready replica", http.StatusBadGateway)
+}
+
+func (lb *balancer) streamBackends() []string {
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	return append([]string(nil), lb.streams...)
+}
+
+// Behind a load balancer, a page stays live when its replica drains: the
+// replica sends reconnect, the page's stream moves to the other replica
+// (resuming from its last event id), the page shows the drained replica
+// stopped, and a run on the other replica appears within 2 s.
+func TestPageBehindALoadBalancerStaysLiveWhenItsReplicaDrains(t *testing.T) {
+	in := installation(t)
+	lb := newBalancer(in.addrA, in.addrB)
+	srv := httptest.NewServer(lb)
+	t.Cleanup(srv.Close)
+	b := newBrowser(t, 1200, 900) // closed before the server: its stream ends first
+	b.do(t, "navigate", chromedp.Navigate(srv.URL+"/"))
+	b.waitFor(t, 10*time.Second, "the live stream to open", `document.getElementById("live").textContent === "live"`)
+	if by := eval[string](t, b, `document.getElementById("served-by").textContent`); by != "replica-a" {
+		t.Fatalf("served by %q, want replica-a", by)
+	}
+	in.a.Drain("test: drain the page's replica")
+	select {
+	case <-in.a.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("replica-a did not stop")
+	}
+	b.waitFor(t, 10*time.Second, "the page to show replica-a stopped, served by replica-b",
+		`document.querySelector('tr[data-replica="replica-a"]').innerText.includes("stopped") && `+
+			`document.getElementById("served-by").textContent === "replica-b"`)
+	b.waitFor(t, 10*time.Second, "the live stream to open again", `document.getElementById("live").textContent === "live"`)
+	streams := lb.streamBackends()
+	if len(streams) < 2 || streams[0] != in.addrA || streams[len(streams)-1] != in.addrB {
+		t.Errorf("event streams went to %v, want first %s (replica-a), last %s (replica-b)", streams, in.addrA, in.addrB)
+	}
+	eval[chromedp.Void](t, b, `window.notReloaded = true`)
+	runAppears(t, b, in.pool)
+	if !eval[bool](t, b, `window.notReloaded === true`) {
+		t.Error("the page was reloaded")
+	}
+	b.screenshot(t, "status-page-after-drain.png", "")
+	if errs := b.consoleErrors(); len(errs) > 0 {
+		t.Errorf("console errors:\n%s", strings.Join(errs, "\n"))
 	}
 }

@@ -68,7 +68,7 @@ func parseJobs(t *testing.T) []jobs.Job {
 
 // startHost starts a replica (its HTTP server serves the page) and drains
 // it at the end of the test. It returns the replica's HTTP address.
-func startHost(t *testing.T, url, id string, clusters []string) string {
+func startHost(t *testing.T, url, id string, clusters []string) (string, *host.Host) {
 	t.Helper()
 	ready := make(chan string, 1)
 	h, err := host.New(host.Options{ConnString: url, ID: id, Version: "v0.12.0-test", DrainDelay: host.NoDrainDelay,
@@ -85,10 +85,10 @@ func startHost(t *testing.T, url, id string, clusters []string) string {
 	})
 	select {
 	case a := <-ready:
-		return a
+		return a, h
 	case <-time.After(30 * time.Second):
 		t.Fatalf("%s not ready after 30s", id)
-		return ""
+		return "", nil
 	}
 }
 
@@ -139,16 +139,25 @@ func finishedRuns(t *testing.T, pool *pgxpool.Pool, job string) int {
 	return n
 }
 
+// inst is a test installation: two replicas and a pool of the test's.
+type inst struct {
+	addrA, addrB string
+	a, b         *host.Host
+	pool         *pgxpool.Pool
+}
+
 // installation starts two replicas sharing two clusters, waits until each
-// job has run once, and adds a Java node's lock row, so that every section of the page
-// has rows. It returns the first replica's address and a pool of the test's.
-func installation(t *testing.T) (string, *pgxpool.Pool) {
+// job has run once, and adds a Java node's lock row, so that every section
+// of the page has rows.
+func installation(t *testing.T) inst {
 	t.Helper()
 	url := pgtest.NewDB(t)
 	clusters := []string{"eu-west", "us-east"}
-	addr := startHost(t, url, "replica-a", clusters)
-	startHost(t, url, "replica-b", clusters)
+	var in inst
+	in.addrA, in.a = startHost(t, url, "replica-a", clusters)
+	in.addrB, in.b = startHost(t, url, "replica-b", clusters)
 	pool := testPool(t, url)
+	in.pool = pool
 	ctx := context.Background()
 	waitUntil(t, 30*time.Second, "both clusters owned", func() bool {
 		var n int
@@ -159,7 +168,7 @@ func installation(t *testing.T) (string, *pgxpool.Pool) {
 		return finishedRuns(t, pool, "nightly-report") > 0 && finishedRuns(t, pool, "flaky-export") > 0 && finishedRuns(t, pool, "compact") > 0
 	})
 	addLock(t, pool, javaLockName, javaLockHolder)
-	return addr, pool
+	return in
 }
 
 // addLock stores a lock row held for an hour, as another writer would.

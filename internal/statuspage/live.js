@@ -20,6 +20,9 @@
   function note(main) {
     base.now = Number(main.getAttribute("data-now")) || Date.now();
     base.at = Date.now();
+    // Behind a load balancer the fragment may come from another replica.
+    var by = document.getElementById("served-by"), id = main.getAttribute("data-served-by");
+    if (by && id) by.textContent = id;
   }
 
   function fmt(d) {

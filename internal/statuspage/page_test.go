@@ -23,7 +23,8 @@ import (
 // The replica serves the page at / from the database: every section has
 // the installation's rows, and text from the database is escaped.
 func TestReplicaServesThePageWithEverySectionFromTheDatabase(t *testing.T) {
-	addr, pool := installation(t)
+	in := installation(t)
+	addr, pool := in.addrA, in.pool
 	addLock(t, pool, hostileLockName, hostileLockHolder)
 	resp, body := do(t, http.MethodGet, "http://"+addr+"/")
 	if resp.StatusCode != http.StatusOK {
@@ -65,7 +66,7 @@ func TestReplicaServesThePageWithEverySectionFromTheDatabase(t *testing.T) {
 // The page changes nothing: only GET and HEAD are served, and the live
 // script's fragment is the <main> element alone.
 func TestPageIsReadOnlyAndServesItsFragment(t *testing.T) {
-	addr, _ := installation(t)
+	addr := installation(t).addrA
 	base := "http://" + addr + "/"
 	for _, m := range []string{http.MethodPost, http.MethodPut, http.MethodDelete, http.MethodPatch} {
 		resp, body := do(t, m, base)
@@ -127,7 +128,8 @@ func TestPageShowsWhyItCannotReadTheDatabase(t *testing.T) {
 // (as the first version did) listed one replica's old runs above the
 // other's new ones.
 func TestLatestRunsAreNewestFirstAcrossReplicas(t *testing.T) {
-	addr, pool := installation(t)
+	in := installation(t)
+	addr, pool := in.addrA, in.pool
 	ctx := context.Background()
 	// A run that started later than another has the smaller seq (it is
 	// of the replica with the lower block).
