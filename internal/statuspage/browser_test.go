@@ -34,17 +34,34 @@ const envScreenshot = "STUDIO_SCREENSHOT"
 // fail: they must not pass by skipping.
 func chromiumPath(t *testing.T) string {
 	t.Helper()
-	if st, err := os.Stat("/usr/bin/chromium"); err == nil && !st.IsDir() {
-		return "/usr/bin/chromium"
+	p, err := findChromium("/usr/bin/chromium")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func findChromium(fixed string) (string, error) {
+	if st, err := os.Stat(fixed); err == nil && !st.IsDir() {
+		return fixed, nil
 	}
 	for _, name := range []string{"chromium", "chromium-browser"} {
 		if p, err := exec.LookPath(name); err == nil {
-			return p
+			return p, nil
 		}
 	}
-	t.Fatal("chromium not found at /usr/bin/chromium or on PATH: install Debian's chromium package " +
-		"(apt-get install chromium; .ci/run installs it when it is missing)")
-	return ""
+	return "", fmt.Errorf("chromium not found at %s or on PATH: install Debian's chromium package "+
+		"(apt-get install chromium; .ci/run installs it when it is missing)", fixed)
+}
+
+// Without Chromium the browser tests fail with a message that says to
+// install it (chromiumPath calls t.Fatal with it).
+func TestWithoutChromiumTheBrowserTestsSayToInstallIt(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	_, err := findChromium(filepath.Join(t.TempDir(), "chromium"))
+	if err == nil || !strings.Contains(err.Error(), "install Debian's chromium package") {
+		t.Fatalf("findChromium without chromium: %v", err)
+	}
 }
 
 // browser is one headless Chromium tab with what its page wrote to the
