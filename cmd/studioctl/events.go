@@ -2,14 +2,18 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/spf13/cobra"
 
 	"github.com/studioctl/studioctl/internal/bus"
 	"github.com/studioctl/studioctl/internal/db"
 	"github.com/studioctl/studioctl/internal/output"
+	"github.com/studioctl/studioctl/internal/stream"
 )
 
 // eventsOptions are the flags and dependencies of events.
@@ -18,6 +22,10 @@ type eventsOptions struct {
 	Follow bool
 	Wait   time.Duration
 	Count  int
+	// Since, when set (>= 0), reads the installation's event stream
+	// (studio_event, docs/events.md) after that id instead of raw bus
+	// messages.
+	Since int64
 	// ConnString resolves the database to listen on.
 	ConnString func(context.Context) (string, error)
 }
@@ -32,15 +40,21 @@ type eventJSON struct {
 func newEventsCmd(a *app, runF func(context.Context, *eventsOptions) error) *cobra.Command {
 	o := &eventsOptions{deps: a.deps(), ConnString: a.connString}
 	cmd := &cobra.Command{
-		Use:   "events [--follow] [--wait D] [--count N]",
+		Use:   "events [--follow] [--wait D] [--count N] [--since ID]",
 		Short: "Print every message on the bus",
 		Long: `Listen on the bus (LISTEN studio) and print every message: stream frames,
 run-seq batches and signals (docs/bus.md describes the format). Without
 --follow it listens for --wait (default 5s) and exits; with --follow it runs
 until interrupted. --count stops after N messages. -o json prints one JSON
-object per line.`,
+object per line.
+
+--since ID prints the installation's event stream instead, as GET
+/v1/events serves it (docs/events.md): the events after ID, read from
+studio_event (at most 1,000, else a resync line and the newest id), then
+each new one as it commits; --since 0 starts at the oldest kept.`,
 		Example: `  studioctl events --follow
-  studioctl events --follow -o json | jq .kind`,
+  studioctl events --follow -o json | jq .kind
+  studioctl events --follow --since 1234`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.Count < 0 {
@@ -48,6 +62,11 @@ object per line.`,
 			}
 			if o.Wait <= 0 && !o.Follow {
 				return usageErrorf("--wait: must be positive, got %s", o.Wait)
+			}
+			if !cmd.Flags().Changed("since") {
+				o.Since = -1
+			} else if o.Since < 0 {
+				return usageErrorf("--since: must be an event id (0 or more), got %d", o.Since)
 			}
 			if runF != nil {
 				return runF(cmd.Context(), o)
@@ -58,6 +77,7 @@ object per line.`,
 	cmd.Flags().BoolVarP(&o.Follow, "follow", "f", false, "keep listening until interrupted")
 	cmd.Flags().DurationVar(&o.Wait, "wait", 5*time.Second, "without --follow, how long to listen")
 	cmd.Flags().IntVar(&o.Count, "count", 0, "stop after this many messages (0: no limit)")
+	cmd.Flags().Int64Var(&o.Since, "since", -1, "print the event stream after this event id (docs/events.md)")
 	return withFormats(cmd, output.Table, output.JSON)
 }
 
@@ -72,6 +92,9 @@ func eventsRun(ctx context.Context, o *eventsOptions) error {
 		return &usageError{err: err}
 	}
 	p := o.Printer()
+	if o.Since >= 0 {
+		return followStream(ctx, o, p, cfg, cs)
+	}
 	msgs := make(chan bus.Message, 1024)
 	l := bus.NewListener(cfg, cs, bus.Options{Handler: func(m bus.Message) {
 		select {
@@ -128,4 +151,97 @@ func printEvent(o *eventsOptions, p *output.Printer, m bus.Message) error {
 	}
 	_, err := fmt.Fprintf(o.IO.Out, "%s  %s\n", now.Format(time.RFC3339Nano), what)
 	return err
+}
+
+// streamLine is one event of the stream as events --since -o json prints it.
+type streamLine struct {
+	ID    int64           `json:"id" yaml:"id"`
+	At    time.Time       `json:"at" yaml:"at"`
+	Event string          `json:"event" yaml:"event"`
+	Data  json.RawMessage `json:"data" yaml:"data"`
+}
+
+// followStream prints the event stream after o.Since: the replay, then
+// each event as the bus announces it, through the same hub a replica's
+// /v1/events uses.
+func followStream(ctx context.Context, o *eventsOptions, p *output.Printer, cfg *pgx.ConnConfig, cs string) error {
+	pool, err := o.DB(ctx)
+	if err != nil {
+		return err
+	}
+	hub := stream.NewHub(stream.HubOptions{DB: pool})
+	if err := hub.Start(ctx); err != nil {
+		return err
+	}
+	defer hub.Stop()
+	l := bus.NewListener(cfg, cs, bus.Options{
+		Handler: func(m bus.Message) {
+			if m.Type == bus.TypeFrame && m.Stream == stream.BusStream {
+				hub.Wake()
+			}
+		},
+		OnResync: hub.Wake,
+	})
+	if err := l.Start(ctx); err != nil {
+		return err
+	}
+	defer l.Stop()
+	n, last := 0, o.Since
+	print := func(e stream.Event) (bool, error) {
+		var err error
+		if p.Structured() {
+			err = p.JSONLine(streamLine{ID: e.ID, At: e.At, Event: e.Name, Data: e.Data})
+		} else {
+			_, err = fmt.Fprintf(o.IO.Out, "%d  %s  %-8s %s\n", e.ID, e.At.Format(time.RFC3339Nano), e.Name, output.Safe(string(e.Data)))
+		}
+		n, last = n+1, e.ID
+		return o.Count > 0 && n >= o.Count, err
+	}
+	var timeout <-chan time.Time
+	if !o.Follow {
+		timeout = time.After(o.Wait)
+	}
+	for {
+		// A reader that fell behind is dropped by the hub, as a slow SSE
+		// client is; like one, it resumes after the last event it printed.
+		sub, err := hub.Subscribe(ctx, last, false)
+		if err != nil {
+			return err
+		}
+		stop, err := printSub(ctx, o, sub, timeout, print)
+		sub.Close()
+		if err != nil || stop || sub.Err() != stream.ErrSlow {
+			return err
+		}
+	}
+}
+
+// printSub prints one subscription until it ends, the wait is over, or
+// print says stop.
+func printSub(ctx context.Context, o *eventsOptions, sub *stream.Sub, timeout <-chan time.Time, print func(stream.Event) (bool, error)) (bool, error) {
+	if sub.Resync {
+		fmt.Fprintf(o.IO.Err, "more than %d events missed, or an id this stream never had: resuming after the newest, %d\n", stream.ReplayMax, sub.Cursor)
+	}
+	for _, e := range sub.Backlog {
+		if stop, err := print(e); err != nil || stop {
+			return true, err
+		}
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return true, nil
+		case <-timeout:
+			return true, nil
+		case <-sub.Done():
+			if sub.Err() == stream.ErrSlow {
+				return false, nil
+			}
+			return true, sub.Err()
+		case e := <-sub.C():
+			if stop, err := print(e); err != nil || stop {
+				return true, err
+			}
+		}
+	}
 }

@@ -130,15 +130,17 @@ func jobViews(ctx context.Context, d deps, id string) ([]jobstore.View, []jobsto
 // status (list is status without an id).
 type jobsStatusOptions struct {
 	deps
+	watchFlags
 	ID string
 }
 
 func newJobsListCmd(a *app, runF func(context.Context, *jobsStatusOptions) error) *cobra.Command {
 	o := &jobsStatusOptions{deps: a.deps()}
-	return withFormats(&cobra.Command{
-		Use:   "list",
+	cmd := &cobra.Command{
+		Use:   "list [--watch]",
 		Short: "List every job merged across live replicas",
 		Example: `  studioctl jobs list
+  studioctl jobs list --watch
   studioctl jobs list -o wide
   studioctl jobs list -o json`,
 		Args: noArgs,
@@ -148,16 +150,19 @@ func newJobsListCmd(a *app, runF func(context.Context, *jobsStatusOptions) error
 			}
 			return jobsStatusRun(cmd.Context(), o)
 		},
-	}, listFormats...)
+	}
+	o.watchFlags.add(cmd)
+	return withFormats(cmd, listFormats...)
 }
 
 func newJobsStatusCmd(a *app, runF func(context.Context, *jobsStatusOptions) error) *cobra.Command {
 	o := &jobsStatusOptions{deps: a.deps()}
-	return withFormats(&cobra.Command{
-		Use:   "status [ID]",
+	cmd := &cobra.Command{
+		Use:   "status [ID] [--watch]",
 		Short: "Show jobs; with an ID, one row per replica and the last runs",
 		Example: `  studioctl jobs status
   studioctl jobs status nightly-report
+  studioctl jobs status nightly-report --watch
   studioctl jobs status nightly-report -o json`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 1 {
@@ -178,25 +183,60 @@ func newJobsStatusCmd(a *app, runF func(context.Context, *jobsStatusOptions) err
 			}
 			return jobsStatusRun(cmd.Context(), o)
 		},
-	}, listFormats...)
+	}
+	o.watchFlags.add(cmd)
+	return withFormats(cmd, listFormats...)
 }
 
-// jobsStatusRun prints every job, or one job in detail.
+// jobsStatusRun prints every job, or one job in detail; once or, with
+// --watch, on every change.
 func jobsStatusRun(ctx context.Context, o *jobsStatusOptions) error {
-	views, rows, now, err := jobViews(ctx, o.deps, o.ID)
-	if err != nil {
-		return err
+	title := "jobs"
+	if o.ID != "" {
+		title = "job " + o.ID
 	}
-	p := o.Printer()
-	if o.ID == "" || p.Structured() {
-		return printJobViews(p, views)
+	structured := o.Printer().Structured()
+	return watchList(ctx, o.deps, o.watchFlags, title, func(ctx context.Context) (listView, error) {
+		views, rows, now, err := jobViews(ctx, o.deps, o.ID)
+		if err != nil {
+			return listView{}, err
+		}
+		if o.ID == "" || structured {
+			return listView{print: func(p *output.Printer) error { return printJobViews(p, views) }, key: views}, nil
+		}
+		pool, err := o.DB(ctx)
+		if err != nil {
+			return listView{}, err
+		}
+		runs, err := jobstore.History(ctx, pool, views[0].ID, statusRecentRuns)
+		if err != nil {
+			return listView{}, err
+		}
+		return listView{
+			print: func(p *output.Printer) error { return printJobDetail(o.deps, p, views[0], rows, now, runs) },
+			key:   jobDetailKey(views[0], rows, runs),
+		}, nil
+	})
+}
+
+// jobDetailKey is what jobs status ID shows minus the times its status rows
+// are written at (every flush of the replica).
+func jobDetailKey(v jobstore.View, rows []jobstore.ReplicaStatus, runs []jobs.Run) any {
+	rs := make([]jobstore.ReplicaStatus, 0, len(rows))
+	for _, r := range rows {
+		r.UpdatedAt, r.Since = time.Time{}, time.Time{}
+		rs = append(rs, r)
 	}
-	return printJobDetail(ctx, o.deps, p, views[0], rows, now)
+	return struct {
+		View jobstore.View
+		Rows []jobstore.ReplicaStatus
+		Runs []jobs.Run
+	}{v, rs, runs}
 }
 
 // printJobDetail is jobs status ID as a table: the merged job, one row per
 // replica, and the last runs.
-func printJobDetail(ctx context.Context, d deps, p *output.Printer, v jobstore.View, rows []jobstore.ReplicaStatus, now time.Time) error {
+func printJobDetail(d deps, p *output.Printer, v jobstore.View, rows []jobstore.ReplicaStatus, now time.Time, runs []jobs.Run) error {
 	if err := p.Print(nil, jobColumns, [][]output.Cell{jobRow(p, v)}); err != nil {
 		return err
 	}
@@ -217,14 +257,6 @@ func printJobDetail(ctx context.Context, d deps, p *output.Printer, v jobstore.V
 		return err
 	}
 	fmt.Fprintln(d.IO.Out)
-	pool, err := d.DB(ctx)
-	if err != nil {
-		return err
-	}
-	runs, err := jobstore.History(ctx, pool, v.ID, statusRecentRuns)
-	if err != nil {
-		return err
-	}
 	return printRuns(p, runs)
 }
 

@@ -15,9 +15,6 @@ import (
 	"github.com/studioctl/studioctl/internal/output"
 )
 
-// leasesWatchEvery is the refresh interval of leases list --watch.
-const leasesWatchEvery = 2 * time.Second
-
 func (a *app) newLeasesCmd() *cobra.Command {
 	cmd := groupCmd("leases", "See, add, remove and release cluster leases", `Every cluster in cluster_lease and the replica that owns it. Each cluster's
 duties run only on its owner; placement is rendezvous hashing over the live,
@@ -147,13 +144,11 @@ func clusterArgs(cmd *cobra.Command, args []string) error {
 // leasesListOptions are the flags and dependencies of leases list.
 type leasesListOptions struct {
 	deps
-	Watch bool
-	// Every is the refresh interval of --watch.
-	Every time.Duration
+	watchFlags
 }
 
 func newLeasesListCmd(a *app, runF func(context.Context, *leasesListOptions) error) *cobra.Command {
-	o := &leasesListOptions{deps: a.deps(), Every: leasesWatchEvery}
+	o := &leasesListOptions{deps: a.deps()}
 	cmd := &cobra.Command{
 		Use:   "list [--watch]",
 		Short: "List every cluster with its owner, placement and state",
@@ -168,23 +163,37 @@ func newLeasesListCmd(a *app, runF func(context.Context, *leasesListOptions) err
 			return leasesListRun(cmd.Context(), o)
 		},
 	}
-	cmd.Flags().BoolVarP(&o.Watch, "watch", "w", false, "refresh every 2s until interrupted")
+	o.watchFlags.add(cmd)
 	return withFormats(cmd, output.Table, output.Wide, output.JSON, output.YAML)
 }
 
-// leasesListRun prints every lease, once or every o.Every with --watch.
+// leasesListRun prints every lease, once or, with --watch, on every change.
 func leasesListRun(ctx context.Context, o *leasesListOptions) error {
 	pool, err := o.DB(ctx)
 	if err != nil {
 		return err
 	}
-	return watchList(ctx, o.deps, o.Watch, o.Every, func(ctx context.Context) (func(*output.Printer) error, error) {
+	return watchList(ctx, o.deps, o.watchFlags, "leases", func(ctx context.Context) (listView, error) {
 		infos, err := leases.List(ctx, pool)
 		if err != nil {
-			return nil, err
+			return listView{}, err
 		}
-		return func(p *output.Printer) error { return printLeases(p, displayedLeases(o.deps, infos)) }, nil
+		return listView{
+			print: func(p *output.Printer) error { return printLeases(p, displayedLeases(o.deps, infos)) },
+			key:   leasesKey(infos),
+		}, nil
 	})
+}
+
+// leasesKey is what leases list shows minus what moves with every renewal
+// (its time and age). A lease turning expired is a change of its state.
+func leasesKey(infos []leases.Info) any {
+	key := make([]leases.Info, 0, len(infos))
+	for _, in := range infos {
+		in.RenewedAt, in.RenewedAge = nil, nil
+		key = append(key, in)
+	}
+	return key
 }
 
 // --- leases add

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/studioctl/studioctl/internal/output"
+	"github.com/studioctl/studioctl/internal/watch"
 )
 
 // leases list counts the renewal age from the display clock (STUDIO_NOW),
@@ -92,7 +93,7 @@ func TestLeasesCmdsFillTheirOptionsFromFlags(t *testing.T) {
 	if err := cmd.Execute(); err != nil {
 		t.Fatal(err)
 	}
-	if list == nil || !list.Watch || list.Every != leasesWatchEvery {
+	if list == nil || !list.Watch || list.Poll != watch.DefaultPoll {
 		t.Fatalf("list options = %+v", list)
 	}
 }

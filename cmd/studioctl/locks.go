@@ -125,17 +125,19 @@ func displayed(d deps, infos []locks.Info) []locks.Info {
 	return infos
 }
 
-// locksListOptions are the dependencies of locks list.
+// locksListOptions are the flags and dependencies of locks list.
 type locksListOptions struct {
 	deps
+	watchFlags
 }
 
 func newLocksListCmd(a *app, runF func(context.Context, *locksListOptions) error) *cobra.Command {
 	o := &locksListOptions{deps: a.deps()}
-	return withFormats(&cobra.Command{
-		Use:   "list",
+	cmd := &cobra.Command{
+		Use:   "list [--watch]",
 		Short: "List every lock with its state and holder",
 		Example: `  studioctl locks list
+  studioctl locks list --watch
   studioctl locks list -o json
   studioctl locks list | awk -F'\t' '$2 == "stale" {print $1}'`,
 		Args: noArgs,
@@ -145,20 +147,40 @@ func newLocksListCmd(a *app, runF func(context.Context, *locksListOptions) error
 			}
 			return locksListRun(cmd.Context(), o)
 		},
-	}, listFormats...)
+	}
+	o.watchFlags.add(cmd)
+	return withFormats(cmd, listFormats...)
 }
 
-// locksListRun prints every lock.
+// locksListRun prints every lock, once or, with --watch, on every change.
 func locksListRun(ctx context.Context, o *locksListOptions) error {
 	adm, err := locksAdmin(ctx, o.deps)
 	if err != nil {
 		return err
 	}
-	infos, err := adm.List(ctx)
-	if err != nil {
-		return err
+	return watchList(ctx, o.deps, o.watchFlags, "locks", func(ctx context.Context) (listView, error) {
+		infos, err := adm.List(ctx)
+		if err != nil {
+			return listView{}, err
+		}
+		return listView{
+			print: func(p *output.Printer) error { return printLocks(p, displayed(o.deps, infos)) },
+			key:   locksKey(infos),
+		}, nil
+	})
+}
+
+// locksKey is what locks list shows minus what moves on its own: the
+// remaining time, and lock_until, which a running job's keep-alive extends
+// (a lock's heartbeat). A release, a new holder or a new locked_at changes
+// the state, the holder or locked_at.
+func locksKey(infos []locks.Info) any {
+	key := make([]locks.Info, 0, len(infos))
+	for _, in := range infos {
+		in.LockUntil, in.Remaining = time.Time{}, 0
+		key = append(key, in)
 	}
-	return printLocks(o.Printer(), displayed(o.deps, infos))
+	return key
 }
 
 // locksShowOptions are the argument and dependencies of locks show.

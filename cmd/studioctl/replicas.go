@@ -13,9 +13,6 @@ import (
 	"github.com/studioctl/studioctl/internal/replicas"
 )
 
-// replicasWatchEvery is the refresh interval of replicas list --watch.
-const replicasWatchEvery = 2 * time.Second
-
 // drainWaitPoll is how often replicas drain --wait looks at the state.
 const drainWaitPoll = 500 * time.Millisecond
 
@@ -110,13 +107,11 @@ func displayedReplicas(d deps, infos []replicas.Info) []replicas.Info {
 // replicasListOptions are the flags and dependencies of replicas list.
 type replicasListOptions struct {
 	deps
-	Watch bool
-	// Every is the refresh interval of --watch.
-	Every time.Duration
+	watchFlags
 }
 
 func newReplicasListCmd(a *app, runF func(context.Context, *replicasListOptions) error) *cobra.Command {
-	o := &replicasListOptions{deps: a.deps(), Every: replicasWatchEvery}
+	o := &replicasListOptions{deps: a.deps()}
 	cmd := &cobra.Command{
 		Use:   "list [--watch]",
 		Short: "List replicas with state and heartbeat age",
@@ -131,64 +126,48 @@ func newReplicasListCmd(a *app, runF func(context.Context, *replicasListOptions)
 			return replicasListRun(cmd.Context(), o)
 		},
 	}
-	cmd.Flags().BoolVarP(&o.Watch, "watch", "w", false, "refresh every 2s until interrupted")
+	o.watchFlags.add(cmd)
 	return withFormats(cmd, listFormats...)
 }
 
-// replicasListRun prints the replicas, once or every o.Every with --watch.
+// replicasListRun prints the replicas, once or, with --watch, on every change.
 func replicasListRun(ctx context.Context, o *replicasListOptions) error {
 	pool, err := o.DB(ctx)
 	if err != nil {
 		return err
 	}
-	return watchList(ctx, o.deps, o.Watch, o.Every, func(ctx context.Context) (func(*output.Printer) error, error) {
+	return watchList(ctx, o.deps, o.watchFlags, "replicas", func(ctx context.Context) (listView, error) {
 		infos, err := replicas.List(ctx, pool)
 		if err != nil {
-			return nil, err
+			return listView{}, err
 		}
 		leaseCount, err := leases.CountByOwner(ctx, pool)
 		if err != nil {
-			return nil, err
+			return listView{}, err
 		}
-		return func(p *output.Printer) error {
-			return printReplicas(p, displayedReplicas(o.deps, infos), leaseCount)
+		return listView{
+			print: func(p *output.Printer) error {
+				return printReplicas(p, displayedReplicas(o.deps, infos), leaseCount)
+			},
+			key: replicasKey(infos, leaseCount),
 		}, nil
 	})
 }
 
-// watchList reads and prints a list once, or, with watch, again every
-// interval until ctx is done (a terminal table is redrawn in place; piped
-// output gets a blank line between refreshes). load reads the rows and
-// returns how to print them, so the screen is cleared only once they are
-// in hand. An error after ctx is done ends a watch quietly.
-func watchList(ctx context.Context, d deps, watch bool, every time.Duration, load func(context.Context) (func(*output.Printer) error, error)) error {
-	p := d.Printer()
-	for {
-		print, err := load(ctx)
-		if err != nil {
-			if watch && ctx.Err() != nil {
-				return nil
-			}
-			return err
-		}
-		if watch && p.Terminal() && !p.Structured() {
-			fmt.Fprint(d.IO.Out, "\x1b[H\x1b[2J")
-		}
-		if err := print(p); err != nil {
-			return err
-		}
-		if !watch {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(every):
-		}
-		if !p.Terminal() && !p.Structured() {
-			fmt.Fprintln(d.IO.Out)
-		}
+// replicasKey is what replicas list shows minus what moves with every
+// heartbeat: the heartbeat time and age, the uptime and the clock offset.
+// Gone and crashed stay in: a replica turning gone is a change.
+func replicasKey(infos []replicas.Info, leaseCount map[string]int) any {
+	type row struct {
+		replicas.Info
+		Leases int
 	}
+	key := make([]row, 0, len(infos))
+	for _, in := range infos {
+		in.HeartbeatAt, in.HeartbeatAge, in.Uptime, in.ClockOffset = time.Time{}, 0, 0, nil
+		key = append(key, row{in, leaseCount[in.ID]})
+	}
+	return key
 }
 
 // replicasDrainOptions are the flags, argument and dependencies of replicas drain.

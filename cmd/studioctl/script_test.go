@@ -81,6 +81,7 @@ func TestScripts(t *testing.T) {
 			"sqlfile":  cmdSQLFile,
 			"roleurl":  cmdRoleURL,
 			"exitcode": cmdExitCode,
+			"waitfile": cmdWaitFile,
 		},
 	})
 }
@@ -243,4 +244,33 @@ func cmdExitCode(ts *testscript.TestScript, neg bool, args []string) {
 	if got != want {
 		ts.Fatalf("exitcode: %s exited %d, want %d", args[1], got, want)
 	}
+}
+
+// waitfile polls a file (a background command's redirected output) until
+// its content matches a regexp, for at most TIMEOUT: waitfile FILE REGEXP
+// TIMEOUT. It is how a script asserts that a --watch showed a change
+// within a deadline.
+func cmdWaitFile(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) != 3 || neg {
+		ts.Fatalf("usage: waitfile FILE REGEXP TIMEOUT")
+	}
+	re, err := regexp.Compile("(?m)" + args[1])
+	ts.Check(err)
+	timeout, err := time.ParseDuration(args[2])
+	ts.Check(err)
+	start := time.Now()
+	deadline := start.Add(timeout)
+	var last []byte
+	for {
+		last, _ = os.ReadFile(ts.MkAbs(args[0]))
+		if re.Match(last) {
+			ts.Logf("waitfile: %s matched %q after %s", args[0], args[1], time.Since(start).Round(time.Millisecond))
+			return
+		}
+		if time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond) // a poll interval inside a deadline, not synchronisation
+	}
+	ts.Fatalf("waitfile: no match for %q in %s after %s; it holds:\n%s", args[1], args[0], timeout, last)
 }

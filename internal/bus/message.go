@@ -41,6 +41,13 @@ const (
 	KindJobSettings     = "job.settings"
 	KindReplicaDrain    = "replica.drain"
 	KindLeasesRebalance = "leases.rebalance"
+	// KindReplicaState: a replica's row changed state (registered as
+	// starting, ready, draining, stopped) or was forgotten. Only watches
+	// (studioctl ... list --watch) read it; replicas ignore it.
+	KindReplicaState = "replica.state"
+	// KindLockReleased: studioctl locks release freed a lock. Only watches
+	// read it; replicas ignore it.
+	KindLockReleased = "lock.released"
 )
 
 // Message is one bus payload. Exactly one shape is used per Type: a stream

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/studioctl/studioctl/internal/bus"
 	"github.com/studioctl/studioctl/internal/db"
@@ -35,7 +36,7 @@ func expectRebalance(t *testing.T, conn *pgx.Conn) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	n, err := conn.WaitForNotification(ctx)
+	n, err := waitSkippingEvents(ctx, conn)
 	if err != nil {
 		t.Fatalf("no leases.rebalance signal: %v", err)
 	}
@@ -51,8 +52,23 @@ func expectNone(t *testing.T, conn *pgx.Conn) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 	defer cancel()
-	if n, err := conn.WaitForNotification(ctx); !errors.Is(err, context.DeadlineExceeded) {
+	if n, err := waitSkippingEvents(ctx, conn); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("unexpected notification %v, %v", n, err)
+	}
+}
+
+// waitSkippingEvents waits for the next notification that is not an event
+// stream frame (internal/stream): every lease row change also sends one.
+func waitSkippingEvents(ctx context.Context, conn *pgx.Conn) (*pgconn.Notification, error) {
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return n, err
+		}
+		if m, err := bus.Decode(n.Payload); err == nil && m.Type == bus.TypeFrame && m.Stream == "events" {
+			continue
+		}
+		return n, nil
 	}
 }
 

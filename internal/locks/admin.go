@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/studioctl/studioctl/internal/audit"
+	"github.com/studioctl/studioctl/internal/bus"
 	"github.com/studioctl/studioctl/internal/liveness"
 )
 
@@ -285,6 +286,10 @@ func (a *Admin) Release(ctx context.Context, db interface {
 			return res, err
 		}
 		res.Audited = true
+	}
+	// Watching clients re-read at once (replicas ignore the kind).
+	if err := bus.Notify(ctx, tx, bus.Signal(bus.KindLockReleased, in.Name)); err != nil {
+		return res, fmt.Errorf("release lock %q: %w", in.Name, err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return res, fmt.Errorf("release lock %q: commit: %w", in.Name, err)

@@ -167,6 +167,9 @@ RETURNING r.id, r.host, r.pid, r.version, r.http_addr, r.state, r.started_at, r.
 	if err != nil {
 		return in, err
 	}
+	if err := bus.Notify(ctx, tx, bus.Signal(bus.KindReplicaState, id)); err != nil {
+		return in, fmt.Errorf("forget replica %q: %w", id, err)
+	}
 	if err := tx.Commit(ctx); err != nil {
 		return in, fmt.Errorf("forget replica %q: %w", id, err)
 	}

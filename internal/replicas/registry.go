@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/studioctl/studioctl/internal/bus"
 	"github.com/studioctl/studioctl/internal/clock"
 	"github.com/studioctl/studioctl/internal/db"
 	"github.com/studioctl/studioctl/internal/liveness"
@@ -206,7 +207,18 @@ ON CONFLICT (id) DO UPDATE SET incarnation = EXCLUDED.incarnation, host = EXCLUD
   version = EXCLUDED.version, http_addr = EXCLUDED.http_addr, state = 'starting', started_at = now(),
   heartbeat_at = now(), stopped_at = NULL, clock_offset_seconds = NULL
 WHERE NOT ` + liveness.LiveSQL("r") + `
-RETURNING now()`
+RETURNING now(), pg_notify($7, $8)`
+
+// stateSignal is the payload of the replica.state signal the registry
+// sends, in the same statement, with every state change of its row, so a
+// watching client (replicas list --watch) redraws at once.
+func (r *Registry) stateSignal() (string, error) {
+	p, err := bus.Encode(bus.Signal(bus.KindReplicaState, r.o.ID))
+	if err != nil {
+		return "", err
+	}
+	return p[0], nil
+}
 
 // Register inserts this replica in state starting. ErrLiveDuplicate when a
 // live replica has the id.
@@ -222,9 +234,13 @@ func (r *Registry) Register(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	signal, err := r.stateSignal()
+	if err != nil {
+		return fmt.Errorf("register replica %q: %w", r.o.ID, err)
+	}
 	var dbNow time.Time
 	t0 := r.o.Clock.Now()
-	err = conn.QueryRow(ctx, registerSQL, r.o.ID, r.incarn, r.o.Host, os.Getpid(), r.o.Version, r.o.HTTPAddr).Scan(&dbNow)
+	err = conn.QueryRow(ctx, registerSQL, r.o.ID, r.incarn, r.o.Host, os.Getpid(), r.o.Version, r.o.HTTPAddr, bus.Channel, signal).Scan(&dbNow, nil)
 	t1 := r.o.Clock.Now()
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		r.dropConnLocked()
@@ -252,9 +268,13 @@ func (r *Registry) SetState(ctx context.Context, s State) error {
 	if err != nil {
 		return fmt.Errorf("set replica state %s: %w", s, err)
 	}
+	signal, err := r.stateSignal()
+	if err != nil {
+		return fmt.Errorf("set replica state %s: %w", s, err)
+	}
 	tag, err := conn.Exec(ctx, `UPDATE studio_replica SET state = $3, heartbeat_at = now(),
   stopped_at = CASE WHEN $3 = 'stopped' THEN now() ELSE NULL END
-WHERE id = $1 AND incarnation = $2`, r.o.ID, r.incarn, string(s))
+WHERE id = $1 AND incarnation = $2 RETURNING pg_notify($4, $5)`, r.o.ID, r.incarn, string(s), bus.Channel, signal)
 	if err != nil {
 		r.dropConnLocked()
 		return fmt.Errorf("set replica state %s: %w", s, err)

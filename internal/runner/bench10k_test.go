@@ -37,6 +37,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/studioctl/studioctl/internal/bus"
 	"github.com/studioctl/studioctl/internal/db"
 	"github.com/studioctl/studioctl/internal/jobs"
 	"github.com/studioctl/studioctl/internal/jobstore"
@@ -88,6 +89,12 @@ type bench10kResult struct {
 	RunsPerFlushP50 int     `json:"runs_per_flush_p50,omitempty"`
 	RunsPerFlushP90 int     `json:"runs_per_flush_p90,omitempty"`
 	HistoryRowsPerS float64 `json:"history_rows_per_s,omitempty"`
+	// The event stream (docs/events.md): rows of studio_event and bus
+	// notifications per second, by type; EventsOff when its triggers on
+	// studio_job_run were disabled for a side-by-side run.
+	EventRowsPerS     float64            `json:"event_rows_per_s"`
+	NotificationsPerS map[string]float64 `json:"notifications_per_s"`
+	EventsOff         bool               `json:"events_off,omitempty"`
 }
 
 type bench10kQueryCalls struct {
@@ -165,6 +172,50 @@ func TestBench10k(t *testing.T) {
 	}
 	defer probe.Close(context.WithoutCancel(ctx))
 	postmaster := bench10kPostmasterPID(t, probe)
+	eventsOff := os.Getenv("STUDIO_BENCH10K_NOEVENTS") == "1"
+	if eventsOff {
+		if _, err := probe.Exec(ctx, `/* bench10k */ ALTER TABLE studio_job_run DISABLE TRIGGER studio_event_run_insert, DISABLE TRIGGER studio_event_run_update`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Every notification on the bus, by type, while the window is open.
+	listen, err := bench10kConnect(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := listen.Exec(ctx, "LISTEN "+bus.Channel); err != nil {
+		t.Fatal(err)
+	}
+	var notifyMu sync.Mutex
+	notified := map[string]int{}
+	var counting atomic.Bool
+	listenCtx, stopListen := context.WithCancel(ctx)
+	listenDone := make(chan struct{})
+	go func() {
+		defer close(listenDone)
+		for {
+			n, err := listen.WaitForNotification(listenCtx)
+			if err != nil {
+				return
+			}
+			if !counting.Load() {
+				continue
+			}
+			m, err := bus.Decode(n.Payload)
+			kind := m.Type
+			if err != nil {
+				kind = "undecodable"
+			}
+			notifyMu.Lock()
+			notified[kind]++
+			notifyMu.Unlock()
+		}
+	}()
+	defer func() {
+		stopListen()
+		<-listenDone
+		listen.Close(context.WithoutCancel(ctx))
+	}()
 
 	rec := &bench10kRecorder{samples: make([]time.Duration, 0, bench10kMaxSamples)}
 	list := make([]jobs.Job, n)
@@ -211,6 +262,8 @@ func TestBench10k(t *testing.T) {
 	stmts0 := bench10kStatements(t, probe)
 	flushes0, _ := store.Stats()
 	runs0 := bench10kHistoryRows(t, probe)
+	events0 := bench10kEventRows(t, probe)
+	counting.Store(true)
 	pg0 := bench10kTreeCPU(postmaster)
 	cpu0, wait0 := bench10kSelfCPU(), bench10kRunqWait()
 	rss0 := bench10kRSS()
@@ -225,6 +278,8 @@ func TestBench10k(t *testing.T) {
 	pg1 := bench10kTreeCPU(postmaster)
 	flushes1, _ := store.Stats()
 	runs1 := bench10kHistoryRows(t, probe)
+	counting.Store(false)
+	events1 := bench10kEventRows(t, probe)
 	stmts1 := bench10kStatements(t, probe)
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
@@ -246,7 +301,15 @@ func TestBench10k(t *testing.T) {
 		DBServerCPUCores: (pg1 - pg0).Seconds() / wall.Seconds(),
 		StoreFlushesPerS: float64(flushes1-flushes0) / wall.Seconds(),
 		HistoryRowsPerS:  float64(runs1-runs0) / wall.Seconds(),
+		EventRowsPerS:    float64(events1-events0) / wall.Seconds(),
+		EventsOff:        eventsOff,
 	}
+	notifyMu.Lock()
+	res.NotificationsPerS = map[string]float64{}
+	for k, n := range notified {
+		res.NotificationsPerS[k] = float64(n) / wall.Seconds()
+	}
+	notifyMu.Unlock()
 	bench10kLateness(&res, lat, wall)
 	flushes.mu.Lock()
 	if sizes := slices.Sorted(slices.Values(flushes.sizes)); len(sizes) > 0 {
@@ -529,6 +592,17 @@ func bench10kPostmasterPID(t testing.TB, conn *pgx.Conn) int {
 	}
 	pid, _ := strconv.Atoi(strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0]))
 	return pid
+}
+
+// bench10kEventRows is the newest event id (ids follow commits, so the
+// difference of two reads is the rows written in between).
+func bench10kEventRows(t testing.TB, probe *pgx.Conn) int64 {
+	t.Helper()
+	var n int64
+	if err := probe.QueryRow(context.Background(), `/* bench10k */ SELECT coalesce(max(id), 0) FROM studio_event`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 func bench10kConnect(ctx context.Context, connString string) (*pgx.Conn, error) {
