@@ -30,6 +30,7 @@ import (
 	"github.com/studioctl/studioctl/internal/replicas"
 	"github.com/studioctl/studioctl/internal/runner"
 	"github.com/studioctl/studioctl/internal/startstop"
+	"github.com/studioctl/studioctl/internal/statuspage"
 	"github.com/studioctl/studioctl/internal/stream"
 )
 
@@ -601,6 +602,8 @@ func (h *Host) routes() http.Handler {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(h.metrics, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /v1/jobs", h.serveJobs)
 	mux.Handle("GET /v1/events", h.stream)
+	mux.Handle("GET /{$}", statuspage.New(statuspage.Options{DB: h.pool, LockTable: h.o.LockTable, ReplicaID: h.o.ID, Logger: h.log,
+		Scrub: func(err error) error { return db.Scrub(err, h.o.ConnString) }})) // docs/status-page.md
 	return mux
 }
 

@@ -1,0 +1,10 @@
+package statuspage_test
+
+import (
+	"os"
+	"testing"
+
+	"github.com/studioctl/studioctl/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.MainNoLeaks(m)) }
