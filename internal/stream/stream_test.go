@@ -98,7 +98,7 @@ func TestTriggersWriteEventsForChangesOnly(t *testing.T) {
 	mustExec(t, pool, `UPDATE studio_replica SET heartbeat_at = now() WHERE id = 'r1'`) // no event
 	mustExec(t, pool, `INSERT INTO cluster_lease (cluster) VALUES ('c1')`)
 	mustExec(t, pool, `UPDATE cluster_lease SET owner = 'r1', renewed_at = now(), generation = generation + 1 WHERE cluster = 'c1'`)
-	mustExec(t, pool, `UPDATE cluster_lease SET renewed_at = now() WHERE cluster = 'c1'`) // no event
+	mustExec(t, pool, `UPDATE cluster_lease SET renewed_at = now() WHERE cluster = 'c1'`)                                                          // no event
 	mustExec(t, pool, `INSERT INTO studio_job_run (job_id, replica_id, cluster, started_at, outcome) VALUES ('j0', 'r1', 'c1', now(), 'running')`) // no event: not through the run store
 	for _, stmt := range []string{
 		`INSERT INTO studio_job_run (job_id, replica_id, cluster, started_at, outcome) VALUES ('j', 'r1', 'c1', '2026-12-01T10:00:00Z', 'running') RETURNING seq`,
