@@ -275,3 +275,27 @@ func TestExpiredTriggerRequestsAreNotClaimedAndHousekeepingPrunesOldOnes(t *test
 		t.Errorf("%d requests after housekeeping, want 1 (the fresh one)", n)
 	}
 }
+
+// A per-cluster job's status rows are its duties' (job@cluster): a trigger
+// of the job reaches each live replica that hosts one of them, once, and
+// a job whose name only begins the same does not count.
+func TestTriggerOfAPerClusterJobReachesEachReplicaHostingItsDuties(t *testing.T) {
+	t.Parallel()
+	pool, _ := newPool(t)
+	insertReplica(t, pool, "a", "ready", 0)
+	insertReplica(t, pool, "b", "ready", 0)
+	addStatus(t, pool, "a", "compact@eu-1", jobs.ScopeInstance)
+	addStatus(t, pool, "a", "compact@eu-2", jobs.ScopeInstance)
+	addStatus(t, pool, "b", "compact@us-1", jobs.ScopeInstance)
+	addStatus(t, pool, "b", "compacted", jobs.ScopeInstance)
+	n, err := jobstore.Trigger(t.Context(), pool, "compact", "ana@ops", "rerun")
+	if err != nil || n != 2 {
+		t.Fatalf("Trigger(compact) = %d, %v; want 2 requests (a and b, once each)", n, err)
+	}
+	if got := count(t, pool, `SELECT count(DISTINCT replica_id) FROM studio_request WHERE target = 'compact'`); got != 2 {
+		t.Errorf("requests to %d replicas, want 2", got)
+	}
+	if _, err := jobstore.Trigger(t.Context(), pool, "compacte", "ana@ops", ""); err == nil {
+		t.Error("Trigger(compacte): want an error, no such job")
+	}
+}
