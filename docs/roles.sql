@@ -69,5 +69,5 @@ GRANT SELECT ON studio_job_setting, studio_audit, goose_db_version TO studio_rep
 -- run store's flush) write it as its owner; a replica reads it for its
 -- clients and housekeeping prunes it.
 GRANT SELECT, DELETE ON studio_event TO studio_replica;
-GRANT EXECUTE ON FUNCTION studio_event_runs(bigint[], text[]) TO studio_replica;
+GRANT EXECUTE ON FUNCTION studio_event_runs(jsonb[], text[]) TO studio_replica;
 GRANT USAGE ON SEQUENCE studio_job_run_seq_seq TO studio_replica;

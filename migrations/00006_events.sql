@@ -3,10 +3,11 @@
 -- studio_event holds what happened in the installation, one row per event,
 -- with an id that orders events installation-wide:
 --   - runs that started or ended: the run store's flush writes them in one
---     statement per flush (studio_event_runs, below), and so does
---     housekeeping when it marks a gone replica's runs interrupted. A
---     trigger per run row would cost a PL/pgSQL call per run: at 10,000
---     jobs that tripled the database's CPU (docs/benchmarks.md);
+--     statement per flush (studio_event_runs, below), with the data built
+--     by the store, and so does housekeeping when it marks a gone
+--     replica's runs interrupted. A trigger per run row, or building the
+--     data in SQL, cost the database two to three times its CPU at 10,000
+--     jobs (docs/benchmarks.md, "Event stream");
 --   - triggers write the rest, which is rare: a replica's state changed
 --     (studio_replica), a lease changed owner or a cluster was added or
 --     removed (cluster_lease), an operator action was audited (studio_audit;
@@ -38,7 +39,9 @@ CREATE TABLE studio_event (
     event text        NOT NULL CHECK (event IN ('run', 'replica', 'lease', 'lock', 'audit')),
     data  jsonb       NOT NULL
 );
-CREATE INDEX studio_event_at ON studio_event (at);
+-- For pruning by age; ids follow time, so a BRIN index is enough and costs
+-- next to nothing per insert.
+CREATE INDEX studio_event_at ON studio_event USING brin (at);
 
 -- +goose StatementBegin
 CREATE FUNCTION studio_event_add(p_event text, p_data jsonb) RETURNS void
@@ -64,34 +67,43 @@ LANGUAGE sql IMMUTABLE AS $$
 $$;
 -- +goose StatementEnd
 
+-- A run's event data, as the run store builds it too (internal/jobstore
+-- runEventData): housekeeping uses it for the runs it interrupts.
 -- +goose StatementBegin
-CREATE FUNCTION studio_event_runs(p_seqs bigint[], p_notify text[] DEFAULT '{}') RETURNS void
+CREATE FUNCTION studio_event_run_data(r studio_job_run) RETURNS jsonb
+LANGUAGE sql STABLE AS $$
+    SELECT jsonb_strip_nulls(jsonb_build_object(
+        'seq', r.seq, 'job_id', r.job_id, 'replica_id', r.replica_id,
+        'cluster', coalesce(r.cluster, ''), 'outcome', r.outcome,
+        'started_at', studio_event_time(r.started_at),
+        'finished_at', studio_event_time(r.finished_at),
+        'duration_seconds', round(extract(epoch FROM r.finished_at - r.started_at)::numeric, 3),
+        'error', r.error))
+$$;
+-- +goose StatementEnd
+
+-- The run events of one flush, given as data (the store builds it, so the
+-- database only stores it), and the flush's seqs batch, in one statement.
+-- +goose StatementBegin
+CREATE FUNCTION studio_event_runs(p_data jsonb[], p_notify text[] DEFAULT '{}') RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
 DECLARE
     v_first bigint;
     v_payload text;
 BEGIN
-    IF cardinality(p_seqs) > 0 THEN
+    IF cardinality(p_data) > 0 THEN
         PERFORM pg_advisory_xact_lock(1937012068);
         WITH ins AS (
             INSERT INTO studio_event (event, data)
-            SELECT 'run', jsonb_strip_nulls(jsonb_build_object(
-                'seq', r.seq, 'job_id', r.job_id, 'replica_id', r.replica_id,
-                'cluster', coalesce(r.cluster, ''), 'outcome', r.outcome,
-                'started_at', studio_event_time(r.started_at),
-                'finished_at', studio_event_time(r.finished_at),
-                'duration_seconds', round(extract(epoch FROM r.finished_at - r.started_at)::numeric, 3),
-                'error', r.error))
-            FROM studio_job_run r WHERE r.seq = ANY(p_seqs) ORDER BY r.seq
+            SELECT 'run', t.d FROM unnest(p_data) WITH ORDINALITY AS t(d, i) ORDER BY t.i
             RETURNING id)
         SELECT min(id) INTO v_first FROM ins;
-        IF v_first IS NOT NULL AND current_setting('studio.event_notified', true) IS DISTINCT FROM '1' THEN
+        IF current_setting('studio.event_notified', true) IS DISTINCT FROM '1' THEN
             PERFORM set_config('studio.event_notified', '1', true);
             PERFORM pg_notify('studio', json_build_object('v', 1, 'type', 'frame', 'stream', 'events',
                 'id', v_first::text, 'event', 'run', 'truncated', true)::text);
         END IF;
     END IF;
-    -- The flush's seqs batch (docs/bus.md) goes in the same statement.
     FOREACH v_payload IN ARRAY coalesce(p_notify, '{}') LOOP
         PERFORM pg_notify('studio', v_payload);
     END LOOP;
@@ -172,7 +184,7 @@ CREATE CONSTRAINT TRIGGER studio_event_audit_insert AFTER INSERT ON studio_audit
 -- Only the triggers, the run store and housekeeping write events: no role
 -- may call the functions directly; docs/roles.sql grants studio_event_runs
 -- to the replica role, which writes the runs it describes anyway.
-REVOKE EXECUTE ON FUNCTION studio_event_add(text, jsonb), studio_event_runs(bigint[], text[]), studio_event_replica(),
+REVOKE EXECUTE ON FUNCTION studio_event_add(text, jsonb), studio_event_runs(jsonb[], text[]), studio_event_replica(),
     studio_event_lease(), studio_event_audit() FROM PUBLIC;
 
 -- +goose Down
@@ -186,7 +198,8 @@ DROP TRIGGER studio_event_replica_insert ON studio_replica;
 DROP FUNCTION studio_event_audit();
 DROP FUNCTION studio_event_lease();
 DROP FUNCTION studio_event_replica();
-DROP FUNCTION studio_event_runs(bigint[], text[]);
+DROP FUNCTION studio_event_runs(jsonb[], text[]);
+DROP FUNCTION studio_event_run_data(studio_job_run);
 DROP FUNCTION studio_event_time(timestamptz);
 DROP FUNCTION studio_event_add(text, jsonb);
 DROP TABLE studio_event;

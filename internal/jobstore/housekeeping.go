@@ -69,7 +69,8 @@ RETURNING j.seq`)
 			return err
 		}
 		interrupted = int64(len(seqs))
-		_, err = tx.Exec(ctx, eventRunsSQL, seqs, []string{})
+		_, err = tx.Exec(ctx, `SELECT studio_event_runs(array_agg(studio_event_run_data(r) ORDER BY r.seq), '{}')
+FROM studio_job_run r WHERE r.seq = ANY($1)`, seqs)
 		return err
 	})
 	if err != nil {

@@ -6,8 +6,10 @@ package jobstore
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"time"
 
@@ -251,7 +253,41 @@ RETURNING seq`
 // eventRunsSQL writes the event stream's rows of the runs the upsert
 // changed and sends the flush's bus messages (the seqs batch, and one
 // events frame), in one statement (migrations/00006_events.sql).
-const eventRunsSQL = `SELECT studio_event_runs($1::bigint[], $2::text[])`
+const eventRunsSQL = `SELECT studio_event_runs($1::jsonb[], $2::text[])`
+
+// runEvent is the data of a run event (docs/events.md); the SQL function
+// studio_event_run_data builds the same for housekeeping.
+type runEvent struct {
+	Seq        int64    `json:"seq"`
+	JobID      string   `json:"job_id"`
+	ReplicaID  string   `json:"replica_id"`
+	Cluster    string   `json:"cluster"`
+	Outcome    string   `json:"outcome"`
+	StartedAt  string   `json:"started_at"`
+	FinishedAt string   `json:"finished_at,omitempty"`
+	Duration   *float64 `json:"duration_seconds,omitempty"`
+	Error      string   `json:"error,omitempty"`
+}
+
+// eventTime is the events' time format: RFC 3339, UTC, microseconds.
+const eventTime = "2006-01-02T15:04:05.000000Z"
+
+// runEventData is the event of run r as stored (its error already made
+// storable and scrubbed by PutRun).
+func runEventData(r jobs.Run) string {
+	e := runEvent{Seq: r.Seq, JobID: r.JobID, ReplicaID: r.ReplicaID, Cluster: r.Cluster, Outcome: string(r.Outcome),
+		StartedAt: r.StartedAt.UTC().Format(eventTime), Error: r.Error}
+	if r.FinishedAt != nil {
+		e.FinishedAt = r.FinishedAt.UTC().Format(eventTime)
+		d := math.Round(r.FinishedAt.Sub(r.StartedAt).Seconds()*1000) / 1000
+		e.Duration = &d
+	}
+	b, err := json.Marshal(e)
+	if err != nil {
+		panic(err) // strings and numbers only
+	}
+	return string(b)
+}
 
 func (s *Store) write(ctx context.Context, runs map[int64]jobs.Run, status map[string]jobs.Status) error {
 	tx, err := s.q.Begin(ctx)
@@ -282,7 +318,11 @@ func (s *Store) write(ctx context.Context, runs map[int64]jobs.Run, status map[s
 		if err != nil {
 			return fmt.Errorf("announce job runs: %w", err)
 		}
-		if _, err := tx.Exec(ctx, eventRunsSQL, changed, payloads); err != nil {
+		events := make([]string, 0, len(changed))
+		for _, n := range changed {
+			events = append(events, runEventData(runs[n]))
+		}
+		if _, err := tx.Exec(ctx, eventRunsSQL, events, payloads); err != nil {
 			return fmt.Errorf("announce job runs: %w", err)
 		}
 		stmts++

@@ -175,7 +175,7 @@ func TestBench10k(t *testing.T) {
 	eventsOff := os.Getenv("STUDIO_BENCH10K_NOEVENTS") == "1"
 	if eventsOff {
 		// The flush as it was before the event stream: the seqs batch only.
-		if _, err := probe.Exec(ctx, `/* bench10k */ CREATE OR REPLACE FUNCTION studio_event_runs(p_seqs bigint[], p_notify text[] DEFAULT '{}') RETURNS void
+		if _, err := probe.Exec(ctx, `/* bench10k */ CREATE OR REPLACE FUNCTION studio_event_runs(p_data jsonb[], p_notify text[] DEFAULT '{}') RETURNS void
 LANGUAGE plpgsql AS $$ DECLARE v text; BEGIN FOREACH v IN ARRAY coalesce(p_notify, '{}') LOOP PERFORM pg_notify('studio', v); END LOOP; END $$`); err != nil {
 			t.Fatal(err)
 		}

@@ -66,7 +66,8 @@ func addRuns(tx pgx.Tx, sql string, args ...any) error {
 	if err != nil {
 		return err
 	}
-	_, err = tx.Exec(ctx, `SELECT studio_event_runs($1, '{}')`, seqs)
+	_, err = tx.Exec(ctx, `SELECT studio_event_runs(array_agg(studio_event_run_data(r) ORDER BY r.seq), '{}')
+FROM studio_job_run r WHERE r.seq = ANY($1)`, seqs)
 	return err
 }
 
