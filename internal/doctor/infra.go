@@ -181,8 +181,8 @@ func checkClock(ctx context.Context, e *env) Result {
 
 // formatOffset renders an offset to a tenth of a second under a minute.
 func formatOffset(d time.Duration) string {
-	if d < time.Minute {
-		return fmt.Sprintf("%.1fs", d.Round(100*time.Millisecond).Seconds())
+	if d = d.Round(100 * time.Millisecond); d < time.Minute {
+		return fmt.Sprintf("%.1fs", d.Seconds())
 	}
 	return ago(d)
 }
