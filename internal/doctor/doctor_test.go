@@ -3,8 +3,10 @@ package doctor
 import (
 	"context"
 	"errors"
+	"net"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/studioctl/studioctl/internal/db"
+	"github.com/studioctl/studioctl/internal/faultproxy"
 	"github.com/studioctl/studioctl/internal/jobs"
 	"github.com/studioctl/studioctl/internal/locks"
 	"github.com/studioctl/studioctl/internal/pgtest"
@@ -393,4 +396,66 @@ func TestARunNearItsTimeoutWarns(t *testing.T) {
 	f.o.Jobs = nil
 	f.exec(`UPDATE studio_job_run SET started_at = started_at - interval '2 days', finished_at = finished_at - interval '2 days' WHERE seq = 7`)
 	f.expect(CheckNearTimeout, OK, "1 job with runs, 0 with a configured timeout")
+}
+
+func TestAReadOnlyDatabaseFails(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDB(t)
+	f := newFixture(t, true)
+	// newFixture's database is not url's: make url's sessions read-only
+	// from a pool opened before, then doctor it with a fresh pool.
+	before, err := db.Open(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer before.Close()
+	if _, err := before.Exec(context.Background(), `DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET default_transaction_read_only = on', current_database()); END $$`); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := db.ParsePoolConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := db.OpenConfig(context.Background(), cfg, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	f.pool, f.o.Pool, f.o.ConnConfig = pool, pool, cfg.ConnConfig
+	rs := f.run()
+	if r := rs[CheckDatabase]; r.Status != Fail || !strings.Contains(r.Detail, "sessions are read-only") {
+		t.Errorf("database: %+v", r)
+	}
+	for _, name := range []string{CheckSchema, CheckBus, CheckStaleLocks, CheckFailingJobs, CheckNearTimeout} {
+		if r := rs[name]; r.Status != OK {
+			t.Errorf("%s: %+v, want ok: reading works", name, r)
+		}
+	}
+}
+
+// A listener connection that cannot reach the server (a black hole between
+// this host and the database: packets dropped, nothing closed) fails the
+// bus check within BusTimeout; the rest, on a direct pool, is fine.
+func TestTheBusFailsWhenItsListenerCannotHear(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, true)
+	proxy, err := faultproxy.Start(net.JoinHostPort(f.o.ConnConfig.Host, strconv.Itoa(int(f.o.ConnConfig.Port))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	cfg := f.o.ConnConfig.Copy()
+	cfg.Host, cfg.Port = "127.0.0.1", uint16(proxy.Port())
+	f.o.ConnConfig = cfg
+	f.expect(CheckBus, OK)
+	proxy.Blackhole()
+	start := time.Now()
+	r := f.expect(CheckBus, Fail, "LISTEN failed")
+	if took := time.Since(start); took > BusTimeout+5*time.Second {
+		t.Errorf("the bus check took %s, more than its %s", took, BusTimeout)
+	}
+	if !strings.Contains(r.Hint, "PgBouncer") {
+		t.Errorf("hint %q", r.Hint)
+	}
+	proxy.Restore()
 }

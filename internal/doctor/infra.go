@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/studioctl/studioctl/internal/db"
 	"github.com/studioctl/studioctl/internal/migrate"
 	"github.com/studioctl/studioctl/migrations"
 )
@@ -32,9 +33,9 @@ func checkDatabase(ctx context.Context, e *env) Result {
 	}
 	var version string
 	var num int
-	var standby bool
-	err := e.pool.QueryRow(ctx, `SELECT current_setting('server_version'), current_setting('server_version_num')::int, pg_is_in_recovery()`).
-		Scan(&version, &num, &standby)
+	var standby, readOnly bool
+	err := e.pool.QueryRow(ctx, `SELECT current_setting('server_version'), current_setting('server_version_num')::int,
+  pg_is_in_recovery(), current_setting('transaction_read_only') = 'on'`).Scan(&version, &num, &standby, &readOnly)
 	if err != nil {
 		return failed(fmt.Errorf("read the server version: %w", err))
 	}
@@ -43,8 +44,11 @@ func checkDatabase(ctx context.Context, e *env) Result {
 		return Result{Status: Fail, Detail: fmt.Sprintf("reachable; PostgreSQL %s is older than 13, which the schema needs", version),
 			Hint: "upgrade the server to PostgreSQL 13 or later"}
 	case standby:
-		return Result{Status: Warn, Detail: fmt.Sprintf("reachable; PostgreSQL %s, a standby in recovery (read-only): what doctor reads may lag, and replicas cannot run on it", version),
+		return Result{Status: Fail, Detail: fmt.Sprintf("reachable; PostgreSQL %s, but a standby in recovery: read-only, so replicas cannot run on it, and what doctor reads may lag", version),
 			Hint: "point database.url at the primary"}
+	case readOnly:
+		return Result{Status: Fail, Detail: fmt.Sprintf("reachable; PostgreSQL %s, but sessions are read-only (default_transaction_read_only): replicas cannot register or take locks", version),
+			Hint: "ALTER DATABASE ... SET default_transaction_read_only = off (or for the role), or point database.url at a writable database"}
 	}
 	return Result{Status: OK, Detail: "reachable; PostgreSQL " + version}
 }
@@ -299,6 +303,33 @@ func isLocal(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
+// listenConn opens a connection of its own, as a replica's bus listener
+// does (from the configuration; from the pool without one), and listens
+// on channel, within BusTimeout.
+func listenConn(ctx context.Context, e *env, channel string) (*pgx.Conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, BusTimeout)
+	defer cancel()
+	var conn *pgx.Conn
+	if e.o.ConnConfig != nil {
+		c, err := db.Connect(ctx, e.o.ConnConfig.Copy(), "")
+		if err != nil {
+			return nil, err
+		}
+		conn = c
+	} else {
+		pc, err := e.pool.Acquire(ctx)
+		if err != nil {
+			return nil, err
+		}
+		conn = pc.Hijack() // closed afterwards, not returned to the pool listening
+	}
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
+		conn.Close(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	return conn, nil
+}
+
 // checkBus: a NOTIFY from one connection reaches a LISTEN on another, on a
 // temporary channel of its own (so no replica sees it), as the bus's
 // signals must (docs/bus.md).
@@ -307,19 +338,16 @@ func checkBus(ctx context.Context, e *env) Result {
 	b := make([]byte, 8)
 	rand.Read(b)
 	channel := "studio_doctor_" + hex.EncodeToString(b)
-	pc, err := e.pool.Acquire(ctx)
+	conn, err := listenConn(ctx, e, channel)
 	if err != nil {
-		return failed(fmt.Errorf("bus: %w", err))
-	}
-	// The listening connection is closed afterwards, not returned to the
-	// pool still listening.
-	conn := pc.Hijack()
-	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
 		return Result{Status: Fail, Detail: "LISTEN failed: " + err.Error(), Hint: hint}
 	}
+	defer conn.Close(context.WithoutCancel(ctx))
 	start := time.Now()
-	if _, err := e.pool.Exec(ctx, `SELECT pg_notify($1, 'doctor')`, channel); err != nil {
+	nctx, cancel := context.WithTimeout(ctx, BusTimeout)
+	_, err = e.pool.Exec(nctx, `SELECT pg_catalog.pg_notify($1, 'doctor')`, channel)
+	cancel()
+	if err != nil {
 		return Result{Status: Fail, Detail: "NOTIFY failed: " + err.Error(), Hint: hint}
 	}
 	wctx, cancel := context.WithTimeout(ctx, BusTimeout)
