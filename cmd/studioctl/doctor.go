@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -80,6 +81,7 @@ func doctorRun(ctx context.Context, o *doctorOptions) error {
 	}
 	if cfg.File != "" {
 		opts.Jobs, opts.JobsErr = jobs.LoadFile(cfg.File)
+		opts.JobsSource = filepath.Base(cfg.File)
 	}
 	cs, err := o.ConnString(ctx)
 	if err != nil {

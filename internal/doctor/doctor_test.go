@@ -390,12 +390,12 @@ func TestARunNearItsTimeoutWarns(t *testing.T) {
   (7, 'report', 'web-1', now() - interval '10 minutes', now() - interval '10 minutes' + interval '4 minutes 30 seconds', 'succeeded'),
   (8, 'report', 'web-1', now() - interval '5 minutes', now() - interval '5 minutes' + interval '1 second', 'succeeded')`)
 	f.expect(CheckNearTimeout, Warn, "report: run 7 on web-1 took 4m30s of its 5m0s timeout (default, 90%)")
-	f.o.Jobs = []jobs.Job{{ID: "report", Timeout: time.Hour}}
-	f.expect(CheckNearTimeout, OK, "1 job with runs, 1 with a configured timeout")
+	f.o.Jobs, f.o.JobsSource = []jobs.Job{{ID: "report", Timeout: time.Hour}}, "studio.yaml"
+	f.expect(CheckNearTimeout, OK, "timeouts: 1 configured in studio.yaml, defaults for the rest")
 	// A run older than the window does not count.
 	f.o.Jobs = nil
 	f.exec(`UPDATE studio_job_run SET started_at = started_at - interval '2 days', finished_at = finished_at - interval '2 days' WHERE seq = 7`)
-	f.expect(CheckNearTimeout, OK, "1 job with runs, 0 with a configured timeout")
+	f.expect(CheckNearTimeout, OK, "default timeouts: no configuration file declares jobs")
 }
 
 func TestAReadOnlyDatabaseFails(t *testing.T) {

@@ -223,16 +223,13 @@ func checkNearTimeout(ctx context.Context, e *env) Result {
 		return failed(fmt.Errorf("read run durations: %w", err))
 	}
 	var near []string
-	checked, fromConfig := 0, 0
 	for _, x := range runs {
 		timeout, configured, ok := e.timeout(x.job, sched[x.job])
 		if !ok {
 			continue
 		}
-		checked++
 		src := "default"
 		if configured {
-			fromConfig++
 			src = "configured"
 		}
 		took := time.Duration(x.secs * float64(time.Second))
@@ -241,13 +238,22 @@ func checkNearTimeout(ctx context.Context, e *env) Result {
 				x.job, x.seq, x.replica, took.Round(time.Millisecond), timeout, src, 100*share))
 		}
 	}
-	source := fmt.Sprintf("%d with a configured timeout", fromConfig)
-	if e.o.JobsErr != nil {
-		source += "; the configuration's jobs could not be read (" + shorten(e.o.JobsErr.Error(), 80) + "), so defaults are used"
+	configured := 0
+	for _, j := range e.o.Jobs {
+		if j.Timeout > 0 {
+			configured++
+		}
+	}
+	source := "default timeouts: no configuration file declares jobs"
+	switch {
+	case e.o.JobsErr != nil:
+		source = "default timeouts: the configuration's jobs could not be read (" + shorten(e.o.JobsErr.Error(), 80) + ")"
+	case len(e.o.Jobs) > 0:
+		source = fmt.Sprintf("timeouts: %d configured in %s, defaults for the rest", configured, e.o.JobsSource)
 	}
 	if len(near) > 0 {
 		return Result{Status: Warn, Detail: list(near),
 			Hint: "raise the job's timeout: in the configuration (a run that reaches it is killed as timed_out), or make the job faster; doctor reads timeouts from its own --config"}
 	}
-	return Result{Status: OK, Detail: fmt.Sprintf("no run of the last 24h came within 20%% of its timeout (%s with runs, %s)", plural(checked, "job", "jobs"), source)}
+	return Result{Status: OK, Detail: fmt.Sprintf("no run of the last 24h came within 20%% of its timeout (%s)", source)}
 }
