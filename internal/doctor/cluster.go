@@ -61,21 +61,17 @@ func checkStaleLocks(ctx context.Context, e *env) Result {
 	}
 	var stale []string
 	var names []string
-	held := 0
 	for _, in := range infos {
-		switch in.State {
-		case locks.StateStale:
+		if in.State == locks.StateStale {
 			stale = append(stale, fmt.Sprintf("%s held by gone replica %s until %s", in.Name, in.LockedBy, in.LockUntil.Format(time.RFC3339)))
 			names = append(names, in.Name)
-		case locks.StateHeld:
-			held++
 		}
 	}
 	if len(stale) > 0 {
 		return Result{Status: Fail, Detail: plural(len(stale), "stale lock", "stale locks") + ": " + list(stale),
 			Hint: fmt.Sprintf("studioctl locks release %s --reason \"...\" (safe: the holder is gone, no --force needed); then see crashed_replicas", names[0])}
 	}
-	return Result{Status: OK, Detail: fmt.Sprintf("no stale lock (%s, %d held)", plural(len(infos), "lock", "locks"), held)}
+	return Result{Status: OK, Detail: "no lock is held by a gone replica"}
 }
 
 // checkUnknownHolders: a lock held by a holder that is not a replica (a
@@ -113,7 +109,11 @@ func checkUnknownHolders(ctx context.Context, e *env) Result {
 		return Result{Status: Fail, Detail: list(bad) + "; no run lasts more than 24h",
 			Hint: fmt.Sprintf("check the process on that host; if it is gone or hung: studioctl locks release %s --force --reason \"...\"", names[0])}
 	}
-	return Result{Status: OK, Detail: fmt.Sprintf("no lock held by an unknown holder past 24h (%d held by unknown holders)", unknown)}
+	detail := "no lock held by an unknown holder past 24h"
+	if unknown > 0 {
+		detail += fmt.Sprintf(" (%s held by unknown holders, within it)", plural(unknown, "lock", "locks"))
+	}
+	return Result{Status: OK, Detail: detail}
 }
 
 // checkCrashedReplicas: a replica whose heartbeat stopped without a
