@@ -170,17 +170,18 @@ func checkClock(ctx context.Context, e *env) Result {
 	default:
 		detail = fmt.Sprintf("this host's clock is %s ahead of the database's", formatOffset(abs))
 	}
+	fixed := ""
 	if e.o.NowFixed {
-		detail += " (STUDIO_NOW fixes this host's clock)"
+		fixed = " (STUDIO_NOW fixes this host's clock)"
 	}
 	hint := "synchronise this host's clock (NTP: timedatectl, chronyc tracking); locks and schedules use database time, but this host's times and a replica's timers are off by the offset"
 	switch {
 	case abs > ClockFailAbove:
-		return Result{Status: Fail, Detail: detail + "; fail above 10s", Hint: hint}
+		return Result{Status: Fail, Detail: detail + "; fail above 10s" + fixed, Hint: hint}
 	case abs > ClockWarnAbove:
-		return Result{Status: Warn, Detail: detail + "; warn above 1s", Hint: hint}
+		return Result{Status: Warn, Detail: detail + "; warn above 1s" + fixed, Hint: hint}
 	}
-	return Result{Status: OK, Detail: detail}
+	return Result{Status: OK, Detail: detail + fixed}
 }
 
 // formatOffset renders an offset to a tenth of a second under a minute.
