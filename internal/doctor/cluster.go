@@ -53,23 +53,50 @@ func lockInfos(ctx context.Context, e *env) ([]locks.Info, *Result) {
 }
 
 // checkStaleLocks: a lock whose lock_until is ahead while its holder, a
-// known replica, is gone: nothing runs the job until it expires.
+// known replica, is gone. Held by a replica that crashed (gone without a
+// recorded stop), it is what a dead run left: nothing runs the job until
+// it expires (fail). Held by a replica that stopped cleanly, it is what
+// lockAtLeastFor keeps after a finished run (or an unlock that failed at
+// the stop): it expires by itself (warn).
 func checkStaleLocks(ctx context.Context, e *env) Result {
 	infos, r := lockInfos(ctx, e)
 	if r != nil {
 		return *r
 	}
-	var stale []string
-	var names []string
-	for _, in := range infos {
-		if in.State == locks.StateStale {
-			stale = append(stale, fmt.Sprintf("%s held by gone replica %s until %s", in.Name, in.LockedBy, in.LockUntil.Format(time.RFC3339)))
-			names = append(names, in.Name)
+	stopped := map[string]bool{}
+	if e.tables["studio_replica"] {
+		reps, err := replicas.List(ctx, e.pool)
+		if err != nil {
+			return failed(err)
+		}
+		for _, in := range reps {
+			stopped[in.ID] = in.State == replicas.StateStopped
 		}
 	}
-	if len(stale) > 0 {
-		return Result{Status: Fail, Detail: plural(len(stale), "stale lock", "stale locks") + ": " + list(stale),
-			Hint: fmt.Sprintf("studioctl locks release %s --reason \"...\" (safe: the holder is gone, no --force needed); then see crashed_replicas", names[0])}
+	var crashed, clean, crashedNames, cleanNames []string
+	for _, in := range infos {
+		if in.State != locks.StateStale {
+			continue
+		}
+		if stopped[in.LockedBy] {
+			clean = append(clean, fmt.Sprintf("%s held by stopped replica %s until %s", in.Name, in.LockedBy, in.LockUntil.Format(time.RFC3339)))
+			cleanNames = append(cleanNames, in.Name)
+			continue
+		}
+		crashed = append(crashed, fmt.Sprintf("%s held by gone replica %s until %s", in.Name, in.LockedBy, in.LockUntil.Format(time.RFC3339)))
+		crashedNames = append(crashedNames, in.Name)
+	}
+	switch {
+	case len(crashed) > 0:
+		detail := plural(len(crashed), "stale lock", "stale locks") + " of crashed replicas: " + list(crashed)
+		if len(clean) > 0 {
+			detail += "; held after a clean stop: " + list(clean)
+		}
+		return Result{Status: Fail, Detail: detail,
+			Hint: fmt.Sprintf("studioctl locks release %s --reason \"...\" (safe: the holder is gone, no --force needed); then see crashed_replicas", crashedNames[0])}
+	case len(clean) > 0:
+		return Result{Status: Warn, Detail: plural(len(clean), "lock", "locks") + " held after a clean stop: " + list(clean) + "; a stop leaves a finished run's lock held for its lockAtLeastFor, and it expires by itself",
+			Hint: fmt.Sprintf("wait until it expires, or studioctl locks release %s --reason \"...\" if the job must run sooner", cleanNames[0])}
 	}
 	return Result{Status: OK, Detail: "no lock is held by a gone replica"}
 }
