@@ -130,8 +130,6 @@ type env struct {
 	o      Options
 	pool   *pgxpool.Pool
 	tables map[string]bool // studio tables that exist
-	// results so far, by check name.
-	done map[string]Result
 }
 
 // check is one check: its name, the tables it reads, and its function.
@@ -179,7 +177,7 @@ func Run(ctx context.Context, o Options) []Result {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	e := &env{o: o, pool: o.Pool, done: map[string]Result{}}
+	e := &env{o: o, pool: o.Pool}
 	var tablesErr error
 	if e.pool != nil {
 		e.tables, tablesErr = existingTables(ctx, e.pool)
@@ -204,7 +202,6 @@ func Run(ctx context.Context, o Options) []Result {
 		}
 		r.Check = c.name
 		r.Detail, r.Hint = oneLine(r.Detail), oneLine(r.Hint)
-		e.done[c.name] = r
 		out = append(out, r)
 	}
 	return out

@@ -470,3 +470,10 @@ func TestTheBusFailsWhenItsListenerCannotHear(t *testing.T) {
 	}
 	proxy.Restore()
 }
+
+func TestJobsThatCouldNotBeReadWarnAndFallBackToDefaultTimeouts(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, true)
+	f.o.JobsErr = errors.New("studio.yaml:3: job \"x\": timeout: \"soon\" is not a duration")
+	f.expect(CheckNearTimeout, Warn, "default timeouts: the configuration's jobs could not be read (studio.yaml:3:")
+}

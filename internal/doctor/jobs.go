@@ -251,6 +251,10 @@ func checkNearTimeout(ctx context.Context, e *env) Result {
 	case len(e.o.Jobs) > 0:
 		source = fmt.Sprintf("timeouts: %d configured in %s, defaults for the rest", configured, e.o.JobsSource)
 	}
+	if e.o.JobsErr != nil && len(near) == 0 {
+		return Result{Status: Warn, Detail: "no run of the last 24h came within 20% of its timeout, but " + source,
+			Hint: "fix the configuration file: studioctl run refuses it too"}
+	}
 	if len(near) > 0 {
 		return Result{Status: Warn, Detail: list(near),
 			Hint: "raise the job's timeout: in the configuration (a run that reaches it is killed as timed_out), or make the job faster; doctor reads timeouts from its own --config"}
