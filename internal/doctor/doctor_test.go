@@ -375,6 +375,10 @@ func TestStalledJobs(t *testing.T) {
 		f.exec(liveReplica, "web-1")
 		f.exec(statusRow, "sweep", "succeeded", nil, 0, nil)
 		f.exec(`UPDATE studio_job_status SET schedule = 'every 1h', next_fire_at = now() - interval '5 minutes'`)
+		// A draining replica fires nothing new: not judged.
+		f.exec(`UPDATE studio_replica SET state = 'draining'`)
+		f.expect(CheckStalledJobs, OK)
+		f.exec(`UPDATE studio_replica SET state = 'ready'`)
 		f.expect(CheckStalledJobs, Fail, "sweep on web-1: due 5m", "s ago and not fired")
 	})
 	t.Run("a run past its timeout", func(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 	"github.com/studioctl/studioctl/internal/jobs"
 	"github.com/studioctl/studioctl/internal/jobstore"
 	"github.com/studioctl/studioctl/internal/liveness"
+	"github.com/studioctl/studioctl/internal/replicas"
 )
 
 // jobState is what the job checks read: every status row, merged views
@@ -141,8 +142,17 @@ func checkStalledJobs(ctx context.Context, e *env) Result {
 		}
 		stalled = append(stalled, fmt.Sprintf("%s: no run completed within three intervals of %s (%s)", v.ID, v.Schedule, last))
 	}
+	// A draining replica fires nothing new: only ready ones are judged.
+	reps, err := replicas.List(ctx, e.pool)
+	if err != nil {
+		return failed(err)
+	}
+	ready := map[string]bool{}
+	for _, in := range reps {
+		ready[in.ID] = in.Live && in.State == replicas.StateReady
+	}
 	for _, r := range s.rows {
-		if !r.Live || r.Running || r.Paused || r.NextFireAt == nil {
+		if !r.Live || !ready[r.ReplicaID] || r.Running || r.Paused || r.NextFireAt == nil {
 			continue
 		}
 		if late := s.now.Sub(*r.NextFireAt); late > OverdueGrace {
