@@ -202,6 +202,23 @@ func TestClockOffsets(t *testing.T) {
 	}
 }
 
+func TestAReplicaWhoseClockIsOffWarns(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, true)
+	f.exec(liveReplica, "web-1")
+	f.exec(`UPDATE studio_replica SET clock_offset_seconds = 0.002`)
+	f.expect(CheckClock, OK, "agrees", "; 1 live replica's clock within 1s of it")
+	f.exec(liveReplica, "web-2")
+	f.exec(`UPDATE studio_replica SET clock_offset_seconds = -42.5 WHERE id = 'web-2'`)
+	r := f.expect(CheckClock, Warn, "replica clocks, as their heartbeats measure them: web-2 is 42.5s ahead of the database; warn above 1s")
+	if !strings.Contains(r.Hint, "that replica's host clock") {
+		t.Errorf("hint %q", r.Hint)
+	}
+	// A gone replica's last measure does not count.
+	f.exec(`UPDATE studio_replica SET heartbeat_at = now() - interval '1 hour', state = 'stopped', stopped_at = now() WHERE id = 'web-2'`)
+	f.expect(CheckClock, OK, "; 1 live replica's clock within 1s of it")
+}
+
 func TestSSLModes(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/studioctl/studioctl/internal/db"
+	"github.com/studioctl/studioctl/internal/liveness"
 	"github.com/studioctl/studioctl/internal/migrate"
 	"github.com/studioctl/studioctl/migrations"
 )
@@ -175,13 +176,66 @@ func checkClock(ctx context.Context, e *env) Result {
 		fixed = " (STUDIO_NOW fixes this host's clock)"
 	}
 	hint := "synchronise this host's clock (NTP: timedatectl, chronyc tracking); locks and schedules use database time, but this host's times and a replica's timers are off by the offset"
+	others, skewed := replicaClocks(ctx, e)
 	switch {
 	case abs > ClockFailAbove:
-		return Result{Status: Fail, Detail: detail + "; fail above 10s" + fixed, Hint: hint}
+		return Result{Status: Fail, Detail: detail + "; fail above 10s" + fixed + others, Hint: hint}
 	case abs > ClockWarnAbove:
-		return Result{Status: Warn, Detail: detail + "; warn above 1s" + fixed, Hint: hint}
+		return Result{Status: Warn, Detail: detail + "; warn above 1s" + fixed + others, Hint: hint}
+	case skewed:
+		return Result{Status: Warn, Detail: detail + fixed + others,
+			Hint: "synchronise that replica's host clock (NTP); the replica corrects its timers by the offset it measures, but its logs and its host's other programs are off"}
 	}
-	return Result{Status: OK, Detail: detail + fixed}
+	return Result{Status: OK, Detail: detail + fixed + others}
+}
+
+// replicaClocksSQL lists the live replicas' clock offsets as their
+// heartbeats measured them (database time minus the replica's clock),
+// largest first.
+var replicaClocksSQL = `SELECT r.id, r.clock_offset_seconds FROM studio_replica r
+WHERE ` + liveness.LiveSQL("r") + ` AND r.clock_offset_seconds IS NOT NULL
+ORDER BY abs(r.clock_offset_seconds) DESC, r.id`
+
+// replicaClocks says how far the live replicas' clocks are from the
+// database's (a detail suffix), and whether one is over ClockWarnAbove.
+// Replicas correct their timers by their own offset, so a skewed replica
+// warns and never fails. Without the table or the column (an older
+// schema, which the schema check reports) it says nothing.
+func replicaClocks(ctx context.Context, e *env) (string, bool) {
+	if !e.tables["studio_replica"] {
+		return "", false
+	}
+	rows, err := e.pool.Query(ctx, replicaClocksSQL)
+	if err != nil {
+		return "", false
+	}
+	type clock struct {
+		id     string
+		offset float64
+	}
+	cs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (clock, error) {
+		var c clock
+		err := r.Scan(&c.id, &c.offset)
+		return c, err
+	})
+	if err != nil || len(cs) == 0 {
+		return "", false
+	}
+	var skewed []string
+	for _, c := range cs {
+		d := time.Duration(c.offset * float64(time.Second))
+		side := "behind"
+		if d < 0 {
+			d, side = -d, "ahead of"
+		}
+		if d > ClockWarnAbove {
+			skewed = append(skewed, fmt.Sprintf("%s is %s %s the database", c.id, formatOffset(d), side))
+		}
+	}
+	if len(skewed) > 0 {
+		return "; replica clocks, as their heartbeats measure them: " + list(skewed) + "; warn above 1s", true
+	}
+	return fmt.Sprintf("; %s within 1s of it", plural(len(cs), "live replica's clock", "live replicas' clocks")), false
 }
 
 // formatOffset renders an offset to a tenth of a second under a minute.
