@@ -169,7 +169,7 @@ func Names() []string {
 }
 
 // studioTables are the tables whose existence Run looks up once.
-var studioTables = []string{"studio_replica", "studio_job_run", "studio_job_status", "cluster_lease"}
+var studioTables = []string{"studio_replica", "studio_job_run", "studio_job_status", "cluster_lease", "studio_job_schedule"}
 
 // Run runs every check and returns one result per check, in order. A
 // check that cannot run reports skip; one whose query fails reports fail.

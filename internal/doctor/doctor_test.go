@@ -386,6 +386,22 @@ func TestStalledJobs(t *testing.T) {
 		f.exec(`UPDATE studio_job_status SET last_finished_at = now() - interval '2 minutes', next_fire_at = NULL, running = true`)
 		f.expect(CheckStalledJobs, Fail, "sweep: no run completed within three intervals of every 10s (last finished 2m")
 	})
+	t.Run("an installation job another replica ran is not stalled", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, true)
+		f.exec(liveReplica, "web-1")
+		// web-1's own row: its last completion is a skip ten minutes ago
+		// (another replica has run the job since, and web-1 reschedules
+		// from that end instead of firing).
+		f.exec(statusRow, "sweep", "succeeded", nil, 0, nil)
+		f.exec(`UPDATE studio_job_status SET last_started_at = NULL, last_finished_at = NULL, last_outcome = NULL,
+  last_skipped_elsewhere_at = now() - interval '10 minutes'`)
+		f.expect(CheckStalledJobs, Fail, "sweep: no run completed within three intervals of every 10s (none finished)")
+		f.exec(`INSERT INTO studio_job_schedule (job_id, last_ended_at, last_replica_id) VALUES ('sweep', now() - interval '3 seconds', 'web-9')`)
+		f.expect(CheckStalledJobs, OK)
+		f.exec(`UPDATE studio_job_schedule SET last_ended_at = now() - interval '2 minutes'`)
+		f.expect(CheckStalledJobs, Fail, "sweep: no run completed within three intervals of every 10s (last finished 2m")
+	})
 	t.Run("a next fire long past due", func(t *testing.T) {
 		t.Parallel()
 		f := newFixture(t, true)

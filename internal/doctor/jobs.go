@@ -131,12 +131,45 @@ func checkStalledJobs(ctx context.Context, e *env) Result {
 	if err != nil {
 		return failed(err)
 	}
+	// The last end of each installation job anywhere (the shared
+	// schedule): a live replica that did not run the job lately has no
+	// completion of its own, though another replica ran it.
+	ends := map[string]time.Time{}
+	if e.tables["studio_job_schedule"] {
+		rows, err := e.pool.Query(ctx, `SELECT job_id, last_ended_at FROM studio_job_schedule`)
+		if err != nil {
+			return failed(fmt.Errorf("read the shared schedule: %w", err))
+		}
+		type end struct {
+			job string
+			at  time.Time
+		}
+		es, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (end, error) {
+			var x end
+			err := r.Scan(&x.job, &x.at)
+			return x, err
+		})
+		if err != nil {
+			return failed(fmt.Errorf("read the shared schedule: %w", err))
+		}
+		for _, x := range es {
+			ends[x.job] = x.at.UTC()
+		}
+	}
 	var stalled []string
 	for _, v := range s.views {
 		if v.Replicas == 0 || v.Health != jobs.HealthStalled {
 			continue
 		}
-		last := "never completed"
+		if end, ok := ends[v.ID]; ok {
+			if jobs.JudgeHealth(jobs.Status{Schedule: v.Schedule, LastFinishedAt: &end}, s.now) != jobs.HealthStalled {
+				continue // it ran elsewhere in time
+			}
+			if v.LastFinishedAt == nil || end.After(*v.LastFinishedAt) {
+				v.LastFinishedAt = &end
+			}
+		}
+		last := "none finished"
 		if v.LastFinishedAt != nil {
 			last = "last finished " + ago(s.now.Sub(*v.LastFinishedAt)) + " ago"
 		}
