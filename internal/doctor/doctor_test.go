@@ -402,6 +402,17 @@ func TestStalledJobs(t *testing.T) {
 		f.exec(`UPDATE studio_job_schedule SET last_ended_at = now() - interval '2 minutes'`)
 		f.expect(CheckStalledJobs, Fail, "sweep: no run completed within three intervals of every 10s (last finished 2m")
 	})
+	t.Run("no live replica runs anything", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, true)
+		f.exec(stoppedReplica, "web-1")
+		f.exec(statusRow, "sweep", "succeeded", nil, 0, nil)
+		f.exec(statusRow, "report", "succeeded", nil, 0, nil)
+		f.expect(CheckStalledJobs, Fail, "no replica is live: 2 jobs reported in the last 24h run nowhere (report; sweep)")
+		// Rows older than a day are history, not an outage.
+		f.exec(`UPDATE studio_job_status SET updated_at = now() - interval '2 days'`)
+		f.expect(CheckStalledJobs, OK)
+	})
 	t.Run("a next fire long past due", func(t *testing.T) {
 		t.Parallel()
 		f := newFixture(t, true)

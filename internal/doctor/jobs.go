@@ -222,6 +222,32 @@ func checkStalledJobs(ctx context.Context, e *env) Result {
 		}
 		stalled = append(stalled, fmt.Sprintf("%s run %d on %s: running for %s, past its %s timeout", name, x.seq, x.replica, ago(age), timeout))
 	}
+	// No live replica at all, while replicas reported jobs within
+	// CrashWindow: nothing runs them.
+	live := 0
+	for _, in := range reps {
+		if in.Live {
+			live++
+		}
+	}
+	var nowhere []string
+	if live == 0 {
+		seen := map[string]bool{}
+		for _, r := range s.rows {
+			if id := baseID(r.JobID); !seen[id] && s.now.Sub(r.UpdatedAt) <= CrashWindow {
+				seen[id] = true
+				nowhere = append(nowhere, id)
+			}
+		}
+	}
+	if len(nowhere) > 0 {
+		detail := fmt.Sprintf("no replica is live: %s reported in the last 24h %s nowhere (%s)",
+			plural(len(nowhere), "job", "jobs"), map[bool]string{true: "runs", false: "run"}[len(nowhere) == 1], list(nowhere))
+		if len(stalled) > 0 {
+			detail += "; " + list(stalled)
+		}
+		return Result{Status: Fail, Detail: detail, Hint: "start a replica (studioctl run); crashed_replicas says whether the last ones crashed"}
+	}
 	if len(stalled) > 0 {
 		return Result{Status: Fail, Detail: list(stalled),
 			Hint: "studioctl jobs status ID shows each replica's view; a run past its timeout was not stopped: read that replica's log, and drain or restart it"}
