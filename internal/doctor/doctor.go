@@ -123,6 +123,10 @@ type Options struct {
 	Jobs       []jobs.Job
 	JobsSource string
 	JobsErr    error
+
+	// afterListen, when set, runs once the bus check listens (tests cut
+	// the network there).
+	afterListen func()
 }
 
 // env is what the checks share during one Run.

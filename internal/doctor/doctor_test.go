@@ -517,6 +517,16 @@ func TestTheBusFailsWhenItsListenerCannotHear(t *testing.T) {
 		t.Errorf("hint %q", r.Hint)
 	}
 	proxy.Restore()
+
+	// Cut after LISTEN: the NOTIFY (on the direct pool) is sent, and the
+	// notification never reaches the listener.
+	f.o.afterListen = proxy.Blackhole
+	start = time.Now()
+	f.expect(CheckBus, Fail, "a NOTIFY on a temporary channel did not reach its LISTEN on another connection within 5s")
+	if took := time.Since(start); took > BusTimeout+5*time.Second {
+		t.Errorf("the bus check took %s, more than its %s", took, BusTimeout)
+	}
+	proxy.Restore()
 }
 
 func TestJobsThatCouldNotBeReadWarnAndFallBackToDefaultTimeouts(t *testing.T) {

@@ -379,10 +379,18 @@ func listenConn(ctx context.Context, e *env, channel string) (*pgx.Conn, error) 
 		conn = pc.Hijack() // closed afterwards, not returned to the pool listening
 	}
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
-		conn.Close(context.WithoutCancel(ctx))
+		closeConn(conn)
 		return nil, err
 	}
 	return conn, nil
+}
+
+// closeConn closes the listening connection, waiting at most a second for
+// the goodbye (the network may be what failed).
+func closeConn(conn *pgx.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	conn.Close(ctx)
 }
 
 // checkBus: a NOTIFY from one connection reaches a LISTEN on another, on a
@@ -397,7 +405,10 @@ func checkBus(ctx context.Context, e *env) Result {
 	if err != nil {
 		return Result{Status: Fail, Detail: "LISTEN failed: " + err.Error(), Hint: hint}
 	}
-	defer conn.Close(context.WithoutCancel(ctx))
+	defer closeConn(conn)
+	if e.o.afterListen != nil {
+		e.o.afterListen()
+	}
 	start := time.Now()
 	nctx, cancel := context.WithTimeout(ctx, BusTimeout)
 	_, err = e.pool.Exec(nctx, `SELECT pg_catalog.pg_notify($1, 'doctor')`, channel)
