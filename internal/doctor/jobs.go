@@ -158,7 +158,8 @@ func checkStalledJobs(ctx context.Context, e *env) Result {
 	}
 	var stalled []string
 	for _, v := range s.views {
-		if v.Replicas == 0 || v.Health != jobs.HealthStalled {
+		// A run going on is progress; one past its timeout is judged below.
+		if v.Replicas == 0 || v.Health != jobs.HealthStalled || v.LastOutcome == jobs.OutcomeRunning {
 			continue
 		}
 		if end, ok := ends[v.ID]; ok {
