@@ -82,6 +82,7 @@ func TestScripts(t *testing.T) {
 			"roleurl":  cmdRoleURL,
 			"exitcode": cmdExitCode,
 			"waitfile": cmdWaitFile,
+			"sqlenv":   cmdSQLEnv,
 		},
 	})
 }
@@ -220,6 +221,17 @@ func cmdRoleURL(ts *testscript.TestScript, neg bool, args []string) {
 		u.User = url.User(args[1])
 	}
 	ts.Setenv(args[0], u.String())
+}
+
+// sqlenv sets VAR to the one value a query returns: sqlenv VAR 'QUERY'
+// (for goldens compared with cmpenv, such as the server's version).
+func cmdSQLEnv(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) != 2 || neg {
+		ts.Fatalf("usage: sqlenv VAR 'QUERY'")
+	}
+	out, err := querySQL(ts, args[1])
+	ts.Check(err)
+	ts.Setenv(args[0], strings.TrimSuffix(out, "\n"))
 }
 
 // exitcode runs a program and checks its exit status, keeping its stdout

@@ -1,0 +1,244 @@
+package doctor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/studioctl/studioctl/internal/leases"
+	"github.com/studioctl/studioctl/internal/locks"
+	"github.com/studioctl/studioctl/internal/replicas"
+)
+
+// checkShedlockTable: the lock table as a replica checks it before it
+// starts (locks.CheckTable, which includes locks.TimeZoneWarnings).
+func checkShedlockTable(ctx context.Context, e *env) Result {
+	t := e.o.LockTable
+	if err := t.Validate(); err != nil {
+		return Result{Status: Fail, Detail: err.Error(), Hint: "fix locks.table and locks.columns.* in the configuration"}
+	}
+	name := t.Resolved().Name
+	id := e.o.ReplicaID
+	warnings, err := locks.CheckTable(ctx, e.pool, t, id)
+	if err != nil {
+		if errors.Is(err, locks.ErrSchema) {
+			return Result{Status: Fail, Detail: err.Error(), Hint: "replicas refuse to start on this table: fix it as the detail says (docs/locks.md)"}
+		}
+		return failed(err)
+	}
+	if len(warnings) > 0 {
+		return Result{Status: Warn, Detail: list(warnings), Hint: "replicas log the same warning at start; docs/locks.md explains it"}
+	}
+	return Result{Status: OK, Detail: fmt.Sprintf("table %s has the shape replicas need", name)}
+}
+
+// lockInfos reads the lock table, or says why it cannot (skip: the
+// shedlock_table check reports the table itself).
+func lockInfos(ctx context.Context, e *env) ([]locks.Info, *Result) {
+	adm, err := locks.NewAdmin(e.pool, e.o.LockTable)
+	if err == nil {
+		err = adm.CheckSchema(ctx)
+	}
+	if err != nil {
+		return nil, &Result{Status: Skip, Detail: "not checked: the lock table is not usable (see shedlock_table)"}
+	}
+	infos, err := adm.List(ctx)
+	if err != nil {
+		r := failed(err)
+		return nil, &r
+	}
+	return infos, nil
+}
+
+// checkStaleLocks: a lock whose lock_until is ahead while its holder, a
+// known replica, is gone. Held by a replica that crashed (gone without a
+// recorded stop), it is what a dead run left: nothing runs the job until
+// it expires (fail). Held by a replica that stopped cleanly, it is what
+// lockAtLeastFor keeps after a finished run (or an unlock that failed at
+// the stop): it expires by itself (warn).
+func checkStaleLocks(ctx context.Context, e *env) Result {
+	infos, r := lockInfos(ctx, e)
+	if r != nil {
+		return *r
+	}
+	stopped := map[string]bool{}
+	if e.tables["studio_replica"] {
+		reps, err := replicas.List(ctx, e.pool)
+		if err != nil {
+			return failed(err)
+		}
+		for _, in := range reps {
+			stopped[in.ID] = in.State == replicas.StateStopped
+		}
+	}
+	var crashed, clean, crashedNames, cleanNames []string
+	for _, in := range infos {
+		if in.State != locks.StateStale {
+			continue
+		}
+		if stopped[in.LockedBy] {
+			clean = append(clean, fmt.Sprintf("%s held by stopped replica %s until %s", in.Name, in.LockedBy, in.LockUntil.Format(time.RFC3339)))
+			cleanNames = append(cleanNames, in.Name)
+			continue
+		}
+		crashed = append(crashed, fmt.Sprintf("%s held by gone replica %s until %s", in.Name, in.LockedBy, in.LockUntil.Format(time.RFC3339)))
+		crashedNames = append(crashedNames, in.Name)
+	}
+	switch {
+	case len(crashed) > 0:
+		detail := plural(len(crashed), "stale lock", "stale locks") + " of crashed replicas: " + list(crashed)
+		if len(clean) > 0 {
+			detail += "; held after a clean stop: " + list(clean)
+		}
+		return Result{Status: Fail, Detail: detail,
+			Hint: fmt.Sprintf("studioctl locks release %s --reason \"...\" (safe: the holder is gone, no --force needed); then see crashed_replicas", crashedNames[0])}
+	case len(clean) > 0:
+		return Result{Status: Warn, Detail: plural(len(clean), "lock", "locks") + " held after a clean stop: " + list(clean) + "; a stop leaves a finished run's lock held for its lockAtLeastFor, and it expires by itself",
+			Hint: fmt.Sprintf("wait until it expires, or studioctl locks release %s --reason \"...\" if the job must run sooner", cleanNames[0])}
+	}
+	return Result{Status: OK, Detail: "no lock is held by a gone replica"}
+}
+
+// checkUnknownHolders: a lock held by a holder that is not a replica (a
+// Java ShedLock node, a hand-made row) since longer than
+// UnknownHolderMaxHeld, or until further ahead than that: past any run
+// that could be going on, so it most likely blocks the job for nothing.
+func checkUnknownHolders(ctx context.Context, e *env) Result {
+	infos, r := lockInfos(ctx, e)
+	if r != nil {
+		return *r
+	}
+	now, err := dbNow(ctx, e.pool)
+	if err != nil {
+		return failed(err)
+	}
+	var bad, names []string
+	unknown := 0
+	for _, in := range infos {
+		if in.State != locks.StateHeld || in.HolderState != locks.HolderUnknown {
+			continue
+		}
+		unknown++
+		age := now.Sub(in.LockedAt)
+		switch {
+		case age > UnknownHolderMaxHeld:
+			bad = append(bad, fmt.Sprintf("%s held by %s (not a replica) since %s, %s ago", in.Name, in.LockedBy, in.LockedAt.Format(time.RFC3339), ago(age)))
+		case in.Remaining > UnknownHolderMaxHeld:
+			bad = append(bad, fmt.Sprintf("%s held by %s (not a replica) until %s, %s ahead", in.Name, in.LockedBy, in.LockUntil.Format(time.RFC3339), ago(in.Remaining)))
+		default:
+			continue
+		}
+		names = append(names, in.Name)
+	}
+	if len(bad) > 0 {
+		return Result{Status: Fail, Detail: list(bad) + "; no run lasts more than 24h",
+			Hint: fmt.Sprintf("check the process on that host; if it is gone or hung: studioctl locks release %s --force --reason \"...\"", names[0])}
+	}
+	detail := "no lock held by an unknown holder past 24h"
+	if unknown > 0 {
+		detail += fmt.Sprintf(" (%s held by unknown holders, within it)", plural(unknown, "lock", "locks"))
+	}
+	return Result{Status: OK, Detail: detail}
+}
+
+// checkCrashedReplicas: a replica whose heartbeat stopped without a
+// recorded stop, within CrashWindow.
+func checkCrashedReplicas(ctx context.Context, e *env) Result {
+	infos, err := replicas.List(ctx, e.pool)
+	if err != nil {
+		return failed(err)
+	}
+	var crashed, ids []string
+	older, live := 0, 0
+	for _, in := range infos {
+		switch {
+		case in.Live:
+			live++
+		case in.Crashed && in.HeartbeatAge <= CrashWindow:
+			crashed = append(crashed, fmt.Sprintf("%s on %s (pid %d, %s): last heartbeat %s ago, no stop recorded",
+				in.ID, in.Host, in.PID, in.State, ago(in.HeartbeatAge)))
+			ids = append(ids, in.ID)
+		case in.Crashed:
+			older++
+		}
+	}
+	if len(crashed) > 0 {
+		return Result{Status: Fail, Detail: fmt.Sprintf("%s in the last 24h: %s", plural(len(crashed), "crashed replica", "crashed replicas"), list(crashed)),
+			Hint: fmt.Sprintf("read that host's log for why it died; release its stale locks (stale_locks); then studioctl replicas forget %s", ids[0])}
+	}
+	detail := fmt.Sprintf("no crash in the last 24h (%s)", plural(live, "live replica", "live replicas"))
+	if older > 0 {
+		detail += fmt.Sprintf("; %s older than 24h", plural(older, "crashed row", "crashed rows"))
+	}
+	return Result{Status: OK, Detail: detail}
+}
+
+// checkStartingReplicas: a live replica still starting after
+// StartingTooLong runs no job and claims no lease.
+func checkStartingReplicas(ctx context.Context, e *env) Result {
+	infos, err := replicas.List(ctx, e.pool)
+	if err != nil {
+		return failed(err)
+	}
+	var stuck, ids []string
+	for _, in := range infos {
+		if in.Live && in.State == replicas.StateStarting && in.Uptime > StartingTooLong {
+			stuck = append(stuck, fmt.Sprintf("%s on %s (pid %d) starting for %s", in.ID, in.Host, in.PID, ago(in.Uptime)))
+			ids = append(ids, in.ID)
+		}
+	}
+	if len(stuck) > 0 {
+		return Result{Status: Warn, Detail: list(stuck) + "; a start takes seconds",
+			Hint: fmt.Sprintf("its log says what it waits for (the migration lock, the database, the bus); restart %s if it stays starting", ids[0])}
+	}
+	return Result{Status: OK, Detail: "no replica starting for more than 1m"}
+}
+
+// checkLeases: every cluster has a live owner that renews it.
+func checkLeases(ctx context.Context, e *env) Result {
+	infos, err := leases.List(ctx, e.pool)
+	if err != nil {
+		return failed(err)
+	}
+	if len(infos) == 0 {
+		return Result{Status: OK, Detail: "no clusters (cluster_lease is empty)"}
+	}
+	var bad, names []string
+	moving := 0
+	for _, in := range infos {
+		switch in.State {
+		case leases.StateUnowned:
+			bad = append(bad, in.Cluster+" unowned")
+		case leases.StateExpired:
+			renewed := ""
+			if in.RenewedAge != nil {
+				renewed = fmt.Sprintf(", renewed %s ago", ago(*in.RenewedAge))
+			}
+			bad = append(bad, fmt.Sprintf("%s expired (owner %s %s%s)", in.Cluster, in.Owner, in.OwnerState, renewed))
+		case leases.StateMoving:
+			moving++
+			continue
+		default:
+			continue
+		}
+		names = append(names, in.Cluster)
+	}
+	if len(bad) > 0 {
+		live, err := leases.LiveReady(ctx, e.pool)
+		if err != nil {
+			return failed(err)
+		}
+		hint := "no live, ready replica renews them: start a replica (with the clusters in its configuration)"
+		if len(live) > 0 {
+			hint = fmt.Sprintf("%s live and ready but not claiming: read their logs; studioctl leases list shows the placement", strings.Join(live, ", "))
+		}
+		return Result{Status: Fail, Detail: fmt.Sprintf("%d of %s without a live owner: %s", len(bad), plural(len(infos), "cluster", "clusters"), list(bad)), Hint: hint}
+	}
+	detail := fmt.Sprintf("every one of %s owned and renewed", plural(len(infos), "cluster", "clusters"))
+	if moving > 0 {
+		detail += fmt.Sprintf(" (%d moving to the replica placement picks)", moving)
+	}
+	return Result{Status: OK, Detail: detail}
+}
