@@ -78,7 +78,16 @@ func setSessionDefaults(cfg *pgx.ConnConfig) {
 	// a read-only database must still say so.)
 	next := cfg.AfterConnect
 	cfg.AfterConnect = func(ctx context.Context, c *pgconn.PgConn) error {
-		if err := c.Exec(ctx, pinnedSettings).Close(); err != nil {
+		// The SET itself runs under the poisoned timeout: a 1 ms
+		// statement_timeout can cancel it on a loaded server, and then
+		// none of it took effect. A few tries make that vanishingly rare.
+		var err error
+		for range pinTries {
+			if err = c.Exec(ctx, pinnedSettings).Close(); err == nil || !isTimeoutCancel(err) {
+				break
+			}
+		}
+		if err != nil {
 			return fmt.Errorf("set session defaults: %w", err)
 		}
 		if next != nil {
@@ -86,6 +95,16 @@ func setSessionDefaults(cfg *pgx.ConnConfig) {
 		}
 		return nil
 	}
+}
+
+// pinTries bounds the tries of pinnedSettings on one new connection.
+const pinTries = 5
+
+// isTimeoutCancel reports a statement cancelled by statement_timeout
+// (57014) or lock_timeout (55P03).
+func isTimeoutCancel(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "57014" || pgErr.Code == "55P03")
 }
 
 // pinnedSettings are set on every connection studioctl opens, whatever the

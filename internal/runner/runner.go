@@ -613,7 +613,7 @@ func (r *Runner) tick(js *jobState, fire time.Time, forced bool) {
 				r.finish(js, r.now().Add(due.Sub(dbNow)))
 				return
 			}
-		} else if r.runsCtx.Err() == nil {
+		} else if err != nil && r.runsCtx.Err() == nil {
 			r.log.Warn("runner: read the shared schedule; leaving it to the lock", "job_id", js.job.ID, "error", err)
 		}
 	}

@@ -2,6 +2,7 @@ package runner_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -209,6 +210,11 @@ func TestSharedScheduleCronNeverRan(t *testing.T) {
 	ft.waitEnds(t, 2)
 	if n := lk.n(); n != 2 {
 		t.Fatalf("%d lock attempts for two cron times, want 2", n)
+	}
+	// A job that never ran anywhere is no failed read: no warning (one
+	// said "read the shared schedule" with a nil error at every fire).
+	if logs := e.logs.String(); strings.Contains(logs, "read the shared schedule") {
+		t.Fatalf("a warning for a job that never ran:\n%s", logs)
 	}
 }
 
