@@ -29,7 +29,7 @@ func TestStateChangesAndForgetSendAReplicaStateSignal(t *testing.T) {
 		t.Helper()
 		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
-		n, err := conn.WaitForNotification(wctx)
+		n, err := waitSkippingEvents(wctx, conn)
 		if err != nil {
 			t.Fatalf("%s: no notification: %v", what, err)
 		}
@@ -65,7 +65,7 @@ func TestStateChangesAndForgetSendAReplicaStateSignal(t *testing.T) {
 	}
 	wctx, cancel2 := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel2()
-	if n, err := conn.WaitForNotification(wctx); err == nil {
+	if n, err := waitSkippingEvents(wctx, conn); err == nil {
 		t.Fatalf("an extra notification: %s", n.Payload)
 	}
 }
