@@ -123,6 +123,13 @@ func Merge(rows []ReplicaStatus, now time.Time) []View {
 					v.LastOutcome = jobs.OutcomeRunning
 				}
 			}
+		}
+		// A completion counts wherever it happened, on a replica that is
+		// gone since too: an installation job that ran on a replica that
+		// then crashed is not stalled while a live one follows its shared
+		// schedule (the live one records no run or skip of its own until
+		// the next due time).
+		for _, r := range rs {
 			if r.LastFinishedAt != nil && (merged.LastFinishedAt == nil || r.LastFinishedAt.After(*merged.LastFinishedAt)) {
 				merged.LastFinishedAt = r.LastFinishedAt
 			}

@@ -166,6 +166,14 @@ func TestMergeOfFailingPausedAndInvalidJobs(t *testing.T) {
 			row("a", true, jobs.Status{LastFinishedAt: at(-time.Minute)}),
 			row("gone", false, jobs.Status{Paused: true, LastFinishedAt: at(-time.Minute)}),
 		}, jobs.HealthOK},
+		{"ran a moment ago on a replica that then crashed, the live one ran it long ago: ok", []jobstore.ReplicaStatus{
+			row("live", true, jobs.Status{LastStartedAt: at(-time.Hour), LastFinishedAt: at(-time.Hour), LastOutcome: jobs.OutcomeSucceeded}),
+			row("crashed", false, jobs.Status{LastStartedAt: at(-30 * time.Second), LastFinishedAt: at(-30 * time.Second), LastOutcome: jobs.OutcomeSucceeded}),
+		}, jobs.HealthOK},
+		{"no completion anywhere within three intervals, gone replicas included: stalled", []jobstore.ReplicaStatus{
+			row("live", true, jobs.Status{LastStartedAt: at(-time.Hour), LastFinishedAt: at(-time.Hour), LastOutcome: jobs.OutcomeSucceeded}),
+			row("crashed", false, jobs.Status{LastStartedAt: at(-10 * time.Minute), LastFinishedAt: at(-10 * time.Minute), LastOutcome: jobs.OutcomeSucceeded}),
+		}, jobs.HealthStalled},
 		{"never completed, started 10m ago: stalled", []jobstore.ReplicaStatus{
 			row("a", true, jobs.Status{Running: true, LastStartedAt: at(-10 * time.Minute)}),
 		}, jobs.HealthStalled},
