@@ -65,7 +65,7 @@ func configShowRun(_ context.Context, o *configShowOptions) error {
 func configView(c config.Config) map[string]any {
 	return map[string]any{
 		"config_file": c.File,
-		"database":    map[string]any{"url": c.Database.URL, "migrate": c.Database.Migrate},
+		"database":    map[string]any{"url": c.Database.URL, "migrate": c.Database.Migrate, "max_conns": c.Database.MaxConns},
 		"output":      c.Output,
 		"no_color":    c.NoColor,
 		"actor":       c.Actor,

@@ -174,6 +174,7 @@ func runRun(ctx context.Context, o *runOptions) error {
 		Listen:     cfg.Replica.Listen,
 		Version:    o.Version,
 		DrainDelay: drainDelay,
+		MaxConns:   cfg.Database.MaxConns,
 		Migrate:    cfg.Database.Migrate == "on" && !migrated, // the embedded default is migrated already
 		Logger:     o.Logger,
 	})

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -25,6 +26,7 @@ const EnvPrefix = "STUDIO"
 var defaults = map[string]any{
 	"database.url":             "",
 	"database.migrate":         "on",
+	"database.max_conns":       DefaultMaxConns,
 	"output":                   "table",
 	"no_color":                 false,
 	"actor":                    "",
@@ -59,6 +61,9 @@ type Config struct {
 	Database struct {
 		URL     string `mapstructure:"url"`
 		Migrate string `mapstructure:"migrate"`
+		// MaxConns is the replica's pool size (docs/connections.md); Load
+		// reads and bounds it.
+		MaxConns int `mapstructure:"-"`
 	} `mapstructure:"database"`
 	Output  string `mapstructure:"output"`
 	NoColor bool   `mapstructure:"no_color"`
@@ -93,6 +98,46 @@ type Config struct {
 // readiness within seconds, and a supervisor kills a replica that takes
 // much longer to stop.
 const MaxDrainDelay = 10 * time.Minute
+
+// The bounds of database.max_conns, the replica's pool size: the run store,
+// the runner's lock calls, control requests and reads share it, so fewer
+// than 2 would serialise them behind one another; more than 1,000 is no
+// pool PostgreSQL serves well (docs/connections.md).
+const (
+	DefaultMaxConns = 8
+	MinMaxConns     = 2
+	MaxMaxConns     = 1000
+)
+
+// Int reads the integer of key from its raw value (a string from the
+// environment or the file, or a YAML number) within [lo, hi]. Errors name
+// the key and its environment variable.
+func Int(key string, raw any, lo, hi int) (int, error) {
+	bad := func(format string, args ...any) error {
+		return &Error{Msg: fmt.Sprintf("%s (%s): ", key, EnvName(key)) + fmt.Sprintf(format, args...)}
+	}
+	var n int
+	switch x := raw.(type) {
+	case int:
+		n = x
+	case int64:
+		n = int(x)
+	case uint64:
+		n = int(x)
+	case string:
+		v, err := strconv.Atoi(strings.TrimSpace(x))
+		if err != nil {
+			return 0, bad("%q is not a whole number", x)
+		}
+		n = v
+	default:
+		return 0, bad("%v is not a whole number", raw)
+	}
+	if n < lo || n > hi {
+		return 0, bad("%d is out of range: want %d to %d", n, lo, hi)
+	}
+	return n, nil
+}
 
 // Duration reads the duration of key from its raw value (a string from the
 // environment or the file, or a YAML number). It needs a unit ("5s",
@@ -212,6 +257,9 @@ func Load(file string, getenv func(string) string, flags []FlagBinding) (*Config
 	// around a pasted URL is never meant.
 	c.Database.URL = strings.TrimSpace(c.Database.URL)
 	if c.Drain.Delay, err = Duration("drain.delay", v.Get("drain.delay"), 0, MaxDrainDelay); err != nil {
+		return nil, nil, err
+	}
+	if c.Database.MaxConns, err = Int("database.max_conns", v.Get("database.max_conns"), MinMaxConns, MaxMaxConns); err != nil {
 		return nil, nil, err
 	}
 	if c.Database.Migrate != "on" && c.Database.Migrate != "off" {

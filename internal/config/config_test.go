@@ -322,6 +322,50 @@ func TestLoadFindsTheConfigFile(t *testing.T) {
 	}
 }
 
+func TestMaxConnsIsAWholeNumberWithinBounds(t *testing.T) {
+	tests := []struct {
+		name, file, env string
+		want            int
+		wantErr         string
+	}{
+		{name: "unset gives the default", want: config.DefaultMaxConns},
+		{name: "a number in the file", file: "16", want: 16},
+		{name: "a number in the environment", env: "32", want: 32},
+		{name: "the environment wins over the file", file: "16", env: "4", want: 4},
+		{name: "below the minimum is refused naming the key", env: "1", wantErr: "database.max_conns (STUDIO_DATABASE_MAX_CONNS): 1 is out of range: want 2 to 1000"},
+		{name: "zero is refused", file: "0", wantErr: "0 is out of range"},
+		{name: "above the maximum is refused", file: "5000", wantErr: "5000 is out of range"},
+		{name: "a word is refused", env: "many", wantErr: `database.max_conns (STUDIO_DATABASE_MAX_CONNS): "many" is not a whole number`},
+		{name: "a fraction is refused", file: "2.5", wantErr: "is not a whole number"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			t.Chdir(dir)
+			path := ""
+			if tt.file != "" {
+				path = writeFile(t, dir, "c.yaml", "database:\n  max_conns: "+tt.file+"\n")
+			}
+			if tt.env != "" {
+				t.Setenv("STUDIO_DATABASE_MAX_CONNS", tt.env)
+			}
+			c, _, err := config.Load(path, os.Getenv, nil)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("Load: %v, want an error with %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Database.MaxConns != tt.want {
+				t.Fatalf("max_conns = %d, want %d", c.Database.MaxConns, tt.want)
+			}
+		})
+	}
+}
+
 func TestDrainDelayNeedsAUnitAndSaneBounds(t *testing.T) {
 	tests := []struct {
 		name    string

@@ -50,8 +50,9 @@ const (
 	stopStateTimeout = 5 * time.Second
 	// httpShutdownTimeout bounds the HTTP server's graceful close.
 	httpShutdownTimeout = 2 * time.Second
-	// poolMaxConns is the replica's pool size (the heartbeat and the bus
-	// have their own connections besides).
+	// poolMaxConns is the replica's pool size unless Options.MaxConns (the
+	// heartbeat, the bus and the lease loop have their own connections
+	// besides; docs/connections.md).
 	poolMaxConns = 8
 	// leasePoolConns is the lease loop's own pool: one statement at a time,
 	// and one spare for the signal.
@@ -77,6 +78,7 @@ type Options struct {
 	Listen     string // HTTP address; 127.0.0.1:0 picks a free port
 	Version    string
 	DrainDelay time.Duration // 0 (unset): DefaultDrainDelay; NoDrainDelay (any negative value): none
+	MaxConns   int           // the pool's size (database.max_conns); 0: poolMaxConns
 	Migrate    bool
 	Logger     *slog.Logger
 
@@ -234,6 +236,9 @@ func (h *Host) start(ctx context.Context) (err error) {
 		return err
 	}
 	pcfg.MaxConns = poolMaxConns
+	if h.o.MaxConns > 0 {
+		pcfg.MaxConns = int32(h.o.MaxConns)
+	}
 	if h.o.PoolConfigHook != nil {
 		h.o.PoolConfigHook(pcfg)
 	}
