@@ -46,6 +46,8 @@ type pairOptions struct {
 	// synchronous_commit = on): a commit returns once the standby has
 	// flushed it.
 	Sync bool
+	// Settings are more primary settings ("synchronous_commit=off").
+	Settings []string
 }
 
 // newPair starts a primary, creates and migrates the studio database
@@ -75,8 +77,11 @@ func newPair(t *testing.T, o pairOptions, schema string) *pair {
 	}
 	settings := []string{"fsync=off", "full_page_writes=off", "max_connections=200", "wal_level=replica", "max_wal_senders=5"}
 	if o.Sync {
-		settings = append(settings, "synchronous_standby_names='*'", "synchronous_commit=on")
+		// synchronous_standby_names is set once the standby streams (below):
+		// before, every commit would wait for it.
+		settings = append(settings, "synchronous_commit=on")
 	}
+	settings = append(settings, o.Settings...)
 	p, err := pgcluster.New(filepath.Join(dir, "primary"), pport, pgtest.TimeZone, settings...)
 	if err != nil {
 		t.Fatal(err)
@@ -100,7 +105,11 @@ func newPair(t *testing.T, o pairOptions, schema string) *pair {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { stopQuietly(s) })
-	return &pair{t: t, primary: p, standby: s, URL: multiHostURL(pport, sport)}
+	pr := &pair{t: t, primary: p, standby: s, URL: multiHostURL(pport, sport)}
+	if o.Sync {
+		pr.makeSynchronous()
+	}
+	return pr
 }
 
 // multiHostURL lists the primary first and the standby second, with
@@ -183,6 +192,34 @@ func (p *pair) waitStandbyCaughtUp(d time.Duration) {
 		return nil
 	})
 	pp.Close()
+}
+
+// makeSynchronous sets synchronous_standby_names = '*' on the primary
+// (ALTER SYSTEM, reloaded) and waits until the standby is its synchronous
+// standby: from then on a commit returns once the standby has flushed it.
+// The standby's own configuration was copied before, so once promoted it
+// waits for no standby.
+func (p *pair) makeSynchronous() {
+	p.t.Helper()
+	pp := testPool(p.t, p.primary.URL(dbName))
+	defer pp.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), queryTimeout)
+	defer cancel()
+	for _, sql := range []string{`ALTER SYSTEM SET synchronous_standby_names = '*'`, `SELECT pg_reload_conf()`} {
+		if _, err := pp.Exec(ctx, sql); err != nil {
+			p.t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	replicaproc.Eventually(p.t, 30*time.Second, "the standby to be synchronous", func() error {
+		var n int
+		if err := pp.QueryRow(ctx, `SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'`).Scan(&n); err != nil {
+			return err
+		}
+		if n == 0 {
+			return fmt.Errorf("no synchronous standby in pg_stat_replication")
+		}
+		return nil
+	})
 }
 
 // failover stops the primary with -m immediate, calls gap (while no

@@ -285,10 +285,17 @@ func (c *Cluster) StopImmediate(ctx context.Context) error {
 // primary_conninfo written), listening on port, and starts it. The primary
 // must accept replication connections from 127.0.0.1 as postgres, which
 // initdb's trust pg_hba.conf does. The standby gets the primary's time
-// zone and settings.
+// zone and settings but synchronous_standby_names: once promoted it has no
+// standby of its own, and waiting for one would hang every commit.
 func StartStandby(ctx context.Context, primary *Cluster, dataDir string, port int) (*Cluster, error) {
+	var settings []string
+	for _, kv := range primary.Settings {
+		if !strings.HasPrefix(strings.TrimSpace(kv), "synchronous_standby_names") {
+			settings = append(settings, kv)
+		}
+	}
 	s := &Cluster{BinDir: primary.BinDir, DataDir: dataDir, Port: port, TimeZone: primary.TimeZone,
-		Settings: append([]string(nil), primary.Settings...), Auth: primary.Auth, owner: primary.owner}
+		Settings: settings, Auth: primary.Auth, owner: primary.owner}
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create standby data directory: %w", err)
 	}
