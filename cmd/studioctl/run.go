@@ -69,8 +69,9 @@ delay), replica.id ([a-z0-9][a-z0-9._-]*, at most 64 bytes), the schema
 version (a database migrated by a newer studioctl is refused), the lock
 table and replica.listen. A start that fails after registering records the
 replica stopped, so a corrected restart may reuse the id at once. On a
-read-only database or a standby it says so (exit 1). See
-docs/replica-start.md.
+read-only database or a standby it says so, waits for a writable primary
+(readiness fails meanwhile) and starts when one answers. See
+docs/replica-start.md and docs/failover.md.
 
 A replica whose id belongs to a live replica refuses to start (exit 2). If
 another process takes its id over while it runs, it stops at once and exits 1.
@@ -181,9 +182,11 @@ func runRun(ctx context.Context, o *runOptions) error {
 	if err != nil {
 		return &usageError{err: err}
 	}
-	if err = h.Start(ctx); err == nil {
-		err = serveUntilDone(h, sigs)
-	}
+	// Start runs while the signals are served, so a replica that waits
+	// for a writable primary stops on a signal; Wait returns Start's
+	// error (docs/failover.md).
+	go h.Start(ctx)
+	err = serveUntilDone(h, sigs)
 	// A live duplicate and a lock table that does not fit are the
 	// configuration's fault (exit 2); the operator commands keep exit 1 for
 	// a missing lock table, as their scripts expect.

@@ -29,9 +29,22 @@ const ApplicationName = "studioctl"
 type ConnectError struct {
 	Target string // the redacted connection string
 	msg    string
+	// readOnly: every server reached was refused by
+	// target_session_attrs=read-write (or primary) for being read-only.
+	readOnly bool
 }
 
 func (e *ConnectError) Error() string { return e.msg }
+
+// Unwrap gives ErrReadOnly when target_session_attrs refused every server
+// for being read-only, so IsReadOnly and errors.Is see it; nothing else
+// (the driver's error is not kept, so its text can never leak).
+func (e *ConnectError) Unwrap() error {
+	if e.readOnly {
+		return ErrReadOnly
+	}
+	return nil
+}
 
 // ParsePoolConfig parses a PostgreSQL URL or keyword/value string (an empty
 // string means the standard PG* environment variables) and makes every
@@ -151,12 +164,24 @@ func connectError(err error, cfg *pgx.ConnConfig, connString string) error {
 	if errors.As(err, &pgErr) && pgErr.Code == "3D000" {
 		msg += " (create it, or run `studioctl migrate up` against an existing database)"
 	}
-	return &ConnectError{Target: target, msg: scrubString(msg, connString, cfg.Password)}
+	readOnly := errors.Is(err, pgconn.ErrReadOnlyConnection) || errors.Is(err, pgconn.ErrStandbyConnection)
+	if readOnly {
+		msg += " (" + ErrReadOnly.Error() + ": target_session_attrs found no server that accepts writes)"
+	}
+	return &ConnectError{Target: target, msg: scrubString(msg, connString, cfg.Password), readOnly: readOnly}
 }
 
-// Describe names a database without secrets: user@host:port/database.
+// Describe names a database without secrets: user@host:port/database, with
+// every host of a multi-host URL (user@h1:p1,h2:p2/database).
 func Describe(cfg *pgx.ConnConfig) string {
-	return fmt.Sprintf("%s@%s:%d/%s", cfg.User, cfg.Host, cfg.Port, cfg.Database)
+	hosts := []string{fmt.Sprintf("%s:%d", cfg.Host, cfg.Port)}
+	for _, f := range cfg.Fallbacks {
+		// sslmode=prefer lists each host twice (TLS, then plain).
+		if h := fmt.Sprintf("%s:%d", f.Host, f.Port); h != hosts[len(hosts)-1] {
+			hosts = append(hosts, h)
+		}
+	}
+	return fmt.Sprintf("%s@%s/%s", cfg.User, strings.Join(hosts, ","), cfg.Database)
 }
 
 // redacted replaces every secret Redact hides.
@@ -515,10 +540,34 @@ const sqlstateReadOnly = "25006"
 var ErrReadOnly = errors.New("the database is read-only (a standby or default_transaction_read_only=on)")
 
 // IsReadOnly reports whether err is a server's refusal to write in a
-// read-only transaction (SQLSTATE 25006).
+// read-only transaction (SQLSTATE 25006), or a connection refused by
+// target_session_attrs=read-write because every server reached is
+// read-only (a standby, or default_transaction_read_only=on).
 func IsReadOnly(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == sqlstateReadOnly
+	if errors.As(err, &pgErr) && pgErr.Code == sqlstateReadOnly {
+		return true
+	}
+	return errors.Is(err, ErrReadOnly) || errors.Is(err, pgconn.ErrReadOnlyConnection) || errors.Is(err, pgconn.ErrStandbyConnection)
+}
+
+// readOnlySQL is true when a new transaction of this session would be
+// read-only: the server is a standby, or default_transaction_read_only is
+// on (for the database, the role or the whole server).
+const readOnlySQL = `SELECT current_setting('transaction_read_only') = 'on'`
+
+// Querier is the part of a pool or connection ReadOnly needs.
+type Querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// ReadOnly reports whether the server q reaches refuses writes now.
+func ReadOnly(ctx context.Context, q Querier) (bool, error) {
+	var ro bool
+	if err := q.QueryRow(ctx, readOnlySQL).Scan(&ro); err != nil {
+		return false, err
+	}
+	return ro, nil
 }
 
 // readOnlyError says the database is read-only before the server's own

@@ -134,6 +134,8 @@ type Host struct {
 	registered  atomic.Bool  // this process wrote its row: stopped is written at the end
 	startCalled atomic.Bool
 	lost        atomic.Bool // another process took the id: nothing more is written
+	readOnly    atomic.Bool // the database refuses writes now (writable.go)
+	runCtx      context.Context
 	drainReq    chan string // reasons to drain (Drain, a claimed drain request)
 	lostCh      chan error  // incarnation lost
 	now         chan struct{}
@@ -204,7 +206,19 @@ func (h *Host) Start(ctx context.Context) error {
 		return fmt.Errorf("start replica: %w", err)
 	}
 	h.startCalled.Store(true)
+	h.runCtx = runCtx
 	if err := h.start(ctx); err != nil {
+		if errors.Is(err, errStopWhileWaiting) {
+			// Nothing registered: a clean end (exit 0 for a drain).
+			h.stopAll(h.stops(false))
+			h.StartFailed()
+			if isClosed(h.now) {
+				h.finish(ErrInterrupted)
+			} else {
+				h.finish(nil)
+			}
+			return fmt.Errorf("start replica: %w", err)
+		}
 		if h.registered.Load() && !h.lost.Load() {
 			h.log.Error("start failed after registering; recording stopped", "error", err)
 		}
@@ -241,6 +255,10 @@ func (h *Host) start(ctx context.Context) (err error) {
 	}
 	if h.o.PoolConfigHook != nil {
 		h.o.PoolConfigHook(pcfg)
+	}
+	// Nothing is written until a server accepts writes (writable.go).
+	if err := h.awaitWritable(ctx, h.runCtx, pcfg); err != nil {
+		return err
 	}
 	h.pool, err = db.OpenConfig(ctx, pcfg, h.o.ConnString)
 	if err != nil {
@@ -309,7 +327,8 @@ func (h *Host) start(ctx context.Context) (err error) {
 	// (4) Register, and heartbeat. From here on a failure records stopped.
 	h.registry = replicas.NewRegistry(ccfg, h.o.ConnString, replicas.Options{
 		ID: h.o.ID, Version: h.o.Version, HTTPAddr: h.Addr(), HeartbeatEvery: h.o.HeartbeatEvery, Logger: h.log,
-		Clock: h.o.Clock, // its offset from database time sets the runner's timers
+		Clock:  h.o.Clock, // its offset from database time sets the runner's timers
+		OnBeat: h.onBeat,
 		OnLost: func(err error) {
 			select {
 			case h.lostCh <- err:
@@ -579,6 +598,9 @@ func (h *Host) Ready(ctx context.Context) (bool, string) {
 	// A pool whose every connection is busy says nothing about the database:
 	// then the dedicated heartbeat connection's last success decides.
 	if st := h.pool.Stat(); st.IdleConns() == 0 && st.TotalConns() >= st.MaxConns() {
+		if h.readOnly.Load() {
+			return false, "database: " + db.ErrReadOnly.Error() + ": claiming nothing until a writable primary answers (pool busy)"
+		}
 		if age := h.registry.SinceLastHeartbeat(); age > heartbeatFresh(h.o.HeartbeatEvery) {
 			return false, fmt.Sprintf("database: pool busy and no heartbeat for %s", age.Round(time.Second))
 		}
@@ -586,9 +608,21 @@ func (h *Host) Ready(ctx context.Context) (bool, string) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, readyzDBTimeout)
 	defer cancel()
-	if err := h.pool.Ping(ctx); err != nil {
+	// The database must answer and accept writes: a replica on a standby
+	// (or a primary turned read-only) claims nothing, so it is not ready.
+	ro, err := db.ReadOnly(ctx, h.pool)
+	if err != nil {
+		if db.IsReadOnly(err) {
+			h.setReadOnly(true, db.Scrub(err, h.o.ConnString).Error())
+			return false, "database: " + db.Scrub(db.ExplainReadOnly(err), h.o.ConnString).Error()
+		}
 		return false, "database: " + db.Scrub(err, h.o.ConnString).Error()
 	}
+	if ro {
+		h.setReadOnly(true, db.ErrReadOnly.Error())
+		return false, "database: " + db.ErrReadOnly.Error() + ": claiming nothing until a writable primary answers"
+	}
+	h.setReadOnly(false, "")
 	return true, "ready"
 }
 

@@ -117,6 +117,11 @@ func (q *requests) loop(ctx context.Context, h *Host) {
 			q.wantAll()
 			continue
 		}
+		if h.readOnly.Load() {
+			// Nothing is claimed from a read-only database; back to
+			// writable, setReadOnly asks for every pending request.
+			continue
+		}
 		q.mu.Lock()
 		drain, all, signalled := q.drain, q.all, q.jobs
 		q.drain, q.all, q.jobs = false, false, map[string]bool{}

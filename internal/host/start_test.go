@@ -1,10 +1,14 @@
 package host_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -163,21 +167,141 @@ func TestASchemaNewerThanTheBinaryStopsTheStartBeforeRegistering(t *testing.T) {
 	}
 }
 
-func TestRegisteringOnAReadOnlyDatabaseSaysSo(t *testing.T) {
+// syncBuffer is a log destination safe for the host's goroutines and the
+// test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// logAttr finds the first JSON log line whose msg starts with prefix and
+// returns its key attribute ("" when there is none yet).
+func logAttr(out, prefix, key string) (string, bool) {
+	for _, line := range strings.Split(out, "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(line), &m) != nil {
+			continue
+		}
+		if msg, _ := m["msg"].(string); strings.HasPrefix(msg, prefix) {
+			v, _ := m[key].(string)
+			return v, true
+		}
+	}
+	return "", false
+}
+
+const setReadOnly = `DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET default_transaction_read_only = on', current_database()); END $$`
+
+// A replica started on a read-only database (as on a standby) used to exit 1
+// at registration ("cannot execute INSERT in a read-only transaction"). It
+// now waits: it says once what it waits for, writes nothing, answers
+// /livez ok and /readyz 503 with the reason on its listen address, and
+// starts, on the same address, once the database accepts writes.
+func TestAReplicaOnAReadOnlyDatabaseWaitsAndStartsOnceItAcceptsWrites(t *testing.T) {
 	url := pgtest.NewDB(t)
 	pool := openPool(t, url)
-	if _, err := pool.Exec(t.Context(), `DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET default_transaction_read_only = on', current_database()); END $$`); err != nil {
+	if _, err := pool.Exec(t.Context(), setReadOnly); err != nil {
 		t.Fatal(err)
 	}
-	h, err := host.New(host.Options{ConnString: url, ID: "read-only"})
+	var logs syncBuffer
+	h, err := host.New(host.Options{ConnString: url, ID: "read-only", DrainDelay: host.NoDrainDelay,
+		Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = runHost(h, context.Background(), make(chan os.Signal))
-	if !errors.Is(err, db.ErrReadOnly) || !strings.HasPrefix(err.Error(), "cannot register replica: the database is read-only") {
-		t.Fatalf("Run = %v, want it to say the database is read-only", err)
+	sigs := make(chan os.Signal, 1)
+	done := make(chan error, 1)
+	go func() { done <- runHost(h, context.Background(), sigs) }()
+	var addr string
+	waitUntil(t, 30*time.Second, "the waiting log line", func() bool {
+		a, ok := logAttr(logs.String(), "waiting for a writable primary", "listen")
+		addr = a
+		return ok
+	})
+	if reason, _ := logAttr(logs.String(), "waiting for a writable primary", "reason"); !strings.Contains(reason, "read-only") {
+		t.Errorf("the waiting line's reason %q does not say read-only", reason)
 	}
-	if errors.Is(err, replicas.ErrLiveDuplicate) {
-		t.Fatal("a read-only refusal is not a live duplicate")
+	if code, body := get(t, "http://"+addr+"/readyz"); code != 503 || !strings.Contains(body, "waiting for a writable primary") || !strings.Contains(body, "read-only") {
+		t.Errorf("/readyz while waiting = %d %q", code, body)
+	}
+	if code, _ := get(t, "http://"+addr+"/livez"); code != 200 {
+		t.Errorf("/livez while waiting = %d", code)
+	}
+	if s := replicaState(t, pool, "read-only"); s != "" {
+		t.Fatalf("a waiting replica wrote its row (state %q)", s)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("the replica ended instead of waiting: %v", err)
+	default:
+	}
+	if n := strings.Count(logs.String(), "waiting for a writable primary before registering"); n != 1 {
+		t.Errorf("said %d times what it waits for, want once", n)
+	}
+
+	if _, err := pool.Exec(t.Context(), strings.Replace(setReadOnly, "= on", "= off", 1)); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 30*time.Second, "the replica to be ready", func() bool { return h.State() == replicas.StateReady })
+	if h.Addr() != addr {
+		t.Errorf("ready on %s, but waited on %s", h.Addr(), addr)
+	}
+	if code, body := get(t, "http://"+addr+"/readyz"); code != 200 {
+		t.Errorf("/readyz once started = %d %q", code, body)
+	}
+	if !strings.Contains(logs.String(), "a writable primary answers; starting") {
+		t.Error("no log line says the wait ended")
+	}
+	sigs <- os.Interrupt
+	if err := <-done; err != nil {
+		t.Fatalf("drain: %v", err)
+	}
+}
+
+// A drain while the replica waits for a writable primary ends it cleanly,
+// with nothing written.
+func TestADrainWhileWaitingForAWritablePrimaryEndsCleanly(t *testing.T) {
+	url := pgtest.NewDB(t)
+	pool := openPool(t, url)
+	if _, err := pool.Exec(t.Context(), setReadOnly); err != nil {
+		t.Fatal(err)
+	}
+	var logs syncBuffer
+	h, err := host.New(host.Options{ConnString: url, ID: "read-only-drained", Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan error, 1)
+	go func() { started <- h.Start(context.Background()) }()
+	waitUntil(t, 30*time.Second, "the waiting log line", func() bool {
+		_, ok := logAttr(logs.String(), "waiting for a writable primary", "listen")
+		return ok
+	})
+	h.Drain("test")
+	select {
+	case <-h.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiting replica did not end after a drain")
+	}
+	if err := h.Wait(); err != nil {
+		t.Errorf("Wait after a drain while waiting = %v, want nil", err)
+	}
+	if err := <-started; err == nil {
+		t.Error("Start returned nil for a replica that never started")
+	}
+	if s := replicaState(t, pool, "read-only-drained"); s != "" {
+		t.Errorf("row state %q, want no row", s)
 	}
 }

@@ -270,3 +270,61 @@ func FreePort() (int, error) {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
+
+// StopImmediate stops the server with the immediate mode: no checkpoint,
+// no goodbye to the clients, as a crash would (failover tests).
+func (c *Cluster) StopImmediate(ctx context.Context) error {
+	if _, err := c.run(ctx, "pg_ctl", "stop", "-w", "-m", "immediate", "-D", c.DataDir); err != nil {
+		return fmt.Errorf("pg_ctl stop -m immediate: %w", err)
+	}
+	return nil
+}
+
+// StartStandby makes a hot standby of primary in dataDir with
+// `pg_basebackup -R` (streaming the WAL, standby.signal and
+// primary_conninfo written), listening on port, and starts it. The primary
+// must accept replication connections from 127.0.0.1 as postgres, which
+// initdb's trust pg_hba.conf does. The standby gets the primary's time
+// zone and settings but synchronous_standby_names: once promoted it has no
+// standby of its own, and waiting for one would hang every commit.
+func StartStandby(ctx context.Context, primary *Cluster, dataDir string, port int) (*Cluster, error) {
+	var settings []string
+	for _, kv := range primary.Settings {
+		if !strings.HasPrefix(strings.TrimSpace(kv), "synchronous_standby_names") {
+			settings = append(settings, kv)
+		}
+	}
+	s := &Cluster{BinDir: primary.BinDir, DataDir: dataDir, Port: port, TimeZone: primary.TimeZone,
+		Settings: settings, Auth: primary.Auth, owner: primary.owner}
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("create standby data directory: %w", err)
+	}
+	if err := s.chown(dataDir); err != nil {
+		return nil, err
+	}
+	if _, err := s.run(ctx, "pg_basebackup", "-D", dataDir, "-R", "-X", "stream", "-c", "fast",
+		"-h", "127.0.0.1", "-p", strconv.Itoa(primary.Port), "-U", "postgres", "--no-sync"); err != nil {
+		return nil, fmt.Errorf("pg_basebackup: %w", err)
+	}
+	// The copy holds the primary's log; the standby writes its own.
+	os.Remove(s.LogFile())
+	if err := s.Start(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Promote turns a standby into a primary (pg_ctl promote) and waits until
+// it accepts writes.
+func (c *Cluster) Promote(ctx context.Context) error {
+	if _, err := c.run(ctx, "pg_ctl", "promote", "-w", "-t", strconv.Itoa(int(startTimeout/time.Second)), "-D", c.DataDir); err != nil {
+		return fmt.Errorf("pg_ctl promote: %w%s", err, c.logTail())
+	}
+	return nil
+}
+
+// IsStandby reports whether DataDir is a standby's (standby.signal).
+func (c *Cluster) IsStandby() bool {
+	_, err := os.Stat(filepath.Join(c.DataDir, "standby.signal"))
+	return err == nil
+}

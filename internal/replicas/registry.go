@@ -116,6 +116,10 @@ type Options struct {
 	// OnLost is called once, from the heartbeat goroutine, when a heartbeat
 	// finds the row taken by another incarnation.
 	OnLost func(error)
+	// OnBeat, when set, is called from the heartbeat goroutine after each
+	// heartbeat with its error (nil when it succeeded), so the host can
+	// tell a read-only database from a reachable primary.
+	OnBeat func(error)
 	// Clock is the replica's clock, whose offset from database time every
 	// heartbeat measures (default clock.Real; tests skew it).
 	Clock clock.Clock
@@ -335,6 +339,9 @@ func (r *Registry) loop(ctx context.Context) {
 		case <-t.C:
 		}
 		err := r.beat(ctx)
+		if r.o.OnBeat != nil && !errors.Is(err, ErrIncarnationLost) && (err == nil || ctx.Err() == nil) {
+			r.o.OnBeat(err)
+		}
 		switch {
 		case errors.Is(err, ErrIncarnationLost):
 			r.lost.Store(true)

@@ -20,6 +20,7 @@ func (r *Runner) run(js *jobState, sched jobs.Schedule, fire time.Time) {
 	id := js.job.ID
 	var lock Lock
 	if js.job.Scope == jobs.ScopeInstallation {
+		r.releaseStale(js)
 		ctx, cancel := context.WithTimeout(r.runsCtx, lockStatementTimeout)
 		// The lock is the job's lock: name, or its id (SPEC §5.3).
 		l, err := r.o.Locks.TryLock(ctx, js.job.LockName(), jobs.LockAtMostFor(sched), jobs.LockAtLeastFor(sched))
@@ -45,7 +46,7 @@ func (r *Runner) run(js *jobState, sched jobs.Schedule, fire time.Time) {
 	stopping := r.stopping || js.dutyOver() // per-cluster duties (clusters.go): the lease ended meanwhile
 	r.mu.Unlock()
 	if stopping {
-		r.unlock(lock, id)
+		r.unlock(lock, js)
 		r.finish(js, time.Time{})
 		return
 	}
@@ -53,7 +54,7 @@ func (r *Runner) run(js *jobState, sched jobs.Schedule, fire time.Time) {
 	seq, err := r.o.Store.NextSeq(seqCtx)
 	cancel()
 	if err != nil {
-		r.unlock(lock, id)
+		r.unlock(lock, js)
 		r.recordNoRun(js, sched, r.now(), err)
 		return
 	}
@@ -178,7 +179,7 @@ func (r *Runner) run(js *jobState, sched jobs.Schedule, fire time.Time) {
 	held := lock
 	lockMu.Unlock()
 	if outcome != jobs.OutcomeLockLost {
-		r.unlock(held, id)
+		r.unlock(held, js)
 	}
 	ended := r.now()
 	errText = jobs.Storable(errText)
@@ -268,13 +269,44 @@ func (r *Runner) recordNoRun(js *jobState, sched jobs.Schedule, now time.Time, e
 	r.finish(js, sched.Next(now))
 }
 
-func (r *Runner) unlock(l Lock, id string) {
+func (r *Runner) unlock(l Lock, js *jobState) {
 	if l == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.runsCtx), lockStatementTimeout)
 	defer cancel()
 	if err := l.Unlock(ctx); err != nil {
-		r.log.Warn("runner: unlock failed; the lock expires at its lockAtMostFor", "job_id", id, "error", err)
+		r.log.Warn("runner: unlock failed; trying again at the job's next tick (the lock expires at its lockAtMostFor otherwise)",
+			"job_id", js.job.ID, "error", err)
+		r.mu.Lock()
+		js.staleLock = l
+		r.mu.Unlock()
 	}
+}
+
+// releaseStale unlocks the lock whose unlock failed after js's last run,
+// before js takes its lock again. No run of js is in progress on this
+// replica then, so the row this replica holds under that name is the
+// finished run's, and the unlock is the one that run should have made
+// (lock_until stays at least locked_at + lockAtLeastFor). If it fails
+// again it is kept for the next tick.
+func (r *Runner) releaseStale(js *jobState) {
+	r.mu.Lock()
+	l := js.staleLock
+	js.staleLock = nil
+	r.mu.Unlock()
+	if l == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.runsCtx), lockStatementTimeout)
+	defer cancel()
+	if err := l.Unlock(ctx); err != nil {
+		r.mu.Lock()
+		if js.staleLock == nil {
+			js.staleLock = l
+		}
+		r.mu.Unlock()
+		return
+	}
+	r.log.Info("runner: released the lock whose unlock had failed", "job_id", js.job.ID)
 }

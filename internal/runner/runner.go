@@ -110,6 +110,11 @@ type jobState struct {
 	shared bool
 	// forced: this fire is a trigger; it runs whatever the shared schedule says.
 	forced bool
+	// staleLock is a lock whose unlock failed after its run ended (the
+	// database was read-only or unreachable, as in a failover): the next
+	// tick releases it before it takes the lock again, so the job does not
+	// wait for lockAtMostFor (docs/failover.md).
+	staleLock Lock
 }
 
 // New builds a runner; Start starts it.

@@ -1,8 +1,10 @@
 package runner_test
 
 import (
+	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -830,4 +832,73 @@ next:
 		return m.GetCounter().GetValue()
 	}
 	return 0
+}
+
+// unlockFails wraps a Locker: the first n unlocks fail, as on a database
+// that turned read-only or went away (a failover) while the run ended.
+type unlockFails struct {
+	runner.Locker
+	mu sync.Mutex
+	n  int
+}
+
+func (u *unlockFails) TryLock(ctx context.Context, name string, atMostFor, atLeastFor time.Duration) (runner.Lock, error) {
+	l, err := u.Locker.TryLock(ctx, name, atMostFor, atLeastFor)
+	if err != nil {
+		return nil, err
+	}
+	return &failingUnlock{Lock: l, u: u}, nil
+}
+
+type failingUnlock struct {
+	runner.Lock
+	u *unlockFails
+}
+
+func (f *failingUnlock) Unlock(ctx context.Context) error {
+	f.u.mu.Lock()
+	fail := f.u.n > 0
+	if fail {
+		f.u.n--
+	}
+	f.u.mu.Unlock()
+	if fail {
+		return errors.New("unlock: ERROR: cannot execute UPDATE in a read-only transaction (SQLSTATE 25006)")
+	}
+	return f.Lock.Unlock(ctx)
+}
+
+// An unlock that fails after a run (a read-only or unreachable database)
+// used to leave the lock held until lockAtMostFor (60 s), so the job
+// stopped for a minute after a failover. The next tick now releases it
+// first: lock_until falls back to locked_at + lockAtLeastFor, as the
+// unlock would have made it.
+func TestAFailedUnlockIsRetriedAtTheNextTick(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ft := e.task()
+	o := e.options(e.job("retry", jobs.ScopeInstallation, 10*time.Second, ft))
+	o.Locks = &unlockFails{Locker: o.Locks, n: 1}
+	e.start(o)
+
+	ft.waitStarts(t, 1)
+	ft.finish(t, tasks.Result{})
+	e.waitIdle("retry", t0.Add(10*time.Second))
+	row := e.lockRow("retry")
+	if got := row.LockUntil.Sub(row.LockedAt); got != jobs.LockAtMostForFloor {
+		t.Fatalf("after the failed unlock lock_until - locked_at = %v; want lockAtMostFor %v", got, jobs.LockAtMostForFloor)
+	}
+
+	e.clk.Advance(10 * time.Second)
+	eventually(t, "the next tick to release the stale lock", func() bool {
+		r := e.lockRow("retry")
+		return r.LockUntil.Sub(r.LockedAt) < jobs.LockAtMostForFloor
+	})
+	row = e.lockRow("retry")
+	if d := row.LockUntil.Sub(row.LockedAt) - 9*time.Second; d < -time.Millisecond || d > time.Millisecond {
+		t.Errorf("after the retry lock_until - locked_at = %v; want lockAtLeastFor 9s", row.LockUntil.Sub(row.LockedAt))
+	}
+	eventually(t, "the release to be logged", func() bool {
+		return strings.Contains(e.logs.String(), "released the lock whose unlock had failed")
+	})
 }

@@ -1,0 +1,191 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/studioctl/studioctl/internal/db"
+)
+
+// A replica claims work only on a database that accepts writes
+// (docs/failover.md). At start it waits for one before it registers; once
+// ready, a heartbeat or a readiness check that finds the database
+// read-only fails readiness and stops the control request claims until a
+// primary is back. The lock, lease and run writes fail on their own on
+// such a server: it refuses them.
+
+// writableRetry is how often a replica waiting at start asks again
+// whether the database accepts writes.
+const writableRetry = time.Second
+
+// waitingReason is what /readyz says while the replica waits at start.
+const waitingReason = "waiting for a writable primary"
+
+// errStopWhileWaiting: a drain, a stop at once or Stop came while the
+// replica waited for a writable primary; it never registered.
+var errStopWhileWaiting = errors.New("stopped while waiting for a writable primary")
+
+// awaitWritable returns once a connection made like the pool's reaches a
+// server that accepts writes. While the only server reached is read-only
+// (a standby, default_transaction_read_only=on, or a multi-host URL whose
+// target_session_attrs=read-write refuses every host), it says so once,
+// serves /livez (ok) and /readyz (503, the reason) on replica.listen, and
+// asks again every writableRetry; once it waits, any other connection
+// error is waited out too (a failover's gap), each new reason logged once.
+// An error before any wait (a database that cannot be reached, a
+// refused login) is returned, as before.
+func (h *Host) awaitWritable(ctx, stop context.Context, pcfg *pgxpool.Config) error {
+	var (
+		w    *waitServer
+		last string
+	)
+	defer func() {
+		if w != nil {
+			w.stop()
+		}
+	}()
+	began := time.Now()
+	for {
+		why, err := h.checkWritable(ctx, pcfg)
+		if err != nil && w == nil {
+			return err
+		}
+		if why == "" && err == nil {
+			if w != nil {
+				h.log.Info("a writable primary answers; starting", "waited", time.Since(began).Round(time.Millisecond).String())
+			}
+			return nil
+		}
+		if err != nil {
+			why = db.Scrub(err, h.o.ConnString).Error()
+		}
+		if w == nil {
+			if w, err = h.serveWaiting(); err != nil {
+				return err
+			}
+			// The replica keeps this address once it is ready.
+			h.o.Listen = w.addr
+		}
+		w.reason.Store(waitingReason + ": " + why)
+		if why != last {
+			h.log.Warn("waiting for a writable primary before registering: the database reached does not accept writes; "+
+				"the replica claims nothing and /readyz fails until a primary answers",
+				"database", db.Describe(pcfg.ConnConfig), "reason", why, "retry_every", writableRetry.String(), "listen", w.addr)
+			last = why
+		}
+		t := time.NewTimer(writableRetry)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-stop.Done():
+			t.Stop()
+			return errStopWhileWaiting
+		case why := <-h.drainReq:
+			t.Stop()
+			h.log.Info("stopping while waiting for a writable primary", "reason", why)
+			return errStopWhileWaiting
+		case <-h.now:
+			t.Stop()
+			return errStopWhileWaiting
+		}
+	}
+}
+
+// checkWritable connects once and says why the server refuses writes ("":
+// it accepts them). err is any other failure.
+func (h *Host) checkWritable(ctx context.Context, pcfg *pgxpool.Config) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, db.ConnectTimeout+readyzDBTimeout)
+	defer cancel()
+	conn, err := db.Connect(ctx, pcfg.ConnConfig.Copy(), h.o.ConnString)
+	if err != nil {
+		if db.IsReadOnly(err) {
+			return err.Error(), nil // a ConnectError: scrubbed already
+		}
+		return "", err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	ro, err := db.ReadOnly(ctx, conn)
+	if err != nil {
+		return "", db.Scrub(err, h.o.ConnString)
+	}
+	if ro {
+		return db.ErrReadOnly.Error(), nil
+	}
+	return "", nil
+}
+
+// waitServer answers the probes while the replica waits at start: /livez
+// ok, anything else 503 with the reason.
+type waitServer struct {
+	srv    *http.Server
+	addr   string
+	reason atomic.Value // string
+	done   chan struct{}
+}
+
+func (h *Host) serveWaiting() (*waitServer, error) {
+	ln, err := net.Listen("tcp", h.o.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("replica.listen %q: %w", h.o.Listen, err)
+	}
+	w := &waitServer{addr: ln.Addr().String(), done: make(chan struct{})}
+	w.reason.Store(waitingReason)
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /livez", func(rw http.ResponseWriter, _ *http.Request) { fmt.Fprintln(rw, "ok") })
+	mux.HandleFunc("/", func(rw http.ResponseWriter, _ *http.Request) {
+		rw.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintln(rw, w.reason.Load().(string))
+	})
+	w.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		defer close(w.done)
+		w.srv.Serve(ln)
+	}()
+	return w, nil
+}
+
+// stop closes the server (and its listener) and waits for Serve to return.
+func (w *waitServer) stop() {
+	ctx, cancel := context.WithTimeout(context.Background(), httpShutdownTimeout)
+	defer cancel()
+	w.srv.Shutdown(ctx)
+	w.srv.Close()
+	<-w.done
+}
+
+// setReadOnly records whether the database refuses writes, saying so once
+// per change. Back to writable, the control requests are read again (a
+// signal may have come meanwhile).
+func (h *Host) setReadOnly(ro bool, why string) {
+	if ro {
+		if !h.readOnly.Swap(true) {
+			h.log.Warn("the database does not accept writes: claiming nothing (no locks, leases or control requests) "+
+				"and /readyz fails until a writable primary answers", "reason", why)
+		}
+		return
+	}
+	if h.readOnly.Swap(false) {
+		h.log.Info("the database accepts writes again; claiming again")
+		h.req.wantAll()
+	}
+}
+
+// onBeat follows the heartbeat: a read-only refusal marks the database
+// read-only, a success marks it writable.
+func (h *Host) onBeat(err error) {
+	switch {
+	case err == nil:
+		h.setReadOnly(false, "")
+	case db.IsReadOnly(err):
+		h.setReadOnly(true, db.Scrub(db.ExplainReadOnly(err), h.o.ConnString).Error())
+	}
+}
