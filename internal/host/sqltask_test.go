@@ -73,12 +73,15 @@ jobs:
 	if err := check.QueryRow(ctx, `SELECT current_user`).Scan(&user); err != nil {
 		t.Fatal(err)
 	}
-	succeeded := func() int {
+	// Finished runs, whatever their outcome: the job's own 1 ms
+	// statement_timeout can cancel its COMMIT on a loaded machine, and a
+	// failed run has poisoned its session just as much.
+	finished := func() int {
 		var n int
-		check.QueryRow(ctx, `SELECT count(*) FROM studio_job_run WHERE job_id = 'poison' AND outcome = 'succeeded'`).Scan(&n)
+		check.QueryRow(ctx, `SELECT count(*) FROM studio_job_run WHERE job_id = 'poison' AND outcome <> 'running'`).Scan(&n)
 		return n
 	}
-	waitUntil(t, 30*time.Second, "three recorded successes of the poison job", func() bool { return succeeded() >= 3 })
+	waitUntil(t, 30*time.Second, "three finished runs of the poison job", func() bool { return finished() >= 3 })
 
 	// Every idle connection of the replica's pool has its session as it was.
 	conns := h.Pool().AcquireAllIdle(ctx)
