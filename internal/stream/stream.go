@@ -95,6 +95,32 @@ func Read(ctx context.Context, q Querier, after int64, limit int) ([]Event, erro
 	return evs, nil
 }
 
+// replay is Read for a resuming client, with the oldest id the table
+// still has, read in the same snapshot as the rows (0 when it is empty):
+// housekeeping prunes the oldest events, so a client whose id is below
+// that has missed some.
+func replay(ctx context.Context, q Querier, after int64, limit int) ([]Event, int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, statementTimeout)
+	defer cancel()
+	rows, err := q.Query(ctx, `SELECT id, at, event, data, (SELECT coalesce(min(id), 0) FROM studio_event)
+FROM studio_event WHERE id > $1 ORDER BY id LIMIT $2`, after, limit)
+	if err != nil {
+		return nil, 0, fmt.Errorf("read the event stream: %w", err)
+	}
+	var oldest int64
+	evs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Event, error) {
+		var e Event
+		var data []byte
+		err := r.Scan(&e.ID, &e.At, &e.Name, &data, &oldest)
+		e.Data, e.At = data, e.At.UTC()
+		return e, err
+	})
+	if err != nil {
+		return nil, 0, fmt.Errorf("read the event stream: %w", err)
+	}
+	return evs, oldest, nil
+}
+
 // Latest returns the newest event id (0 when there is none).
 func Latest(ctx context.Context, q Querier) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, statementTimeout)
@@ -112,6 +138,10 @@ var (
 	ErrClosed = errors.New("the event stream is closing: reconnect")
 	// ErrSlow: the client fell ClientBuffer events behind and was dropped.
 	ErrSlow = errors.New("client too slow: dropped")
+	// ErrReset: the table's newest id is below the last one the hub handed
+	// out (it was emptied, recreated or restored from a backup). The
+	// client reconnects, and its old id then gets a resync.
+	ErrReset = errors.New("the event stream's ids went back: reconnect")
 )
 
 // HubOptions configure a Hub.
@@ -219,6 +249,18 @@ func (h *Hub) readAll(ctx context.Context) {
 		}
 		evs, err := Read(ctx, h.o.DB, last, readBatch)
 		h.reads.Add(1)
+		if err == nil && len(evs) == 0 && last > 0 {
+			// Nothing new: check that the ids did not go back under the
+			// hub, which would wait for ids past its last forever.
+			var latest int64
+			if latest, err = Latest(ctx, h.o.DB); err == nil {
+				h.mu.Lock()
+				if latest < h.last {
+					h.resetLocked(latest)
+				}
+				h.mu.Unlock()
+			}
+		}
 		if err != nil {
 			h.mu.Lock()
 			first := !h.failed
@@ -245,6 +287,18 @@ func (h *Hub) readAll(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// resetLocked follows a table whose ids went back to latest: every
+// subscriber's cursor is meaningless now, so each is ended (it reconnects
+// with its old id and gets a resync), and the hub reads after latest.
+func (h *Hub) resetLocked(latest int64) {
+	h.log.Warn("event stream: the newest event id went back (the table was emptied, recreated or restored); clients reconnect", "last", h.last, "newest", latest)
+	for s := range h.subs {
+		s.end(ErrReset)
+		delete(h.subs, s)
+	}
+	h.last = latest
 }
 
 func (h *Hub) fanoutLocked(e Event) {
@@ -287,7 +341,7 @@ func (s *Sub) C() <-chan Event { return s.c }
 // Done is closed when the subscription ends; Err says why.
 func (s *Sub) Done() <-chan struct{} { return s.done }
 
-// Err is ErrClosed or ErrSlow once Done is closed, nil before.
+// Err is ErrClosed, ErrSlow or ErrReset once Done is closed, nil before.
 func (s *Sub) Err() error {
 	s.h.mu.Lock()
 	defer s.h.mu.Unlock()
@@ -327,11 +381,17 @@ func (h *Hub) Subscribe(ctx context.Context, after int64, fromNow bool) (*Sub, e
 		// that was recreated): nothing to replay against.
 		s.Resync, cursor = true, latest
 	default:
-		evs, err := Read(ctx, h.o.DB, after, ReplayMax+1)
+		evs, oldest, err := replay(ctx, h.o.DB, after, ReplayMax+1)
 		if err != nil {
 			return nil, err
 		}
-		if len(evs) > ReplayMax {
+		// Missed events that housekeeping pruned: the oldest kept id is
+		// past the one after the client's, or every event after the
+		// client's (up to latest) is gone. A rolled-back id just before
+		// the oldest one can cause a needless resync, which only costs a
+		// reload.
+		pruned := after < latest && (len(evs) == 0 || oldest > after+1)
+		if len(evs) > ReplayMax || pruned {
 			s.Resync, cursor = true, latest
 		} else {
 			s.Backlog = evs
@@ -348,6 +408,9 @@ func (h *Hub) Subscribe(ctx context.Context, after int64, fromNow bool) (*Sub, e
 		if h.closed {
 			h.mu.Unlock()
 			return nil, ErrClosed
+		}
+		if latest < h.last {
+			h.resetLocked(latest) // the ids went back under the hub
 		}
 		if len(h.subs) == 0 {
 			h.last = max(h.last, cursor)
@@ -367,6 +430,9 @@ func (h *Hub) Subscribe(ctx context.Context, after int64, fromNow bool) (*Sub, e
 				return nil, err
 			}
 			if len(evs) == 0 {
+				// What the hub handed out up to upTo is gone (pruned):
+				// there is nothing to replay up to it.
+				cursor = upTo
 				break
 			}
 			s.Backlog = append(s.Backlog, evs...)
