@@ -18,9 +18,12 @@
 -- lease moves have no history row, and one id across all kinds needs one
 -- sequence. Ids are handed out in commit order, so a reader that has seen
 -- id N has seen every committed event below N and will never see a later
--- one below it: every writer takes one transaction-level advisory lock
--- (key 1937012068, 'stud') before it takes an id, and holds it until its
--- commit ends. The lock is taken after the writer's row locks:
+-- one below it: every writer locks the one row of studio_event_writer
+-- before it takes an id, and holds the lock until its commit ends. Not an
+-- advisory lock: any role that can connect may take any advisory lock, so
+-- a read-only role could have stalled every writer of the installation;
+-- this row can be locked only by its owner, through the functions below.
+-- The lock is taken after the writer's row locks:
 --   - the triggers are deferred constraint triggers, so they run at commit;
 --   - studio_event_runs is the last statement of a flush but the status
 --     upsert of the flush's own rows (no other writer takes those locks),
@@ -37,8 +40,14 @@ CREATE TABLE studio_event (
     id    bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     at    timestamptz NOT NULL DEFAULT now(),
     event text        NOT NULL CHECK (event IN ('run', 'replica', 'lease', 'lock', 'audit')),
-    data  jsonb       NOT NULL
+    data  jsonb       NOT NULL CHECK (jsonb_typeof(data) = 'object')
 );
+-- The lock that orders ids (see above). No role has any privilege on it.
+CREATE TABLE studio_event_writer (
+    one boolean PRIMARY KEY DEFAULT true CHECK (one)
+);
+INSERT INTO studio_event_writer VALUES (true);
+REVOKE ALL ON studio_event_writer FROM PUBLIC;
 -- For pruning by age; ids follow time, so a BRIN index is enough and costs
 -- next to nothing per insert.
 CREATE INDEX studio_event_at ON studio_event USING brin (at);
@@ -49,7 +58,7 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
 DECLARE
     v_id bigint;
 BEGIN
-    PERFORM pg_advisory_xact_lock(1937012068);
+    PERFORM 1 FROM studio_event_writer FOR UPDATE;
     INSERT INTO studio_event (event, data) VALUES (p_event, p_data) RETURNING id INTO v_id;
     IF current_setting('studio.event_notified', true) IS DISTINCT FROM '1' THEN
         PERFORM set_config('studio.event_notified', '1', true);
@@ -92,7 +101,7 @@ DECLARE
     v_payload text;
 BEGIN
     IF cardinality(p_data) > 0 THEN
-        PERFORM pg_advisory_xact_lock(1937012068);
+        PERFORM 1 FROM studio_event_writer FOR UPDATE;
         WITH ins AS (
             INSERT INTO studio_event (event, data)
             SELECT 'run', t.d FROM unnest(p_data) WITH ORDINALITY AS t(d, i) ORDER BY t.i
@@ -202,4 +211,5 @@ DROP FUNCTION studio_event_runs(jsonb[], text[]);
 DROP FUNCTION studio_event_run_data(studio_job_run);
 DROP FUNCTION studio_event_time(timestamptz);
 DROP FUNCTION studio_event_add(text, jsonb);
+DROP TABLE studio_event_writer;
 DROP TABLE studio_event;

@@ -1,0 +1,121 @@
+package stream
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// applyRoles runs docs/roles.sql, as the owner does after a migration.
+func applyRoles(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	sql, err := os.ReadFile("../../docs/roles.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pool.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if err := conn.Conn().PgConn().Exec(context.Background(), string(sql)).Close(); err != nil {
+		t.Fatalf("docs/roles.sql: %v", err)
+	}
+}
+
+// The order of ids is kept by one lock that every event writer takes. A
+// role that may only read (the inspector of docs/roles.sql) must not be
+// able to take it: an advisory lock needs no privilege, so with one an
+// inspector's session could stall every audited command, every replica
+// state change and every run store flush of the installation.
+func TestAReadOnlyRoleCannotStallEventWriters(t *testing.T) {
+	pool, _ := openPool(t)
+	applyRoles(t, pool)
+	ctx := context.Background()
+	insp, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer insp.Release()
+	if _, err := insp.Exec(ctx, `SET ROLE studio_inspector`); err != nil {
+		t.Fatal(err)
+	}
+	// Whatever an inspector can lock, it tries: the advisory key of the
+	// first version, and the table.
+	if _, err := insp.Exec(ctx, `SELECT pg_advisory_lock(1937012068)`); err != nil {
+		t.Fatal(err)
+	}
+	defer insp.Exec(ctx, `SELECT pg_advisory_unlock_all()`)
+	if _, err := insp.Exec(ctx, `BEGIN`); err != nil {
+		t.Fatal(err)
+	}
+	defer insp.Exec(ctx, `ROLLBACK`)
+	if _, err := insp.Exec(ctx, `LOCK TABLE studio_event IN ACCESS SHARE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	for _, stmt := range []string{`SELECT pg_advisory_xact_lock(1937012068)`, `SELECT 1 FROM studio_event FOR UPDATE`} {
+		if _, err := insp.Exec(ctx, `SAVEPOINT s`); err != nil {
+			t.Fatal(err)
+		}
+		_, err := insp.Exec(ctx, stmt)
+		if err != nil && !strings.Contains(err.Error(), "permission denied") {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+		if _, err := insp.Exec(ctx, `ROLLBACK TO SAVEPOINT s`); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	wctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if _, err := pool.Exec(wctx, `INSERT INTO studio_audit (actor, action, target, reason) VALUES ('alice', 'jobs.pause', 'j', 'r')`); err != nil {
+		t.Fatalf("an audited action while an inspector holds what it can: %v", err)
+	}
+	if _, err := pool.Exec(wctx, `INSERT INTO studio_replica (id, incarnation, host, pid, version, state) VALUES ('r1', gen_random_uuid(), 'h', 1, 'v', 'starting')`); err != nil {
+		t.Fatalf("a replica state change while an inspector holds what it can: %v", err)
+	}
+}
+
+// The functions that write events are not callable by the roles, except
+// studio_event_runs by the replica, and an event's data is always one JSON
+// object (docs/events.md), whatever the caller passes.
+func TestRolesCannotForgeEvents(t *testing.T) {
+	pool, _ := openPool(t)
+	applyRoles(t, pool)
+	ctx := context.Background()
+	for _, role := range []string{"studio_inspector", "studio_operator", "studio_replica"} {
+		conn, err := pool.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.Exec(ctx, `SET ROLE `+role); err != nil {
+			t.Fatal(err)
+		}
+		for _, stmt := range []string{
+			`SELECT studio_event_add('audit', '{"actor":"forged"}')`,
+			`INSERT INTO studio_event (event, data) VALUES ('audit', '{"actor":"forged"}')`,
+			`UPDATE studio_event SET data = '{"actor":"forged"}'`,
+		} {
+			if _, err := conn.Exec(ctx, stmt); err == nil || !strings.Contains(err.Error(), "permission denied") {
+				t.Errorf("%s: %s: %v, want permission denied", role, stmt, err)
+			}
+		}
+		if role == "studio_replica" {
+			for _, bad := range []string{`'"just a string"'`, `'[1, 2]'`, `'null'`} {
+				_, err := conn.Exec(ctx, `SELECT studio_event_runs(ARRAY[`+bad+`::jsonb])`)
+				if err == nil {
+					t.Errorf("%s: a run event with data %s was written, want it refused", role, bad)
+				}
+			}
+		}
+		conn.Exec(ctx, `RESET ROLE`)
+		conn.Release()
+	}
+	if evs := events(t, pool, 0); len(evs) != 0 {
+		t.Fatalf("forged events were written: %v", evs)
+	}
+}
