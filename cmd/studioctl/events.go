@@ -204,13 +204,15 @@ func followStream(ctx context.Context, o *eventsOptions, p *output.Printer, cfg 
 	for {
 		// A reader that fell behind is dropped by the hub, as a slow SSE
 		// client is; like one, it resumes after the last event it printed.
+		// So does one whose ids went back under it (stream.ErrReset): its
+		// last id then gets a resync.
 		sub, err := hub.Subscribe(ctx, last, false)
 		if err != nil {
 			return err
 		}
 		stop, err := printSub(ctx, o, sub, timeout, print)
 		sub.Close()
-		if err != nil || stop || sub.Err() != stream.ErrSlow {
+		if err != nil || stop || !resumable(sub.Err()) {
 			return err
 		}
 	}
@@ -234,7 +236,7 @@ func printSub(ctx context.Context, o *eventsOptions, sub *stream.Sub, timeout <-
 		case <-timeout:
 			return true, nil
 		case <-sub.Done():
-			if sub.Err() == stream.ErrSlow {
+			if resumable(sub.Err()) {
 				return false, nil
 			}
 			return true, sub.Err()
@@ -244,4 +246,10 @@ func printSub(ctx context.Context, o *eventsOptions, sub *stream.Sub, timeout <-
 			}
 		}
 	}
+}
+
+// resumable: the subscription ended for a reason its reader resumes from
+// by subscribing again after the last id it printed.
+func resumable(err error) bool {
+	return err == stream.ErrSlow || err == stream.ErrReset
 }
