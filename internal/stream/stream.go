@@ -45,6 +45,24 @@ const (
 	statementTimeout = 5 * time.Second
 )
 
+// MaxData is the most bytes of data an event goes out with (the bus's
+// 7,500-byte rule, issue 12): a larger event keeps only its short fields
+// (at most maxField bytes each, as JSON), with "truncated": true, and the
+// client refetches what it needs (a run's error: jobs history, the page).
+// So a run with a megabyte of error is not sent whole to every client and
+// into every replay.
+const (
+	MaxData  = 7500
+	maxField = 256
+)
+
+// eventColumns reads an event's columns, its data cut to MaxData in the
+// database, so that a large one does not even leave it whole.
+const eventColumns = `id, at, event, CASE WHEN octet_length(data::text) <= 7500 THEN data
+  ELSE (SELECT CASE WHEN octet_length(t::text) <= 7500 THEN t ELSE '{"truncated": true}'::jsonb END
+        FROM (SELECT coalesce(jsonb_object_agg(k, v), '{}'::jsonb) || '{"truncated": true}'::jsonb AS t
+              FROM jsonb_each(data) AS f(k, v) WHERE octet_length(v::text) <= 256) s) END`
+
 // BusStream is the stream name of the bus frames that announce events.
 const BusStream = "events"
 
@@ -78,7 +96,7 @@ type Querier interface {
 func Read(ctx context.Context, q Querier, after int64, limit int) ([]Event, error) {
 	ctx, cancel := context.WithTimeout(ctx, statementTimeout)
 	defer cancel()
-	rows, err := q.Query(ctx, `SELECT id, at, event, data FROM studio_event WHERE id > $1 ORDER BY id LIMIT $2`, after, limit)
+	rows, err := q.Query(ctx, `SELECT `+eventColumns+` FROM studio_event WHERE id > $1 ORDER BY id LIMIT $2`, after, limit)
 	if err != nil {
 		return nil, fmt.Errorf("read the event stream: %w", err)
 	}
@@ -102,7 +120,7 @@ func Read(ctx context.Context, q Querier, after int64, limit int) ([]Event, erro
 func replay(ctx context.Context, q Querier, after int64, limit int) ([]Event, int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, statementTimeout)
 	defer cancel()
-	rows, err := q.Query(ctx, `SELECT id, at, event, data, (SELECT coalesce(min(id), 0) FROM studio_event)
+	rows, err := q.Query(ctx, `SELECT `+eventColumns+`, (SELECT coalesce(min(id), 0) FROM studio_event)
 FROM studio_event WHERE id > $1 ORDER BY id LIMIT $2`, after, limit)
 	if err != nil {
 		return nil, 0, fmt.Errorf("read the event stream: %w", err)
