@@ -41,6 +41,9 @@ const (
 	SafetyRead = 10 * time.Second
 	// readBatch is how many rows one read of the hub takes.
 	readBatch = 500
+	// resetCheck: the hub checks at most this often, on a read that found
+	// nothing, whether the table's ids went back under it.
+	resetCheck = time.Second
 	// statementTimeout bounds each read.
 	statementTimeout = 5 * time.Second
 )
@@ -183,6 +186,7 @@ type Hub struct {
 	failed bool // the last read failed (log once)
 
 	dropped, reads atomic.Int64
+	checked        time.Time // the last check for ids that went back (loop only)
 }
 
 // Dropped counts the clients dropped for being too slow.
@@ -267,9 +271,12 @@ func (h *Hub) readAll(ctx context.Context) {
 		}
 		evs, err := Read(ctx, h.o.DB, last, readBatch)
 		h.reads.Add(1)
-		if err == nil && len(evs) == 0 && last > 0 {
+		if err == nil && len(evs) == 0 && last > 0 && time.Since(h.checked) >= resetCheck {
 			// Nothing new: check that the ids did not go back under the
-			// hub, which would wait for ids past its last forever.
+			// hub, which would wait for ids past its last forever. At most
+			// every resetCheck, so that a storm of forged notifications
+			// (any role can NOTIFY) costs one read each, not two.
+			h.checked = time.Now()
 			var latest int64
 			if latest, err = Latest(ctx, h.o.DB); err == nil {
 				h.mu.Lock()
