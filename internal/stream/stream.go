@@ -44,6 +44,11 @@ const (
 	// resetCheck: the hub checks at most this often, on a read that found
 	// nothing, whether the table's ids went back under it.
 	resetCheck = time.Second
+	// replayConns is how many subscribes read the table at once. A
+	// reconnect storm (a drained replica's clients all arriving, each with
+	// its last id) waits its turn here rather than taking every connection
+	// of the replica's pool from its locks and flushes.
+	replayConns = 2
 	// statementTimeout bounds each read.
 	statementTimeout = 5 * time.Second
 )
@@ -178,6 +183,8 @@ type Hub struct {
 	o    HubOptions
 	log  *slog.Logger
 	wake chan struct{}
+	// replays admits replayConns subscribes to the table at a time.
+	replays chan struct{}
 
 	mu     sync.Mutex
 	subs   map[*Sub]struct{}
@@ -200,7 +207,7 @@ func NewHub(o HubOptions) *Hub {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Hub{o: o, log: o.Logger.With("service", "stream"), wake: make(chan struct{}, 1), subs: map[*Sub]struct{}{}}
+	return &Hub{o: o, log: o.Logger.With("service", "stream"), wake: make(chan struct{}, 1), replays: make(chan struct{}, replayConns), subs: map[*Sub]struct{}{}}
 }
 
 // Start starts the hub's reader.
@@ -393,6 +400,12 @@ func (s *Sub) Close() {
 // event once, in order.
 func (h *Hub) Subscribe(ctx context.Context, after int64, fromNow bool) (*Sub, error) {
 	s := &Sub{h: h, c: make(chan Event, ClientBuffer), done: make(chan struct{})}
+	select {
+	case h.replays <- struct{}{}:
+		defer func() { <-h.replays }()
+	case <-ctx.Done():
+		return nil, fmt.Errorf("read the event stream: %w", context.Cause(ctx))
+	}
 	latest, err := Latest(ctx, h.o.DB)
 	if err != nil {
 		return nil, err
