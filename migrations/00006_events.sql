@@ -54,7 +54,7 @@ CREATE INDEX studio_event_at ON studio_event USING brin (at);
 
 -- +goose StatementBegin
 CREATE FUNCTION studio_event_add(p_event text, p_data jsonb) RETURNS void
-LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+LANGUAGE plpgsql SECURITY DEFINER AS $$
 DECLARE
     v_id bigint;
 BEGIN
@@ -95,7 +95,7 @@ $$;
 -- database only stores it), and the flush's seqs batch, in one statement.
 -- +goose StatementBegin
 CREATE FUNCTION studio_event_runs(p_data jsonb[], p_notify text[] DEFAULT '{}') RETURNS void
-LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+LANGUAGE plpgsql SECURITY DEFINER AS $$
 DECLARE
     v_first bigint;
     v_payload text;
@@ -122,7 +122,7 @@ $$;
 
 -- +goose StatementBegin
 CREATE FUNCTION studio_event_replica() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+LANGUAGE plpgsql SECURITY DEFINER AS $$
 BEGIN
     IF TG_OP = 'DELETE' THEN
         PERFORM studio_event_add('replica', jsonb_build_object('id', OLD.id, 'state', 'forgotten',
@@ -139,7 +139,7 @@ $$;
 
 -- +goose StatementBegin
 CREATE FUNCTION studio_event_lease() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+LANGUAGE plpgsql SECURITY DEFINER AS $$
 BEGIN
     IF TG_OP = 'DELETE' THEN
         PERFORM studio_event_add('lease', jsonb_build_object('cluster', OLD.cluster, 'owner', NULL,
@@ -156,7 +156,7 @@ $$;
 
 -- +goose StatementBegin
 CREATE FUNCTION studio_event_audit() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+LANGUAGE plpgsql SECURITY DEFINER AS $$
 BEGIN
     PERFORM studio_event_add('audit', jsonb_build_object('seq', NEW.seq, 'at', studio_event_time(NEW.at),
         'actor', NEW.actor, 'action', NEW.action, 'target', NEW.target, 'reason', NEW.reason));
@@ -166,6 +166,26 @@ BEGIN
             'audit_seq', NEW.seq));
     END IF;
     RETURN NULL;
+END
+$$;
+-- +goose StatementEnd
+
+-- The functions run as the tables' owner, so each gets a search_path of
+-- the studio schema and then pg_temp, set here. pg_temp must be named,
+-- and last: a search_path that does not name it (as SET search_path FROM
+-- CURRENT gives) searches the caller's temporary tables first, so an
+-- operator could have shadowed studio_event with a temporary table of its
+-- own, hiding the events of its own audited actions, or shadowed
+-- studio_event_writer and broken the order of ids.
+-- +goose StatementBegin
+DO $$
+DECLARE
+    f text;
+BEGIN
+    FOREACH f IN ARRAY ARRAY['studio_event_add(text, jsonb)', 'studio_event_runs(jsonb[], text[])',
+                             'studio_event_replica()', 'studio_event_lease()', 'studio_event_audit()'] LOOP
+        EXECUTE format('ALTER FUNCTION %s SET search_path = %I, pg_temp', f, current_schema());
+    END LOOP;
 END
 $$;
 -- +goose StatementEnd

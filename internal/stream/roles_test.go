@@ -119,3 +119,41 @@ func TestRolesCannotForgeEvents(t *testing.T) {
 		t.Fatalf("forged events were written: %v", evs)
 	}
 }
+
+// The event functions run as the table's owner (SECURITY DEFINER). A
+// caller's temporary tables come first in any search_path that does not
+// name pg_temp last, so an operator could have shadowed studio_event with
+// a temporary table of its own, hiding the event of its own audited
+// action, or shadowed the table whose row orders the ids.
+func TestATemporaryTableCannotShadowTheEventTables(t *testing.T) {
+	pool, _ := openPool(t)
+	applyRoles(t, pool)
+	ctx := context.Background()
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	defer conn.Exec(ctx, `RESET ROLE`)
+	for _, stmt := range []string{
+		`SET ROLE studio_operator`,
+		`CREATE TEMP TABLE studio_event (id bigint GENERATED ALWAYS AS IDENTITY, at timestamptz DEFAULT now(), event text, data jsonb)`,
+		`CREATE TEMP TABLE studio_event_writer (one boolean)`,
+		`INSERT INTO studio_audit (actor, action, target, reason) VALUES ('mallory', 'locks.release', 'nightly', 'hidden?')`,
+	} {
+		if _, err := conn.Exec(ctx, stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	var hidden int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_temp.studio_event`).Scan(&hidden); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range events(t, pool, 0) {
+		got = append(got, e.Name)
+	}
+	if hidden != 0 || strings.Join(got, ",") != "audit,lock" {
+		t.Fatalf("the operator's audited action: events %v in studio_event and %d in its temporary table, want audit and lock in studio_event", got, hidden)
+	}
+}
