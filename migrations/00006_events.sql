@@ -177,13 +177,18 @@ $$;
 -- operator could have shadowed studio_event with a temporary table of its
 -- own, hiding the events of its own audited actions, or shadowed
 -- studio_event_writer and broken the order of ids.
+-- The request guards of migration 00005 get the same: they run as the
+-- caller, and an operator's temporary studio_audit passed the check that a
+-- request has its own audit row (a drain could point at an old audit row
+-- of another action).
 -- +goose StatementBegin
 DO $$
 DECLARE
     f text;
 BEGIN
     FOREACH f IN ARRAY ARRAY['studio_event_add(text, jsonb)', 'studio_event_runs(jsonb[], text[])',
-                             'studio_event_replica()', 'studio_event_lease()', 'studio_event_audit()'] LOOP
+                             'studio_event_replica()', 'studio_event_lease()', 'studio_event_audit()',
+                             'studio_request_audited()', 'studio_request_claimed_once()'] LOOP
         EXECUTE format('ALTER FUNCTION %s SET search_path = %I, pg_temp', f, current_schema());
     END LOOP;
 END
@@ -217,6 +222,8 @@ REVOKE EXECUTE ON FUNCTION studio_event_add(text, jsonb), studio_event_runs(json
     studio_event_lease(), studio_event_audit() FROM PUBLIC;
 
 -- +goose Down
+ALTER FUNCTION studio_request_claimed_once() RESET search_path;
+ALTER FUNCTION studio_request_audited() RESET search_path;
 DROP TRIGGER studio_event_audit_insert ON studio_audit;
 DROP TRIGGER studio_event_lease_delete ON cluster_lease;
 DROP TRIGGER studio_event_lease_update ON cluster_lease;

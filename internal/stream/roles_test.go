@@ -157,3 +157,47 @@ func TestATemporaryTableCannotShadowTheEventTables(t *testing.T) {
 		t.Fatalf("the operator's audited action: events %v in studio_event and %d in its temporary table, want audit and lock in studio_event", got, hidden)
 	}
 }
+
+// The same hole in the request guard of migration 00005 (a trigger that
+// runs as the caller): an operator's temporary studio_audit passed the
+// check that a request has its own audit row from the same transaction, so
+// a drain could point at an old audit row of another action. Migration
+// 00006 pins the guard's search_path too.
+func TestATemporaryTableCannotPassTheRequestGuard(t *testing.T) {
+	pool, _ := openPool(t)
+	applyRoles(t, pool)
+	ctx := context.Background()
+	var old int64
+	if err := pool.QueryRow(ctx, `INSERT INTO studio_audit (actor, action, target) VALUES ('alice', 'jobs.pause', 'j') RETURNING seq`).Scan(&old); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	defer conn.Exec(ctx, `RESET ROLE`)
+	for _, stmt := range []string{
+		`SET ROLE studio_operator`,
+		`CREATE TEMP TABLE studio_audit (seq bigint, at timestamptz DEFAULT now(), actor text, action text, target text, reason text DEFAULT '', detail jsonb DEFAULT '{}')`,
+	} {
+		if _, err := conn.Exec(ctx, stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `INSERT INTO pg_temp.studio_audit (seq, actor, action, target) VALUES ($1, 'mallory', 'replicas.drain', 'web-1')`, old); err != nil {
+		t.Fatal(err)
+	}
+	_, err = tx.Exec(ctx, `INSERT INTO studio_request (kind, target, requested_by, audit_seq, expires_at) VALUES ('replica.drain', 'web-1', 'mallory', $1, now() + interval '1 minute')`, old)
+	if err == nil {
+		t.Fatal("a drain request pointing at an old audit row of another action was written through a temporary studio_audit")
+	}
+	if !strings.Contains(err.Error(), "needs its own studio_audit row") {
+		t.Fatalf("want the guard's refusal, got %v", err)
+	}
+}
