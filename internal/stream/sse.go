@@ -14,6 +14,10 @@ import (
 // reading cannot hold its handler forever.
 const writeTimeout = 10 * time.Second
 
+// retryDown is the reconnect time a client is given while the database
+// cannot be read.
+const retryDown = 5 * time.Second
+
 // Cursor reads where a client resumes: the Last-Event-ID header (which
 // EventSource sends on every reconnect) wins over ?since=; both mean
 // "after this id". Neither: from now.
@@ -47,8 +51,17 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
+		// Not a 503: EventSource gives up on any status but 200, so a
+		// database blip would end every plain client that reconnected
+		// then. A stream that says why and ends makes it reconnect after
+		// the retry time, with its Last-Event-ID.
 		h.log.Warn("event stream: subscribe", "error", err)
-		http.Error(w, "the event stream cannot read the database now", http.StatusServiceUnavailable)
+		hd := w.Header()
+		hd.Set("Content-Type", "text/event-stream; charset=utf-8")
+		hd.Set("Cache-Control", "no-store")
+		w.WriteHeader(http.StatusOK)
+		fmt.Fprintf(w, "retry: %d\n: the event stream cannot read the database now; reconnect in %s\n\n", retryDown.Milliseconds(), retryDown)
+		_ = rc.Flush()
 		return
 	}
 	defer sub.Close()

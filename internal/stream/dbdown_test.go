@@ -1,0 +1,32 @@
+package stream
+
+import (
+	"io"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+// A client that connects while the database cannot be read (a failover, a
+// restart) must be told to come back, not refused for good: EventSource
+// gives up on any status but 200, so a 503 during a database blip ended
+// every plain EventSource client that reconnected then. It gets a 200
+// stream that says why and when to retry, and ends, so EventSource
+// reconnects by itself.
+func TestAClientWhileTheDatabaseIsDownIsToldToRetry(t *testing.T) {
+	t.Parallel()
+	pool, _ := openPool(t)
+	h := startHub(t, pool)
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	pool.Close() // the database cannot be read now
+
+	resp := get(t, srv, "/?since=0", nil)
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		t.Fatalf("while the database is down: %d %q %q, want a 200 event stream", resp.StatusCode, resp.Header.Get("Content-Type"), body)
+	}
+	if !strings.Contains(string(body), "retry: ") || !strings.Contains(string(body), "cannot read the database") {
+		t.Fatalf("while the database is down: %q, want a retry and the reason", body)
+	}
+}
