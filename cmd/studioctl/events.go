@@ -149,7 +149,9 @@ func printEvent(o *eventsOptions, p *output.Printer, m bus.Message) error {
 	default:
 		what = m.Type
 	}
-	_, err := fmt.Fprintf(o.IO.Out, "%s  %s\n", now.Format(time.RFC3339Nano), what)
+	// Any role that can connect can NOTIFY: a forged message's fields are
+	// shown with control characters as escapes, never sent to the terminal.
+	_, err := fmt.Fprintf(o.IO.Out, "%s  %s\n", now.Format(time.RFC3339Nano), output.Safe(what))
 	return err
 }
 
