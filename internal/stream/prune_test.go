@@ -56,6 +56,15 @@ func TestReplayPastPrunedEventsIsAResync(t *testing.T) {
 	if !s.Resync {
 		t.Fatalf("resuming after %d when %d..%d were pruned: a replay of %v, want a resync", all[2].ID, all[3].ID, all[5].ID, ids(s.Backlog))
 	}
+	// 0 asks for everything kept.
+	s0, err := h.Subscribe(context.Background(), 0, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s0.Close()
+	if s0.Resync || len(s0.Backlog) != 4 {
+		t.Fatalf("since 0: resync %v, backlog %v, want the 4 kept events", s0.Resync, ids(s0.Backlog))
+	}
 	// A client that is not behind the prune still replays.
 	s2, err := h.Subscribe(context.Background(), all[6].ID, false)
 	if err != nil {

@@ -427,8 +427,8 @@ func (h *Hub) Subscribe(ctx context.Context, after int64, fromNow bool) (*Sub, e
 		// past the one after the client's, or every event after the
 		// client's (up to latest) is gone. A rolled-back id just before
 		// the oldest one can cause a needless resync, which only costs a
-		// reload.
-		pruned := after < latest && (len(evs) == 0 || oldest > after+1)
+		// reload. 0 asks for everything kept, so it never misses any.
+		pruned := after > 0 && after < latest && (len(evs) == 0 || oldest > after+1)
 		if len(evs) > ReplayMax || pruned {
 			s.Resync, cursor = true, latest
 		} else {
