@@ -38,6 +38,20 @@ func Cursor(r *http.Request) (after int64, fromNow bool, err error) {
 
 // ServeHTTP is GET /v1/events: server-sent events (docs/events.md).
 func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch r.Method {
+	case http.MethodGet:
+	case http.MethodHead:
+		// A probe: the headers, and no subscription that would wait for
+		// the prober to hang up.
+		w.Header().Set("Content-Type", "text/event-stream; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-store")
+		w.WriteHeader(http.StatusOK)
+		return
+	default:
+		w.Header().Set("Allow", "GET, HEAD")
+		http.Error(w, "method not allowed: the event stream is read with GET", http.StatusMethodNotAllowed)
+		return
+	}
 	after, fromNow, err := Cursor(r)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
