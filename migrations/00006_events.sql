@@ -101,6 +101,12 @@ DECLARE
     v_payload text;
 BEGIN
     IF cardinality(p_data) > 0 THEN
+        -- The caller commits after one more statement. If it stops before
+        -- (kill -STOP, a paused VM) it would hold the lock below, and so
+        -- stall every event writer of the installation, for as long as it
+        -- stays stopped: end such a session after 10 s idle, for this
+        -- transaction only (replicas pin the setting to 0 otherwise).
+        PERFORM set_config('idle_in_transaction_session_timeout', '10s', true);
         PERFORM 1 FROM studio_event_writer FOR UPDATE;
         WITH ins AS (
             INSERT INTO studio_event (event, data)

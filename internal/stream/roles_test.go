@@ -201,3 +201,43 @@ func TestATemporaryTableCannotPassTheRequestGuard(t *testing.T) {
 		t.Fatalf("want the guard's refusal, got %v", err)
 	}
 }
+
+// The run store's flush takes the lock that orders ids in its next to
+// last statement, then commits. A replica that stops right there (kill
+// -STOP, a paused VM) would hold it, and stall every event writer of the
+// installation (every audited command, every state change, every other
+// replica's flush), for as long as it stays stopped: the replica's
+// sessions pin idle_in_transaction_session_timeout to 0. studio_event_runs
+// sets it, for its own transaction only, so the server ends such a
+// session (10 s idle) and the others go on.
+func TestAStoppedFlushDoesNotStallEventWritersForever(t *testing.T) {
+	t.Parallel()
+	pool, _ := openPool(t)
+	ctx := context.Background()
+	stopped, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopped.Release()
+	if _, err := stopped.Exec(ctx, `BEGIN`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stopped.Exec(ctx, `SELECT studio_event_runs(ARRAY['{"job_id":"frozen"}'::jsonb])`); err != nil {
+		t.Fatal(err)
+	}
+	// ... and the replica stops sending.
+	start := time.Now()
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if _, err := pool.Exec(wctx, `INSERT INTO studio_audit (actor, action, target, reason) VALUES ('alice', 'jobs.pause', 'j', 'r')`); err != nil {
+		t.Fatalf("an audited action behind a stopped flush: %v after %s", err, time.Since(start).Round(time.Millisecond))
+	}
+	t.Logf("an audited action behind a stopped flush went through after %s", time.Since(start).Round(time.Millisecond))
+	var got []string
+	for _, e := range events(t, pool, 0) {
+		got = append(got, e.Name)
+	}
+	if strings.Join(got, ",") != "audit" {
+		t.Fatalf("events %v: want the audit event only (the stopped flush rolled back)", got)
+	}
+}
