@@ -58,6 +58,11 @@ LANGUAGE plpgsql SECURITY DEFINER AS $$
 DECLARE
     v_id bigint;
 BEGIN
+    -- Deferred triggers call this at commit; a writer that SET
+    -- CONSTRAINTS ALL IMMEDIATE calls it at once and could then sit in its
+    -- transaction holding the lock below: as in studio_event_runs, the
+    -- server ends such a session after 10 s idle.
+    PERFORM set_config('idle_in_transaction_session_timeout', '10s', true);
     PERFORM 1 FROM studio_event_writer FOR UPDATE;
     INSERT INTO studio_event (event, data) VALUES (p_event, p_data) RETURNING id INTO v_id;
     IF current_setting('studio.event_notified', true) IS DISTINCT FROM '1' THEN

@@ -241,3 +241,34 @@ func TestAStoppedFlushDoesNotStallEventWritersForever(t *testing.T) {
 		t.Fatalf("events %v: want the audit event only (the stopped flush rolled back)", got)
 	}
 }
+
+// The triggers are deferred, so they take the lock at commit, but any
+// writer may SET CONSTRAINTS ALL IMMEDIATE: an operator in psql that
+// writes an audit row that way and then sits in its transaction held the
+// lock, and stalled every event writer, until it ended.
+func TestAnImmediateTriggerDoesNotStallEventWritersForever(t *testing.T) {
+	pool, _ := openPool(t)
+	applyRoles(t, pool)
+	ctx := context.Background()
+	op, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer op.Release()
+	for _, stmt := range []string{
+		`SET ROLE studio_operator`, `BEGIN`, `SET CONSTRAINTS ALL IMMEDIATE`,
+		`INSERT INTO studio_audit (actor, action, target, reason) VALUES ('bob', 'jobs.pause', 'j', 'in psql')`,
+	} {
+		if _, err := op.Exec(ctx, stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	// ... and bob goes for coffee.
+	start := time.Now()
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if _, err := pool.Exec(wctx, `INSERT INTO studio_audit (actor, action, target, reason) VALUES ('alice', 'jobs.pause', 'j', 'r')`); err != nil {
+		t.Fatalf("an audited action behind an idle immediate trigger: %v after %s", err, time.Since(start).Round(time.Millisecond))
+	}
+	t.Logf("went through after %s", time.Since(start).Round(time.Millisecond))
+}
