@@ -67,6 +67,7 @@ const (
 // eventColumns reads an event's columns, its data cut to MaxData in the
 // database, so that a large one does not even leave it whole.
 const eventColumns = `id, at, event, CASE WHEN octet_length(data::text) <= 7500 THEN data
+  WHEN jsonb_typeof(data) <> 'object' THEN '{"truncated": true}'::jsonb
   ELSE (SELECT CASE WHEN octet_length(t::text) <= 7500 THEN t ELSE '{"truncated": true}'::jsonb END
         FROM (SELECT coalesce(jsonb_object_agg(k, v), '{}'::jsonb) || '{"truncated": true}'::jsonb AS t
               FROM jsonb_each(data) AS f(k, v) WHERE octet_length(v::text) <= 256) s) END`
