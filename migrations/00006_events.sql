@@ -18,9 +18,12 @@
 -- lease moves have no history row, and one id across all kinds needs one
 -- sequence. Ids are handed out in commit order, so a reader that has seen
 -- id N has seen every committed event below N and will never see a later
--- one below it: every writer takes one transaction-level advisory lock
--- (key 1937012068, 'stud') before it takes an id, and holds it until its
--- commit ends. The lock is taken after the writer's row locks:
+-- one below it: every writer locks the one row of studio_event_writer
+-- before it takes an id, and holds the lock until its commit ends. Not an
+-- advisory lock: any role that can connect may take any advisory lock, so
+-- a read-only role could have stalled every writer of the installation;
+-- this row can be locked only by its owner, through the functions below.
+-- The lock is taken after the writer's row locks:
 --   - the triggers are deferred constraint triggers, so they run at commit;
 --   - studio_event_runs is the last statement of a flush but the status
 --     upsert of the flush's own rows (no other writer takes those locks),
@@ -37,19 +40,30 @@ CREATE TABLE studio_event (
     id    bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     at    timestamptz NOT NULL DEFAULT now(),
     event text        NOT NULL CHECK (event IN ('run', 'replica', 'lease', 'lock', 'audit')),
-    data  jsonb       NOT NULL
+    data  jsonb       NOT NULL CHECK (jsonb_typeof(data) = 'object')
 );
+-- The lock that orders ids (see above). No role has any privilege on it.
+CREATE TABLE studio_event_writer (
+    one boolean PRIMARY KEY DEFAULT true CHECK (one)
+);
+INSERT INTO studio_event_writer VALUES (true);
+REVOKE ALL ON studio_event_writer FROM PUBLIC;
 -- For pruning by age; ids follow time, so a BRIN index is enough and costs
 -- next to nothing per insert.
 CREATE INDEX studio_event_at ON studio_event USING brin (at);
 
 -- +goose StatementBegin
 CREATE FUNCTION studio_event_add(p_event text, p_data jsonb) RETURNS void
-LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+LANGUAGE plpgsql SECURITY DEFINER AS $$
 DECLARE
     v_id bigint;
 BEGIN
-    PERFORM pg_advisory_xact_lock(1937012068);
+    -- Deferred triggers call this at commit; a writer that SET
+    -- CONSTRAINTS ALL IMMEDIATE calls it at once and could then sit in its
+    -- transaction holding the lock below: as in studio_event_runs, the
+    -- server ends such a session after 10 s idle.
+    PERFORM set_config('idle_in_transaction_session_timeout', '10s', true);
+    PERFORM 1 FROM studio_event_writer FOR UPDATE;
     INSERT INTO studio_event (event, data) VALUES (p_event, p_data) RETURNING id INTO v_id;
     IF current_setting('studio.event_notified', true) IS DISTINCT FROM '1' THEN
         PERFORM set_config('studio.event_notified', '1', true);
@@ -86,13 +100,19 @@ $$;
 -- database only stores it), and the flush's seqs batch, in one statement.
 -- +goose StatementBegin
 CREATE FUNCTION studio_event_runs(p_data jsonb[], p_notify text[] DEFAULT '{}') RETURNS void
-LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+LANGUAGE plpgsql SECURITY DEFINER AS $$
 DECLARE
     v_first bigint;
     v_payload text;
 BEGIN
     IF cardinality(p_data) > 0 THEN
-        PERFORM pg_advisory_xact_lock(1937012068);
+        -- The caller commits after one more statement. If it stops before
+        -- (kill -STOP, a paused VM) it would hold the lock below, and so
+        -- stall every event writer of the installation, for as long as it
+        -- stays stopped: end such a session after 10 s idle, for this
+        -- transaction only (replicas pin the setting to 0 otherwise).
+        PERFORM set_config('idle_in_transaction_session_timeout', '10s', true);
+        PERFORM 1 FROM studio_event_writer FOR UPDATE;
         WITH ins AS (
             INSERT INTO studio_event (event, data)
             SELECT 'run', t.d FROM unnest(p_data) WITH ORDINALITY AS t(d, i) ORDER BY t.i
@@ -113,7 +133,7 @@ $$;
 
 -- +goose StatementBegin
 CREATE FUNCTION studio_event_replica() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+LANGUAGE plpgsql SECURITY DEFINER AS $$
 BEGIN
     IF TG_OP = 'DELETE' THEN
         PERFORM studio_event_add('replica', jsonb_build_object('id', OLD.id, 'state', 'forgotten',
@@ -130,7 +150,7 @@ $$;
 
 -- +goose StatementBegin
 CREATE FUNCTION studio_event_lease() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+LANGUAGE plpgsql SECURITY DEFINER AS $$
 BEGIN
     IF TG_OP = 'DELETE' THEN
         PERFORM studio_event_add('lease', jsonb_build_object('cluster', OLD.cluster, 'owner', NULL,
@@ -147,7 +167,7 @@ $$;
 
 -- +goose StatementBegin
 CREATE FUNCTION studio_event_audit() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+LANGUAGE plpgsql SECURITY DEFINER AS $$
 BEGIN
     PERFORM studio_event_add('audit', jsonb_build_object('seq', NEW.seq, 'at', studio_event_time(NEW.at),
         'actor', NEW.actor, 'action', NEW.action, 'target', NEW.target, 'reason', NEW.reason));
@@ -157,6 +177,31 @@ BEGIN
             'audit_seq', NEW.seq));
     END IF;
     RETURN NULL;
+END
+$$;
+-- +goose StatementEnd
+
+-- The functions run as the tables' owner, so each gets a search_path of
+-- the studio schema and then pg_temp, set here. pg_temp must be named,
+-- and last: a search_path that does not name it (as SET search_path FROM
+-- CURRENT gives) searches the caller's temporary tables first, so an
+-- operator could have shadowed studio_event with a temporary table of its
+-- own, hiding the events of its own audited actions, or shadowed
+-- studio_event_writer and broken the order of ids.
+-- The request guards of migration 00005 get the same: they run as the
+-- caller, and an operator's temporary studio_audit passed the check that a
+-- request has its own audit row (a drain could point at an old audit row
+-- of another action).
+-- +goose StatementBegin
+DO $$
+DECLARE
+    f text;
+BEGIN
+    FOREACH f IN ARRAY ARRAY['studio_event_add(text, jsonb)', 'studio_event_runs(jsonb[], text[])',
+                             'studio_event_replica()', 'studio_event_lease()', 'studio_event_audit()',
+                             'studio_request_audited()', 'studio_request_claimed_once()'] LOOP
+        EXECUTE format('ALTER FUNCTION %s SET search_path = %I, pg_temp', f, current_schema());
+    END LOOP;
 END
 $$;
 -- +goose StatementEnd
@@ -188,6 +233,8 @@ REVOKE EXECUTE ON FUNCTION studio_event_add(text, jsonb), studio_event_runs(json
     studio_event_lease(), studio_event_audit() FROM PUBLIC;
 
 -- +goose Down
+ALTER FUNCTION studio_request_claimed_once() RESET search_path;
+ALTER FUNCTION studio_request_audited() RESET search_path;
 DROP TRIGGER studio_event_audit_insert ON studio_audit;
 DROP TRIGGER studio_event_lease_delete ON cluster_lease;
 DROP TRIGGER studio_event_lease_update ON cluster_lease;
@@ -202,4 +249,5 @@ DROP FUNCTION studio_event_runs(jsonb[], text[]);
 DROP FUNCTION studio_event_run_data(studio_job_run);
 DROP FUNCTION studio_event_time(timestamptz);
 DROP FUNCTION studio_event_add(text, jsonb);
+DROP TABLE studio_event_writer;
 DROP TABLE studio_event;

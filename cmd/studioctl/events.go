@@ -149,7 +149,9 @@ func printEvent(o *eventsOptions, p *output.Printer, m bus.Message) error {
 	default:
 		what = m.Type
 	}
-	_, err := fmt.Fprintf(o.IO.Out, "%s  %s\n", now.Format(time.RFC3339Nano), what)
+	// Any role that can connect can NOTIFY: a forged message's fields are
+	// shown with control characters as escapes, never sent to the terminal.
+	_, err := fmt.Fprintf(o.IO.Out, "%s  %s\n", now.Format(time.RFC3339Nano), output.Safe(what))
 	return err
 }
 
@@ -204,13 +206,15 @@ func followStream(ctx context.Context, o *eventsOptions, p *output.Printer, cfg 
 	for {
 		// A reader that fell behind is dropped by the hub, as a slow SSE
 		// client is; like one, it resumes after the last event it printed.
+		// So does one whose ids went back under it (stream.ErrReset): its
+		// last id then gets a resync.
 		sub, err := hub.Subscribe(ctx, last, false)
 		if err != nil {
 			return err
 		}
 		stop, err := printSub(ctx, o, sub, timeout, print)
 		sub.Close()
-		if err != nil || stop || sub.Err() != stream.ErrSlow {
+		if err != nil || stop || !resumable(sub.Err()) {
 			return err
 		}
 	}
@@ -234,7 +238,7 @@ func printSub(ctx context.Context, o *eventsOptions, sub *stream.Sub, timeout <-
 		case <-timeout:
 			return true, nil
 		case <-sub.Done():
-			if sub.Err() == stream.ErrSlow {
+			if resumable(sub.Err()) {
 				return false, nil
 			}
 			return true, sub.Err()
@@ -244,4 +248,10 @@ func printSub(ctx context.Context, o *eventsOptions, sub *stream.Sub, timeout <-
 			}
 		}
 	}
+}
+
+// resumable: the subscription ended for a reason its reader resumes from
+// by subscribing again after the last id it printed.
+func resumable(err error) bool {
+	return err == stream.ErrSlow || err == stream.ErrReset
 }

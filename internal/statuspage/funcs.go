@@ -22,6 +22,7 @@ var funcs = template.FuncMap{
 	"dur":   output.Duration,
 	"tone":  tone,
 	"short": short,
+	"long":  long,
 	"deref": func(t *time.Time) time.Time {
 		if t == nil {
 			return time.Time{}
@@ -70,6 +71,70 @@ func tone(s any) string {
 	default:
 		return "dim"
 	}
+}
+
+// maxTitleRunes is how much of a job's error the cell's title holds: an
+// error can be megabytes (a SQL job's RAISE, a command's output), and the
+// page has a row per run.
+const maxTitleRunes = 2000
+
+// long is s for a title, cut to maxTitleRunes.
+func long(s string) string {
+	if utf8.RuneCountInString(s) <= maxTitleRunes {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:maxTitleRunes]) + fmt.Sprintf("… (%d more characters: studioctl jobs history shows the whole error)", len(r)-maxTitleRunes)
+}
+
+// visible shows the characters that reorder or hide text as escapes
+// (\u202e, \x1b), as the CLI does (output.Safe), everywhere in the
+// rendered page: html/template escapes markup but leaves a bidirectional
+// override in a lock holder or a host name, which would reorder what the
+// page shows. Tabs and line breaks stay. The page's own template, style
+// and script hold none of these characters, so only text from the
+// database changes.
+func visible(b []byte) []byte {
+	i := 0
+	for i < len(b) {
+		r, size := utf8.DecodeRune(b[i:])
+		if hidden(r) {
+			break
+		}
+		i += size
+	}
+	if i == len(b) {
+		return b
+	}
+	out := make([]byte, 0, len(b)+16)
+	out = append(out, b[:i]...)
+	for rest := b[i:]; len(rest) > 0; {
+		r, size := utf8.DecodeRune(rest)
+		switch {
+		case !hidden(r):
+			out = append(out, rest[:size]...)
+		case r < 0x100:
+			out = fmt.Appendf(out, "\\x%02x", r)
+		default:
+			out = fmt.Appendf(out, "\\u%04x", r)
+		}
+		rest = rest[size:]
+	}
+	return out
+}
+
+// hidden: a control character other than tab and line breaks, or one
+// that reorders text on display (the set of output.Safe).
+func hidden(r rune) bool {
+	switch {
+	case r == '\t', r == '\n', r == '\r':
+		return false
+	case r < 0x20, r == 0x7f, r >= 0x80 && r < 0xa0:
+		return true
+	case r >= 0x202a && r <= 0x202e, r >= 0x2066 && r <= 0x2069, r == 0x200e, r == 0x200f, r == 0x061c:
+		return true
+	}
+	return false
 }
 
 // short is the first line of s, cut to maxErrorRunes.

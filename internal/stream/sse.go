@@ -14,6 +14,10 @@ import (
 // reading cannot hold its handler forever.
 const writeTimeout = 10 * time.Second
 
+// retryDown is the reconnect time a client is given while the database
+// cannot be read.
+const retryDown = 5 * time.Second
+
 // Cursor reads where a client resumes: the Last-Event-ID header (which
 // EventSource sends on every reconnect) wins over ?since=; both mean
 // "after this id". Neither: from now.
@@ -34,6 +38,20 @@ func Cursor(r *http.Request) (after int64, fromNow bool, err error) {
 
 // ServeHTTP is GET /v1/events: server-sent events (docs/events.md).
 func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch r.Method {
+	case http.MethodGet:
+	case http.MethodHead:
+		// A probe: the headers, and no subscription that would wait for
+		// the prober to hang up.
+		w.Header().Set("Content-Type", "text/event-stream; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-store")
+		w.WriteHeader(http.StatusOK)
+		return
+	default:
+		w.Header().Set("Allow", "GET, HEAD")
+		http.Error(w, "method not allowed: the event stream is read with GET", http.StatusMethodNotAllowed)
+		return
+	}
 	after, fromNow, err := Cursor(r)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
@@ -47,8 +65,17 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
+		// Not a 503: EventSource gives up on any status but 200, so a
+		// database blip would end every plain client that reconnected
+		// then. A stream that says why and ends makes it reconnect after
+		// the retry time, with its Last-Event-ID.
 		h.log.Warn("event stream: subscribe", "error", err)
-		http.Error(w, "the event stream cannot read the database now", http.StatusServiceUnavailable)
+		hd := w.Header()
+		hd.Set("Content-Type", "text/event-stream; charset=utf-8")
+		hd.Set("Cache-Control", "no-store")
+		w.WriteHeader(http.StatusOK)
+		fmt.Fprintf(w, "retry: %d\n: the event stream cannot read the database now; reconnect in %s\n\n", retryDown.Milliseconds(), retryDown)
+		_ = rc.Flush()
 		return
 	}
 	defer sub.Close()

@@ -41,9 +41,36 @@ const (
 	SafetyRead = 10 * time.Second
 	// readBatch is how many rows one read of the hub takes.
 	readBatch = 500
+	// resetCheck: the hub checks at most this often, on a read that found
+	// nothing, whether the table's ids went back under it.
+	resetCheck = time.Second
+	// replayConns is how many subscribes read the table at once. A
+	// reconnect storm (a drained replica's clients all arriving, each with
+	// its last id) waits its turn here rather than taking every connection
+	// of the replica's pool from its locks and flushes.
+	replayConns = 2
 	// statementTimeout bounds each read.
 	statementTimeout = 5 * time.Second
 )
+
+// MaxData is the most bytes of data an event goes out with (the bus's
+// 7,500-byte rule, issue 12): a larger event keeps only its short fields
+// (at most maxField bytes each, as JSON), with "truncated": true, and the
+// client refetches what it needs (a run's error: jobs history, the page).
+// So a run with a megabyte of error is not sent whole to every client and
+// into every replay.
+const (
+	MaxData  = 7500
+	maxField = 256
+)
+
+// eventColumns reads an event's columns, its data cut to MaxData in the
+// database, so that a large one does not even leave it whole.
+const eventColumns = `id, at, event, CASE WHEN octet_length(data::text) <= 7500 THEN data
+  WHEN jsonb_typeof(data) <> 'object' THEN '{"truncated": true}'::jsonb
+  ELSE (SELECT CASE WHEN octet_length(t::text) <= 7500 THEN t ELSE '{"truncated": true}'::jsonb END
+        FROM (SELECT coalesce(jsonb_object_agg(k, v), '{}'::jsonb) || '{"truncated": true}'::jsonb AS t
+              FROM jsonb_each(data) AS f(k, v) WHERE octet_length(v::text) <= 256) s) END`
 
 // BusStream is the stream name of the bus frames that announce events.
 const BusStream = "events"
@@ -78,7 +105,7 @@ type Querier interface {
 func Read(ctx context.Context, q Querier, after int64, limit int) ([]Event, error) {
 	ctx, cancel := context.WithTimeout(ctx, statementTimeout)
 	defer cancel()
-	rows, err := q.Query(ctx, `SELECT id, at, event, data FROM studio_event WHERE id > $1 ORDER BY id LIMIT $2`, after, limit)
+	rows, err := q.Query(ctx, `SELECT `+eventColumns+` FROM studio_event WHERE id > $1 ORDER BY id LIMIT $2`, after, limit)
 	if err != nil {
 		return nil, fmt.Errorf("read the event stream: %w", err)
 	}
@@ -93,6 +120,32 @@ func Read(ctx context.Context, q Querier, after int64, limit int) ([]Event, erro
 		return nil, fmt.Errorf("read the event stream: %w", err)
 	}
 	return evs, nil
+}
+
+// replay is Read for a resuming client, with the oldest id the table
+// still has, read in the same snapshot as the rows (0 when it is empty):
+// housekeeping prunes the oldest events, so a client whose id is below
+// that has missed some.
+func replay(ctx context.Context, q Querier, after int64, limit int) ([]Event, int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, statementTimeout)
+	defer cancel()
+	rows, err := q.Query(ctx, `SELECT `+eventColumns+`, (SELECT coalesce(min(id), 0) FROM studio_event)
+FROM studio_event WHERE id > $1 ORDER BY id LIMIT $2`, after, limit)
+	if err != nil {
+		return nil, 0, fmt.Errorf("read the event stream: %w", err)
+	}
+	var oldest int64
+	evs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Event, error) {
+		var e Event
+		var data []byte
+		err := r.Scan(&e.ID, &e.At, &e.Name, &data, &oldest)
+		e.Data, e.At = data, e.At.UTC()
+		return e, err
+	})
+	if err != nil {
+		return nil, 0, fmt.Errorf("read the event stream: %w", err)
+	}
+	return evs, oldest, nil
 }
 
 // Latest returns the newest event id (0 when there is none).
@@ -112,6 +165,10 @@ var (
 	ErrClosed = errors.New("the event stream is closing: reconnect")
 	// ErrSlow: the client fell ClientBuffer events behind and was dropped.
 	ErrSlow = errors.New("client too slow: dropped")
+	// ErrReset: the table's newest id is below the last one the hub handed
+	// out (it was emptied, recreated or restored from a backup). The
+	// client reconnects, and its old id then gets a resync.
+	ErrReset = errors.New("the event stream's ids went back: reconnect")
 )
 
 // HubOptions configure a Hub.
@@ -127,6 +184,8 @@ type Hub struct {
 	o    HubOptions
 	log  *slog.Logger
 	wake chan struct{}
+	// replays admits replayConns subscribes to the table at a time.
+	replays chan struct{}
 
 	mu     sync.Mutex
 	subs   map[*Sub]struct{}
@@ -135,6 +194,7 @@ type Hub struct {
 	failed bool // the last read failed (log once)
 
 	dropped, reads atomic.Int64
+	checked        time.Time // the last check for ids that went back (loop only)
 }
 
 // Dropped counts the clients dropped for being too slow.
@@ -148,7 +208,7 @@ func NewHub(o HubOptions) *Hub {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Hub{o: o, log: o.Logger.With("service", "stream"), wake: make(chan struct{}, 1), subs: map[*Sub]struct{}{}}
+	return &Hub{o: o, log: o.Logger.With("service", "stream"), wake: make(chan struct{}, 1), replays: make(chan struct{}, replayConns), subs: map[*Sub]struct{}{}}
 }
 
 // Start starts the hub's reader.
@@ -219,6 +279,21 @@ func (h *Hub) readAll(ctx context.Context) {
 		}
 		evs, err := Read(ctx, h.o.DB, last, readBatch)
 		h.reads.Add(1)
+		if err == nil && len(evs) == 0 && last > 0 && time.Since(h.checked) >= resetCheck {
+			// Nothing new: check that the ids did not go back under the
+			// hub, which would wait for ids past its last forever. At most
+			// every resetCheck, so that a storm of forged notifications
+			// (any role can NOTIFY) costs one read each, not two.
+			h.checked = time.Now()
+			var latest int64
+			if latest, err = Latest(ctx, h.o.DB); err == nil {
+				h.mu.Lock()
+				if latest < h.last {
+					h.resetLocked(latest)
+				}
+				h.mu.Unlock()
+			}
+		}
 		if err != nil {
 			h.mu.Lock()
 			first := !h.failed
@@ -245,6 +320,18 @@ func (h *Hub) readAll(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// resetLocked follows a table whose ids went back to latest: every
+// subscriber's cursor is meaningless now, so each is ended (it reconnects
+// with its old id and gets a resync), and the hub reads after latest.
+func (h *Hub) resetLocked(latest int64) {
+	h.log.Warn("event stream: the newest event id went back (the table was emptied, recreated or restored); clients reconnect", "last", h.last, "newest", latest)
+	for s := range h.subs {
+		s.end(ErrReset)
+		delete(h.subs, s)
+	}
+	h.last = latest
 }
 
 func (h *Hub) fanoutLocked(e Event) {
@@ -287,7 +374,7 @@ func (s *Sub) C() <-chan Event { return s.c }
 // Done is closed when the subscription ends; Err says why.
 func (s *Sub) Done() <-chan struct{} { return s.done }
 
-// Err is ErrClosed or ErrSlow once Done is closed, nil before.
+// Err is ErrClosed, ErrSlow or ErrReset once Done is closed, nil before.
 func (s *Sub) Err() error {
 	s.h.mu.Lock()
 	defer s.h.mu.Unlock()
@@ -314,6 +401,12 @@ func (s *Sub) Close() {
 // event once, in order.
 func (h *Hub) Subscribe(ctx context.Context, after int64, fromNow bool) (*Sub, error) {
 	s := &Sub{h: h, c: make(chan Event, ClientBuffer), done: make(chan struct{})}
+	select {
+	case h.replays <- struct{}{}:
+		defer func() { <-h.replays }()
+	case <-ctx.Done():
+		return nil, fmt.Errorf("read the event stream: %w", context.Cause(ctx))
+	}
 	latest, err := Latest(ctx, h.o.DB)
 	if err != nil {
 		return nil, err
@@ -327,11 +420,17 @@ func (h *Hub) Subscribe(ctx context.Context, after int64, fromNow bool) (*Sub, e
 		// that was recreated): nothing to replay against.
 		s.Resync, cursor = true, latest
 	default:
-		evs, err := Read(ctx, h.o.DB, after, ReplayMax+1)
+		evs, oldest, err := replay(ctx, h.o.DB, after, ReplayMax+1)
 		if err != nil {
 			return nil, err
 		}
-		if len(evs) > ReplayMax {
+		// Missed events that housekeeping pruned: the oldest kept id is
+		// past the one after the client's, or every event after the
+		// client's (up to latest) is gone. A rolled-back id just before
+		// the oldest one can cause a needless resync, which only costs a
+		// reload. 0 asks for everything kept, so it never misses any.
+		pruned := after > 0 && after < latest && (len(evs) == 0 || oldest > after+1)
+		if len(evs) > ReplayMax || pruned {
 			s.Resync, cursor = true, latest
 		} else {
 			s.Backlog = evs
@@ -348,6 +447,9 @@ func (h *Hub) Subscribe(ctx context.Context, after int64, fromNow bool) (*Sub, e
 		if h.closed {
 			h.mu.Unlock()
 			return nil, ErrClosed
+		}
+		if latest < h.last {
+			h.resetLocked(latest) // the ids went back under the hub
 		}
 		if len(h.subs) == 0 {
 			h.last = max(h.last, cursor)
@@ -367,6 +469,9 @@ func (h *Hub) Subscribe(ctx context.Context, after int64, fromNow bool) (*Sub, e
 				return nil, err
 			}
 			if len(evs) == 0 {
+				// What the hub handed out up to upTo is gone (pruned):
+				// there is nothing to replay up to it.
+				cursor = upTo
 				break
 			}
 			s.Backlog = append(s.Backlog, evs...)
