@@ -82,7 +82,7 @@ func testKilledReplicaIsGoneAndCrashed(t *testing.T) {
 		t.Fatalf("replica gone but Crashed=%v, state %s; want crashed with a state other than stopped", in.Crashed, in.State)
 	}
 
-	stdout, stderr, code := studioctl(t, dbURL, "replicas", "list", "-o", "json")
+	stdout, stderr, code := studioctlBin.Run(t, dbURL, "replicas", "list", "-o", "json")
 	if code != 0 {
 		t.Fatalf("studioctl replicas list -o json: exit %d\n%s", code, stderr)
 	}
@@ -133,7 +133,7 @@ WHERE ok`).Scan(&pids, &terminatedAt)
 	t.Logf("terminated backends %v at %s", pids, terminatedAt.Format(time.RFC3339Nano))
 
 	took := replicaproc.Eventually(t, recoverWithin, "the bus to reconnect and resync", func() error {
-		n, err := metric(addr, "studio_bus_reconnects_total")
+		n, err := replicaproc.Metric(addr, "studio_bus_reconnects_total")
 		if err != nil {
 			return err
 		}
@@ -308,7 +308,7 @@ func testBlackhole(t *testing.T) {
 	blackholedAt := time.Now()
 	var why string
 	took := replicaproc.Eventually(t, 3*unreadyWithin, "/readyz to fail", func() error {
-		code, body, err := get(addr, "/readyz")
+		code, body, err := replicaproc.Get(addr, "/readyz")
 		if err != nil {
 			return err
 		}
@@ -323,7 +323,7 @@ func testBlackhole(t *testing.T) {
 		t.Errorf("/readyz took %s to fail, want within %s", took, unreadyWithin)
 	}
 	replicaproc.Eventually(t, 3*unreadyWithin, "the bus listener to notice", func() error {
-		d, err := metric(addr, "studio_bus_down_seconds")
+		d, err := replicaproc.Metric(addr, "studio_bus_down_seconds")
 		if err != nil {
 			return err
 		}
@@ -338,7 +338,7 @@ func testBlackhole(t *testing.T) {
 		t.Errorf("bus took %s to notice the black hole, want within %s (SPEC §6)", busDown, unreadyWithin)
 	}
 	replicaproc.Eventually(t, 3*heartbeatGapLimit, "a failed heartbeat", func() error {
-		n, err := metric(addr, "studio_replica_heartbeat_failures_total")
+		n, err := replicaproc.Metric(addr, "studio_replica_heartbeat_failures_total")
 		if err != nil {
 			return err
 		}
@@ -460,7 +460,7 @@ WHERE application_name = 'studioctl' AND datname = current_database() AND state 
 		t.Fatalf("pool of %d not exhausted: another acquire succeeded", n)
 	}
 	acancel()
-	code, body, err := get(addr, "/readyz")
+	code, body, err := replicaproc.Get(addr, "/readyz")
 	t.Logf("/readyz while the pool is exhausted: %d %s %v", code, body, err)
 
 	var res poolResult
@@ -487,7 +487,7 @@ WHERE application_name = 'studioctl' AND datname = current_database() AND state 
 	if res.beats < int(hold/replicas.HeartbeatEvery)-1 {
 		t.Errorf("%d heartbeats in %s, want about one per %s", res.beats, hold, replicas.HeartbeatEvery)
 	}
-	g, err := metric(addr, "studio_replica_heartbeat_max_gap_seconds")
+	g, err := replicaproc.Metric(addr, "studio_replica_heartbeat_max_gap_seconds")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -540,7 +540,7 @@ func TestReplicaRecoversFromADatabaseRestart(t *testing.T) {
 	if after.PID != r.PID() || after.Incarnation != before.Incarnation {
 		t.Fatalf("row after the restart %+v, want the same process (pid %d, incarnation %s)", after, r.PID(), before.Incarnation)
 	}
-	if n, err := metric(addr, "studio_bus_reconnects_total"); err != nil || n < 1 {
+	if n, err := replicaproc.Metric(addr, "studio_bus_reconnects_total"); err != nil || n < 1 {
 		t.Fatalf("studio_bus_reconnects_total = %v (%v), want at least 1", n, err)
 	}
 }

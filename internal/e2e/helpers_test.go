@@ -1,16 +1,10 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
-	"os/exec"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -110,24 +104,11 @@ func waitHeartbeatAfter(t *testing.T, pool *pgxpool.Pool, id string, after time.
 	return r
 }
 
-var httpClient = &http.Client{Timeout: 10 * time.Second}
-
-// get fetches http://addr/path and returns the status and body.
-func get(addr, path string) (int, string, error) {
-	resp, err := httpClient.Get("http://" + addr + path)
-	if err != nil {
-		return 0, "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, strings.TrimSpace(string(b)), err
-}
-
 // waitReadyz waits until /readyz answers 200 and returns how long it took.
 func waitReadyz(t *testing.T, addr string, d time.Duration) time.Duration {
 	t.Helper()
 	return replicaproc.Eventually(t, d, "/readyz 200 on "+addr, func() error {
-		code, body, err := get(addr, "/readyz")
+		code, body, err := replicaproc.Get(addr, "/readyz")
 		if err != nil {
 			return err
 		}
@@ -136,41 +117,4 @@ func waitReadyz(t *testing.T, addr string, d time.Duration) time.Duration {
 		}
 		return nil
 	})
-}
-
-// metric reads one sample without labels from /metrics.
-func metric(addr, name string) (float64, error) {
-	code, body, err := get(addr, "/metrics")
-	if err != nil {
-		return 0, err
-	}
-	if code != http.StatusOK {
-		return 0, fmt.Errorf("/metrics %d", code)
-	}
-	for _, line := range strings.Split(body, "\n") {
-		if v, ok := strings.CutPrefix(line, name+" "); ok {
-			return strconv.ParseFloat(strings.TrimSpace(v), 64)
-		}
-	}
-	return 0, fmt.Errorf("metric %s not found", name)
-}
-
-// studioctl runs the binary with args against dbURL and returns stdout,
-// stderr and the exit code.
-func studioctl(t *testing.T, dbURL string, args ...string) (stdout, stderr string, code int) {
-	t.Helper()
-	dir := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), replicaproc.ExitTimeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, studioctlBin.Path, args...)
-	cmd.Dir = dir
-	cmd.Env = studioctlBin.Env(dir, "STUDIO_DATABASE_URL="+dbURL)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	var ee *exec.ExitError
-	if err != nil && !errors.As(err, &ee) {
-		t.Fatalf("studioctl %s: %v", strings.Join(args, " "), err)
-	}
-	return out.String(), errb.String(), cmd.ProcessState.ExitCode()
 }

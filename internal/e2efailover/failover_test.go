@@ -116,7 +116,7 @@ func TestFailoverToThePromotedStandbyHealsEveryReplica(t *testing.T) {
 			if n := countLogged(procs[id], "bus reconnected; resyncing"); n <= resyncs[id] {
 				return fmt.Errorf("the bus has not resynced since the failover")
 			}
-			if d, err := metric(addrs[id], "studio_bus_down_seconds"); err != nil || d != 0 {
+			if d, err := replicaproc.Metric(addrs[id], "studio_bus_down_seconds"); err != nil || d != 0 {
 				return fmt.Errorf("studio_bus_down_seconds %v %v", d, err)
 			}
 			return nil
@@ -168,7 +168,7 @@ WHERE started_at > $1 AND outcome = 'succeeded' AND job_id LIKE 'every-%'`, prom
 	t.Logf("%d executions in all", len(execs))
 
 	// The operator commands, through the same multi-host URL.
-	out, errOut, code := studioctl(t, url, "replicas", "list", "-o", "json")
+	out, errOut, code := studioctlBin.Run(t, url, "replicas", "list", "-o", "json")
 	if code != 0 {
 		t.Fatalf("replicas list: exit %d\n%s", code, errOut)
 	}
@@ -188,7 +188,7 @@ WHERE started_at > $1 AND outcome = 'succeeded' AND job_id LIKE 'every-%'`, prom
 	if ready != len(ids) {
 		t.Errorf("replicas list after the failover: %d ready, want %d:\n%s", ready, len(ids), out)
 	}
-	lout, lerr, code := studioctl(t, url, "locks", "list", "-o", "json")
+	lout, lerr, code := studioctlBin.Run(t, url, "locks", "list", "-o", "json")
 	if code != 0 {
 		t.Fatalf("locks list: exit %d\n%s", code, lerr)
 	}
@@ -204,7 +204,7 @@ WHERE started_at > $1 AND outcome = 'succeeded' AND job_id LIKE 'every-%'`, prom
 		if strings.Contains(procs[id].Stderr(), secret) {
 			t.Errorf("replica %s logged the password", id)
 		}
-		if n, _ := metric(addrs[id], "studio_bus_reconnects_total"); n < 1 {
+		if n, _ := replicaproc.Metric(addrs[id], "studio_bus_reconnects_total"); n < 1 {
 			t.Errorf("replica %s: studio_bus_reconnects_total %v, want >= 1", id, n)
 		}
 	}

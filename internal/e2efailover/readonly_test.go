@@ -84,7 +84,7 @@ func TestAReplicaStartedWhileOnlyTheStandbyAnswersWaitsForThePromotion(t *testin
 		if code != http.StatusServiceUnavailable || !strings.Contains(body, "waiting for a writable primary") {
 			t.Errorf("%s: /readyz while waiting = %d %q, want 503 waiting for a writable primary", id, code, body)
 		}
-		if code, _, err := get(addrs[id], "/livez"); err != nil || code != http.StatusOK {
+		if code, _, err := replicaproc.Get(addrs[id], "/livez"); err != nil || code != http.StatusOK {
 			t.Errorf("%s: /livez while waiting = %d %v", id, code, err)
 		}
 	}
@@ -197,7 +197,7 @@ func TestAReadyReplicaWhosePrimaryTurnsReadOnlyClaimsNothingAndRecovers(t *testi
 	waitLogged(t, r, readOnlyLine, 15*time.Second)
 	// Two failed heartbeats (5 s apart) later: still not ready, said once,
 	// nothing claimed.
-	before, err := metric(addr, "studio_replica_heartbeat_failures_total")
+	before, err := replicaproc.Metric(addr, "studio_replica_heartbeat_failures_total")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +205,7 @@ func TestAReadyReplicaWhosePrimaryTurnsReadOnlyClaimsNothingAndRecovers(t *testi
 		if r.Exited() {
 			t.Fatalf("replica exited on a read-only database (%v):\n%s", r.State(), r.Stderr())
 		}
-		n, err := metric(addr, "studio_replica_heartbeat_failures_total")
+		n, err := replicaproc.Metric(addr, "studio_replica_heartbeat_failures_total")
 		if err != nil {
 			return err
 		}

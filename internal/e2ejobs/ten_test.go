@@ -1,16 +1,12 @@
 package e2ejobs
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"math"
-	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -88,7 +84,7 @@ func TestMeasureTenReplicas(t *testing.T) {
 	}
 	for _, r := range rs {
 		r.addr = r.p.WaitReady(t)
-		r.cpu0 = procCPU(r.p.PID())
+		r.cpu0 = replicaproc.CPU(r.p.PID())
 	}
 	stmts0 := statements(t, pool)
 	start := time.Now()
@@ -98,7 +94,7 @@ func TestMeasureTenReplicas(t *testing.T) {
 	for time.Since(start) < window {
 		for _, r := range rs {
 			if !r.p.Exited() {
-				r.rss = max(r.rss, procRSS(r.p.PID()))
+				r.rss = max(r.rss, replicaproc.RSS(r.p.PID()))
 			}
 		}
 		if killAt.IsZero() && time.Since(start) > window/3 {
@@ -122,8 +118,12 @@ func TestMeasureTenReplicas(t *testing.T) {
 			t.Logf("%s: exited (CPU and heartbeat not read); RSS max %.1f MiB", r.id, r.rss)
 			continue
 		}
-		cpu := (procCPU(r.p.PID()) - r.cpu0).Seconds() / wall.Seconds()
-		t.Logf("%s: CPU %.3f cores, RSS max %.1f MiB, heartbeat max gap %.2fs", r.id, cpu, r.rss, promValue(t, r.addr, "studio_replica_heartbeat_max_gap_seconds"))
+		cpu := (replicaproc.CPU(r.p.PID()) - r.cpu0).Seconds() / wall.Seconds()
+		gap, err := replicaproc.Metric(r.addr, "studio_replica_heartbeat_max_gap_seconds")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s: CPU %.3f cores, RSS max %.1f MiB, heartbeat max gap %.2fs", r.id, cpu, r.rss, gap)
 	}
 	// Runs against the ideal, per job, and overlaps.
 	ids := make([]string, 0, len(every))
@@ -192,50 +192,4 @@ JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = current_database() AND s.
 		t.Fatal(err)
 	}
 	return n
-}
-
-// procCPU is the user+system CPU time of pid (0 once it is gone).
-func procCPU(pid int) time.Duration {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(ut+st) * time.Second / 100 // USER_HZ
-}
-
-// procRSS is the resident memory of pid in MiB (0 once it is gone).
-func procRSS(pid int) float64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(l, "VmRSS:") {
-			kb, _ := strconv.ParseFloat(strings.Fields(l)[1], 64)
-			return kb / 1024
-		}
-	}
-	return 0
-}
-
-// promValue reads one unlabelled sample from a replica's /metrics.
-func promValue(t *testing.T, addr, name string) float64 {
-	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		if f := strings.Fields(sc.Text()); len(f) == 2 && f[0] == name {
-			v, _ := strconv.ParseFloat(f[1], 64)
-			return v
-		}
-	}
-	return math.NaN()
 }

@@ -8,9 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -119,19 +117,19 @@ func (w window) String() string {
 // sample measures the process pid for d.
 func sample(t *testing.T, pid int, addr string, d time.Duration, received *atomic.Int64) window {
 	t.Helper()
-	cpu0 := procCPU(t, pid)
-	reads0 := metric(t, addr, "studio_stream_reads_total")
+	cpu0 := replicaproc.CPU(pid)
+	reads0 := mustMetric(t, addr, "studio_stream_reads_total")
 	start := time.Now()
 	var rss float64
 	for time.Since(start) < d {
-		rss = max(rss, procRSS(t, pid))
+		rss = max(rss, replicaproc.RSS(pid))
 		time.Sleep(500 * time.Millisecond) // sampling, not synchronisation
 	}
 	wall := time.Since(start)
-	w := window{wall: wall, cpu: (procCPU(t, pid) - cpu0).Seconds() / wall.Seconds(), rssMiB: rss,
-		maxGapS:     metric(t, addr, "studio_replica_heartbeat_max_gap_seconds"),
-		dropped:     metric(t, addr, "studio_stream_clients_dropped_total"),
-		streamReads: (metric(t, addr, "studio_stream_reads_total") - reads0) / wall.Seconds()}
+	w := window{wall: wall, cpu: (replicaproc.CPU(pid) - cpu0).Seconds() / wall.Seconds(), rssMiB: rss,
+		maxGapS:     mustMetric(t, addr, "studio_replica_heartbeat_max_gap_seconds"),
+		dropped:     mustMetric(t, addr, "studio_stream_clients_dropped_total"),
+		streamReads: (mustMetric(t, addr, "studio_stream_reads_total") - reads0) / wall.Seconds()}
 	if received != nil {
 		w.eventsPerS = float64(received.Load()) / wall.Seconds()
 	}
@@ -189,54 +187,12 @@ func pct(ds []time.Duration, q float64) time.Duration {
 	return ds[min(int(q*float64(len(ds))), len(ds)-1)].Round(time.Millisecond)
 }
 
-var statFields = regexp.MustCompile(`\) \S+ (.*)`)
-
-// procCPU is the user+system CPU time of pid.
-func procCPU(t *testing.T, pid int) time.Duration {
+// mustMetric reads one sample of the replica's /metrics or fails the test.
+func mustMetric(t *testing.T, addr, name string) float64 {
 	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	v, err := replicaproc.Metric(addr, name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := statFields.FindSubmatch(b)
-	f := strings.Fields(string(m[1]))
-	// After the state: ppid pgrp session tty tpgid flags minflt cminflt
-	// majflt cmajflt utime stime (fields 14 and 15 of stat).
-	ut, _ := strconv.ParseInt(f[10], 10, 64)
-	st, _ := strconv.ParseInt(f[11], 10, 64)
-	return time.Duration(ut+st) * time.Second / 100 // USER_HZ
-}
-
-func procRSS(t *testing.T, pid int) float64 {
-	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(l, "VmRSS:") {
-			kb, _ := strconv.ParseFloat(strings.Fields(l)[1], 64)
-			return kb / 1024
-		}
-	}
-	return 0
-}
-
-// metric reads one unlabelled sample from the replica's /metrics.
-func metric(t *testing.T, addr, name string) float64 {
-	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		if f := strings.Fields(sc.Text()); len(f) == 2 && f[0] == name {
-			v, _ := strconv.ParseFloat(f[1], 64)
-			return v
-		}
-	}
-	t.Fatalf("/metrics has no %s", name)
-	return 0
+	return v
 }
