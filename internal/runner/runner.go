@@ -70,6 +70,12 @@ type Options struct {
 	// fraction of a fixed delay, so replicas and jobs do not all fire at
 	// once; the next cron time for cron jobs).
 	InitialDelay func(j jobs.Job) time.Duration
+	// PerJobMetrics is metrics.per_job (PerJobAuto, PerJobOn or PerJobOff;
+	// "" is auto), and PerJobMetricsLimit auto's largest number of jobs
+	// (Jobs, a per-cluster job counted once) with per-job series (0:
+	// DefaultPerJobLimit). docs/metrics.md.
+	PerJobMetrics      string
+	PerJobMetricsLimit int
 }
 
 // Runner hosts jobs.
@@ -161,13 +167,28 @@ func New(o Options) (*Runner, error) {
 		r.jobs[j.ID] = &jobState{job: j, sched: j.Schedule, index: -1,
 			shared: j.Scope == jobs.ScopeInstallation && o.Schedules != nil}
 	}
-	m, err := newMetrics(o.Metrics)
+	if o.PerJobMetricsLimit <= 0 {
+		o.PerJobMetricsLimit = DefaultPerJobLimit
+	}
+	perJob, err := ResolvePerJob(o.PerJobMetrics, o.PerJobMetricsLimit, len(o.Jobs))
+	if err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(o.Metrics, perJob)
 	if err != nil {
 		return nil, err
 	}
 	r.metrics = m
+	if !perJob && o.PerJobMetrics != PerJobOff {
+		r.log.Info("runner: more jobs than metrics.per_job_limit: the job metrics are for the whole replica (job_id=\"\"), studio_job_failing names failing jobs",
+			"jobs", len(o.Jobs), "per_job_limit", o.PerJobMetricsLimit)
+	}
 	return r, nil
 }
+
+// PerJobMetrics reports whether the job metrics have per-job series
+// (metrics.per_job, docs/metrics.md).
+func (r *Runner) PerJobMetrics() bool { return r.metrics.perJob }
 
 func randomInitialDelay(j jobs.Job) time.Duration {
 	if j.Schedule.IsCron() {

@@ -1,0 +1,161 @@
+package runner_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/studioctl/studioctl/internal/jobs"
+	"github.com/studioctl/studioctl/internal/runner"
+	"github.com/studioctl/studioctl/internal/tasks"
+)
+
+func TestPerJobSeriesOrOneSeriesForTheReplicaAndAFailingGaugeForFailingJobsOnly(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		mode   string
+		perJob bool
+	}{
+		{"with per-job series every job has its own", runner.PerJobOn, true},
+		{"without them the replica has one series of each, job_id empty", runner.PerJobOff, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			e := newMemEnv(t)
+			ok, bad := e.task(), e.task()
+			o := e.options(e.job("ok", jobs.ScopeInstance, 10*time.Second, ok), e.job("bad", jobs.ScopeInstance, 10*time.Second, bad))
+			o.PerJobMetrics = c.mode
+			e.start(o)
+
+			// Round 1: ok succeeds, bad fails.
+			ok.waitStarts(t, 1)
+			bad.waitStarts(t, 1)
+			ok.finish(t, tasks.Result{})
+			bad.finish(t, tasks.Result{Err: errBoom})
+			e.waitIdle("ok", t0.Add(10*time.Second))
+			e.waitIdle("bad", t0.Add(10*time.Second))
+			fam := gather(t, e.reg)
+			job := func(id string) string {
+				if c.perJob {
+					return id
+				}
+				return ""
+			}
+			for _, s := range []struct {
+				labels map[string]string
+				want   float64
+			}{
+				{map[string]string{"job_id": job("ok"), "outcome": "succeeded"}, 1},
+				{map[string]string{"job_id": job("bad"), "outcome": "failed"}, 1},
+			} {
+				if got := counterValue(t, fam, "studio_job_runs_total", s.labels); got != s.want {
+					t.Errorf("studio_job_runs_total%v = %v; want %v", s.labels, got, s.want)
+				}
+			}
+			wantSeries := 1
+			if c.perJob {
+				wantSeries = 2
+			}
+			if n := len(fam["studio_job_run_duration_seconds"].GetMetric()); n != wantSeries {
+				t.Errorf("%d duration histograms; want %d", n, wantSeries)
+			}
+			if n := len(fam["studio_job_runs_total"].GetMetric()); n != 2 {
+				t.Errorf("%d studio_job_runs_total series; want 2", n)
+			}
+			if got := failingJobs(fam); got != "bad" {
+				t.Errorf("studio_job_failing for %q; want for bad alone", got)
+			}
+			want := 0.0
+			if c.perJob {
+				want = 1
+			}
+			if got := fam["studio_job_metrics_per_job"].GetMetric()[0].GetGauge().GetValue(); got != want {
+				t.Errorf("studio_job_metrics_per_job = %v; want %v", got, want)
+			}
+
+			// Round 2: both succeed; bad's failing series goes away.
+			e.clk.Advance(10 * time.Second)
+			ok.waitStarts(t, 2)
+			bad.waitStarts(t, 2)
+			ok.finish(t, tasks.Result{})
+			bad.finish(t, tasks.Result{})
+			e.waitIdle("ok", t0.Add(20*time.Second))
+			e.waitIdle("bad", t0.Add(20*time.Second))
+			fam = gather(t, e.reg)
+			if got := failingJobs(fam); got != "" {
+				t.Errorf("studio_job_failing for %q after the recovery; want none", got)
+			}
+			succeeded := counterValue(t, fam, "studio_job_runs_total", map[string]string{"job_id": job("ok"), "outcome": "succeeded"}) +
+				counterValue(t, fam, "studio_job_runs_total", map[string]string{"job_id": job("bad"), "outcome": "succeeded"})
+			if !c.perJob {
+				succeeded /= 2 // the same series twice
+			}
+			if succeeded != 3 {
+				t.Errorf("%v successes counted; want 3", succeeded)
+			}
+		})
+	}
+}
+
+// failingJobs lists the job ids of studio_job_failing series at 1,
+// comma-separated.
+func failingJobs(fam map[string]*dto.MetricFamily) string {
+	var ids []string
+	for _, m := range fam["studio_job_failing"].GetMetric() {
+		if m.GetGauge().GetValue() == 1 {
+			for _, l := range m.GetLabel() {
+				ids = append(ids, l.GetValue())
+			}
+		}
+	}
+	return strings.Join(ids, ",")
+}
+
+func TestAutoKeepsPerJobSeriesUpToTheLimitOfJobs(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		mode  string
+		limit int
+		want  bool
+	}{
+		{"auto with as many jobs as the limit", runner.PerJobAuto, 3, true},
+		{"auto with one job more than the limit", runner.PerJobAuto, 2, false},
+		{"an empty mode is auto", "", 2, false},
+		{"auto with the default limit", runner.PerJobAuto, 0, true},
+		{"on above the limit", runner.PerJobOn, 1, true},
+		{"off below the limit", runner.PerJobOff, 100, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			e := newMemEnv(t)
+			o := e.options(e.job("a", jobs.ScopeInstance, time.Minute, e.task()), e.job("b", jobs.ScopeInstance, time.Minute, e.task()),
+				e.job("c", jobs.ScopeInstance, time.Minute, e.task()))
+			o.PerJobMetrics, o.PerJobMetricsLimit = c.mode, c.limit
+			r, err := runner.New(o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.PerJobMetrics() != c.want {
+				t.Errorf("per-job series %v; want %v", r.PerJobMetrics(), c.want)
+			}
+			want := 0.0
+			if c.want {
+				want = 1
+			}
+			if got := gather(t, e.reg)["studio_job_metrics_per_job"].GetMetric()[0].GetGauge().GetValue(); got != want {
+				t.Errorf("studio_job_metrics_per_job = %v; want %v", got, want)
+			}
+		})
+	}
+}
+
+func TestAnUnknownPerJobModeIsRefused(t *testing.T) {
+	e := newMemEnv(t)
+	o := e.options(e.job("a", jobs.ScopeInstance, time.Minute, e.task()))
+	o.PerJobMetrics = "sometimes"
+	if _, err := runner.New(o); err == nil || !strings.Contains(err.Error(), `"sometimes": want auto, on or off`) {
+		t.Fatalf("New: %v; want an error naming the mode", err)
+	}
+}
