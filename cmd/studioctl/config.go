@@ -76,5 +76,6 @@ func configView(c config.Config) map[string]any {
 			"locked_at": c.Locks.Columns.LockedAt, "locked_by": c.Locks.Columns.LockedBy,
 		}},
 		"embedded": map[string]any{"dir": c.Embedded.Dir},
+		"metrics":  map[string]any{"per_job": c.Metrics.PerJob, "per_job_limit": c.Metrics.PerJobLimit},
 	}
 }

@@ -178,6 +178,8 @@ func runRun(ctx context.Context, o *runOptions) error {
 		MaxConns:   cfg.Database.MaxConns,
 		Migrate:    cfg.Database.Migrate == "on" && !migrated, // the embedded default is migrated already
 		Logger:     o.Logger,
+
+		MetricsPerJob: cfg.Metrics.PerJob, MetricsPerJobLimit: cfg.Metrics.PerJobLimit, // docs/metrics.md
 	})
 	if err != nil {
 		return &usageError{err: err}

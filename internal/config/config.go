@@ -39,6 +39,8 @@ var defaults = map[string]any{
 	"locks.columns.locked_at":  "locked_at",
 	"locks.columns.locked_by":  "locked_by",
 	"embedded.dir":             "",
+	"metrics.per_job":          "auto",
+	"metrics.per_job_limit":    DefaultPerJobLimit,
 }
 
 // Keys lists every configuration key, sorted.
@@ -89,6 +91,12 @@ type Config struct {
 	Embedded struct {
 		Dir string `mapstructure:"dir"`
 	} `mapstructure:"embedded"`
+	// Metrics chooses the runner's per-job Prometheus series
+	// (docs/metrics.md); Load reads and checks both.
+	Metrics struct {
+		PerJob      string `mapstructure:"-"` // auto, on or off
+		PerJobLimit int    `mapstructure:"-"` // auto: per-job series up to this many jobs
+	} `mapstructure:"metrics"`
 
 	// File is the config file read, if any.
 	File string `mapstructure:"-"`
@@ -108,6 +116,39 @@ const (
 	MinMaxConns     = 2
 	MaxMaxConns     = 1000
 )
+
+// metrics.per_job_limit: per-job series up to 1,000 jobs by default (about
+// 15,000 series, a 2 MB scrape once every job has run); the maximum is only
+// a sanity bound (docs/metrics.md).
+const (
+	DefaultPerJobLimit = 1000
+	MaxPerJobLimit     = 1_000_000
+)
+
+// PerJobModes are the values of metrics.per_job.
+var PerJobModes = []string{"auto", "on", "off"}
+
+// Choice reads key's value, one of allowed, from its raw value (YAML's on
+// and off may arrive as booleans). Errors name the key and its environment
+// variable.
+func Choice(key string, raw any, allowed []string) (string, error) {
+	var s string
+	switch x := raw.(type) {
+	case string:
+		s = strings.TrimSpace(x)
+	case bool:
+		s = map[bool]string{true: "on", false: "off"}[x]
+	default:
+		s = fmt.Sprint(raw)
+	}
+	for _, a := range allowed {
+		if s == a {
+			return s, nil
+		}
+	}
+	want := strings.Join(allowed[:len(allowed)-1], ", ") + " or " + allowed[len(allowed)-1]
+	return "", &Error{Msg: fmt.Sprintf("%s (%s): %q: want %s", key, EnvName(key), s, want)}
+}
 
 // Int reads the integer of key from its raw value (a string from the
 // environment or the file, or a YAML number) within [lo, hi]. Errors name
@@ -260,6 +301,12 @@ func Load(file string, getenv func(string) string, flags []FlagBinding) (*Config
 		return nil, nil, err
 	}
 	if c.Database.MaxConns, err = Int("database.max_conns", v.Get("database.max_conns"), MinMaxConns, MaxMaxConns); err != nil {
+		return nil, nil, err
+	}
+	if c.Metrics.PerJob, err = Choice("metrics.per_job", v.Get("metrics.per_job"), PerJobModes); err != nil {
+		return nil, nil, err
+	}
+	if c.Metrics.PerJobLimit, err = Int("metrics.per_job_limit", v.Get("metrics.per_job_limit"), 1, MaxPerJobLimit); err != nil {
 		return nil, nil, err
 	}
 	if c.Database.Migrate != "on" && c.Database.Migrate != "off" {

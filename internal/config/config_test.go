@@ -456,3 +456,55 @@ func TestLoadReadsOnlyTheGivenEnvironment(t *testing.T) {
 		t.Errorf("Output = %q, want json from the given environment", c.Output)
 	}
 }
+
+func TestMetricsPerJobIsAutoOnOrOffWithAWholeNumberLimit(t *testing.T) {
+	tests := []struct {
+		name, file, env, limitEnv string
+		want                      string
+		wantLimit                 int
+		wantErr                   string
+	}{
+		{name: "unset gives auto up to the default limit", want: "auto", wantLimit: config.DefaultPerJobLimit},
+		{name: "off in the file", file: "per_job: off", want: "off", wantLimit: config.DefaultPerJobLimit},
+		{name: "a quoted on in the file", file: `per_job: "on"`, want: "on", wantLimit: config.DefaultPerJobLimit},
+		{name: "the environment wins over the file", file: "per_job: off", env: "auto", want: "auto", wantLimit: config.DefaultPerJobLimit},
+		{name: "a limit in the file", file: "per_job_limit: 50", want: "auto", wantLimit: 50},
+		{name: "a limit in the environment", limitEnv: "20000", want: "auto", wantLimit: 20000},
+		{name: "an unknown mode is refused naming the key", env: "sometimes",
+			wantErr: `metrics.per_job (STUDIO_METRICS_PER_JOB): "sometimes": want auto, on or off`},
+		{name: "a yes in the file is refused", file: "per_job: maybe", wantErr: `metrics.per_job (STUDIO_METRICS_PER_JOB): "maybe": want auto, on or off`},
+		{name: "a zero limit is refused", file: "per_job_limit: 0",
+			wantErr: "metrics.per_job_limit (STUDIO_METRICS_PER_JOB_LIMIT): 0 is out of range: want 1 to 1000000"},
+		{name: "a word for the limit is refused", limitEnv: "lots", wantErr: `metrics.per_job_limit (STUDIO_METRICS_PER_JOB_LIMIT): "lots" is not a whole number`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			t.Chdir(dir)
+			path := ""
+			if tt.file != "" {
+				path = writeFile(t, dir, "c.yaml", "metrics:\n  "+tt.file+"\n")
+			}
+			if tt.env != "" {
+				t.Setenv("STUDIO_METRICS_PER_JOB", tt.env)
+			}
+			if tt.limitEnv != "" {
+				t.Setenv("STUDIO_METRICS_PER_JOB_LIMIT", tt.limitEnv)
+			}
+			c, _, err := config.Load(path, os.Getenv, nil)
+			if tt.wantErr != "" {
+				var ce *config.Error
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) || !errors.As(err, &ce) {
+					t.Fatalf("Load: %v, want a config error with %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Metrics.PerJob != tt.want || c.Metrics.PerJobLimit != tt.wantLimit {
+				t.Fatalf("metrics = %q up to %d, want %q up to %d", c.Metrics.PerJob, c.Metrics.PerJobLimit, tt.want, tt.wantLimit)
+			}
+		})
+	}
+}

@@ -99,6 +99,11 @@ type Options struct {
 	BusPingTimeout time.Duration
 	OnReady        func(addr string) // called once ready, with the HTTP address
 	PoolConfigHook func(*pgxpool.Config)
+
+	// MetricsPerJob and MetricsPerJobLimit are metrics.per_job and
+	// metrics.per_job_limit: the runner's per-job series (docs/metrics.md).
+	MetricsPerJob      string
+	MetricsPerJobLimit int
 }
 
 func (o Options) clock() clock.Clock {
@@ -405,6 +410,7 @@ func (h *Host) newRunner() (err error) {
 		ReplicaID: h.o.ID, Jobs: list, Locks: runner.LocksOf(h.provider), Store: h.store, Settings: jobstore.NewSettingsCache(h.pool),
 		Clock: h.o.Clock, Logger: h.log, Metrics: h.metrics, ShutdownWait: h.o.ShutdownWait,
 		Schedules: jobstore.NewSchedules(h.pool), Offset: h.clockOffset,
+		PerJobMetrics: h.o.MetricsPerJob, PerJobMetricsLimit: h.o.MetricsPerJobLimit,
 		Secrets: []string{h.pool.Config().ConnConfig.Password}, // from the URL, PGPASSWORD or the passfile
 	})
 	return err
