@@ -115,23 +115,30 @@ func failingJobs(fam map[string]*dto.MetricFamily) string {
 
 func TestAutoKeepsPerJobSeriesUpToTheLimitOfJobs(t *testing.T) {
 	for _, c := range []struct {
-		name  string
-		mode  string
-		limit int
-		want  bool
+		name    string
+		mode    string
+		limit   int
+		builtin bool // a built-in job besides a, b and c
+		want    bool
 	}{
-		{"auto with as many jobs as the limit", runner.PerJobAuto, 3, true},
-		{"auto with one job more than the limit", runner.PerJobAuto, 2, false},
-		{"an empty mode is auto", "", 2, false},
-		{"auto with the default limit", runner.PerJobAuto, 0, true},
-		{"on above the limit", runner.PerJobOn, 1, true},
-		{"off below the limit", runner.PerJobOff, 100, false},
+		{"auto with as many jobs as the limit", runner.PerJobAuto, 3, false, true},
+		{"auto with one job more than the limit", runner.PerJobAuto, 2, false, false},
+		{"a built-in job does not count", runner.PerJobAuto, 3, true, true},
+		{"an empty mode is auto", "", 2, false, false},
+		{"auto with the default limit", runner.PerJobAuto, 0, false, true},
+		{"on above the limit", runner.PerJobOn, 1, false, true},
+		{"off below the limit", runner.PerJobOff, 100, false, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			e := newMemEnv(t)
 			o := e.options(e.job("a", jobs.ScopeInstance, time.Minute, e.task()), e.job("b", jobs.ScopeInstance, time.Minute, e.task()),
 				e.job("c", jobs.ScopeInstance, time.Minute, e.task()))
+			if c.builtin {
+				hk := e.job("studio-housekeeping", jobs.ScopeInstance, time.Minute, e.task())
+				hk.Builtin = true
+				o.Jobs = append(o.Jobs, hk)
+			}
 			o.PerJobMetrics, o.PerJobMetricsLimit = c.mode, c.limit
 			r, err := runner.New(o)
 			if err != nil {

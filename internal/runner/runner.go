@@ -72,8 +72,8 @@ type Options struct {
 	InitialDelay func(j jobs.Job) time.Duration
 	// PerJobMetrics is metrics.per_job (PerJobAuto, PerJobOn or PerJobOff;
 	// "" is auto), and PerJobMetricsLimit auto's largest number of jobs
-	// (Jobs, a per-cluster job counted once) with per-job series (0:
-	// DefaultPerJobLimit). docs/metrics.md.
+	// (Jobs less the built-in ones, a per-cluster job counted once) with
+	// per-job series (0: DefaultPerJobLimit). docs/metrics.md.
 	PerJobMetrics      string
 	PerJobMetricsLimit int
 }
@@ -170,7 +170,13 @@ func New(o Options) (*Runner, error) {
 	if o.PerJobMetricsLimit <= 0 {
 		o.PerJobMetricsLimit = DefaultPerJobLimit
 	}
-	perJob, err := ResolvePerJob(o.PerJobMetrics, o.PerJobMetricsLimit, len(o.Jobs))
+	configured := 0 // a built-in job (studio-housekeeping) is not counted
+	for _, j := range o.Jobs {
+		if !j.Builtin {
+			configured++
+		}
+	}
+	perJob, err := ResolvePerJob(o.PerJobMetrics, o.PerJobMetricsLimit, configured)
 	if err != nil {
 		return nil, err
 	}
@@ -181,7 +187,7 @@ func New(o Options) (*Runner, error) {
 	r.metrics = m
 	if !perJob && o.PerJobMetrics != PerJobOff {
 		r.log.Info("runner: more jobs than metrics.per_job_limit: the job metrics are for the whole replica (job_id=\"\"), studio_job_failing names failing jobs",
-			"jobs", len(o.Jobs), "per_job_limit", o.PerJobMetricsLimit)
+			"jobs", configured, "per_job_limit", o.PerJobMetricsLimit)
 	}
 	return r, nil
 }
