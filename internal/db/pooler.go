@@ -75,6 +75,20 @@ func SharesSessions(ctx context.Context, cfg *pgx.ConnConfig, connString string)
 		return false, err
 	}
 	defer b.Close(context.WithoutCancel(ctx))
+	shared, err := SharedSessions(ctx, a, b)
+	return shared, scrub(err, connString)
+}
+
+// PidQuerier is what SharedSessions needs of a client connection: a
+// *pgx.Conn, or a *pgxpool.Conn acquired from a pool.
+type PidQuerier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// SharedSessions is SharesSessions over two client connections of one
+// connection string, open and idle.
+func SharedSessions(ctx context.Context, a, b PidQuerier) (bool, error) {
 	pid := func(q interface {
 		QueryRow(context.Context, string, ...any) pgx.Row
 	}) (int32, error) {
@@ -82,32 +96,33 @@ func SharesSessions(ctx context.Context, cfg *pgx.ConnConfig, connString string)
 		err := q.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&p)
 		return p, err
 	}
+	fail := func(err error) (bool, error) { return false, fmt.Errorf("detect a connection pooler: %w", err) }
 	for range sharedSessionRounds {
 		p1, err := pid(a)
 		if err != nil {
-			return false, scrub(fmt.Errorf("detect a connection pooler: %w", err), connString)
+			return fail(err)
 		}
 		tx, err := b.Begin(ctx)
 		if err != nil {
 			if strings.Contains(err.Error(), "statement pooling mode") {
 				return true, nil
 			}
-			return false, scrub(fmt.Errorf("detect a connection pooler: %w", err), connString)
+			return fail(err)
 		}
 		p2, err := pid(tx)
 		if err != nil {
 			tx.Rollback(ctx)
-			return false, scrub(fmt.Errorf("detect a connection pooler: %w", err), connString)
+			return fail(err)
 		}
 		if err := tx.Rollback(ctx); err != nil {
-			return false, scrub(fmt.Errorf("detect a connection pooler: %w", err), connString)
+			return fail(err)
 		}
 		if p2 == p1 {
 			return true, nil
 		}
 		p3, err := pid(a)
 		if err != nil {
-			return false, scrub(fmt.Errorf("detect a connection pooler: %w", err), connString)
+			return fail(err)
 		}
 		if p3 != p1 {
 			return true, nil

@@ -365,7 +365,13 @@ func listenConn(ctx context.Context, e *env, channel string) (*pgx.Conn, error) 
 	ctx, cancel := context.WithTimeout(ctx, BusTimeout)
 	defer cancel()
 	var conn *pgx.Conn
-	if e.o.ConnConfig != nil {
+	if e.o.ListenConnConfig != nil {
+		c, err := db.Connect(ctx, e.o.ListenConnConfig.Copy(), "")
+		if err != nil {
+			return nil, err
+		}
+		conn = c
+	} else if e.o.ConnConfig != nil {
 		c, err := db.Connect(ctx, e.o.ConnConfig.Copy(), "")
 		if err != nil {
 			return nil, err
