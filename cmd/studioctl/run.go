@@ -76,6 +76,12 @@ read-only database or a standby it says so, waits for a writable primary
 (readiness fails meanwhile) and starts when one answers. See
 docs/replica-start.md and docs/failover.md.
 
+Behind a connection pooler in transaction mode (PgBouncer
+pool_mode=transaction), set database.listen_url (STUDIO_DATABASE_LISTEN_URL)
+to a direct connection: the bus, the heartbeat and the migrations use it, and
+the pool keeps no session state. Without it, run refuses such a pooler
+(exit 2). See docs/poolers.md.
+
 A replica whose id belongs to a live replica refuses to start (exit 2). If
 another process takes its id over while it runs, it stops at once and exits 1.
 A closed stdout or stderr does not stop it (SIGPIPE is handled).
