@@ -40,8 +40,9 @@ func newTestEnv(t *testing.T, format output.Format, env map[string]string) *test
 	e := &testEnv{pool: pool, out: &bytes.Buffer{}, err: &bytes.Buffer{}}
 	getenv := func(k string) string { return env[k] }
 	e.deps = deps{
-		IO: &streams{In: strings.NewReader(""), Out: e.out, Err: e.err},
-		DB: func(context.Context) (*pgxpool.Pool, error) { return pool, nil },
+		IO:        &streams{In: strings.NewReader(""), Out: e.out, Err: e.err},
+		DB:        func(context.Context) (*pgxpool.Pool, error) { return pool, nil },
+		SessionDB: func(context.Context) (*pgxpool.Pool, error) { return pool, nil },
 		Printer: func() *output.Printer {
 			return output.New(e.out, format, output.Options{Now: func() time.Time { return testNow }})
 		},

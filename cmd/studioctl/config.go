@@ -49,6 +49,7 @@ case with "." turned into "_" (database.url: STUDIO_DATABASE_URL).`,
 func configShowRun(_ context.Context, o *configShowOptions) error {
 	c := *o.Config()
 	c.Database.URL = db.Redact(c.Database.URL)
+	c.Database.ListenURL = db.Redact(c.Database.ListenURL)
 	shown := configView(c)
 	if o.Format() == output.JSON {
 		return o.Printer().Print(shown, nil, nil)
@@ -65,12 +66,13 @@ func configShowRun(_ context.Context, o *configShowOptions) error {
 func configView(c config.Config) map[string]any {
 	return map[string]any{
 		"config_file": c.File,
-		"database":    map[string]any{"url": c.Database.URL, "migrate": c.Database.Migrate, "max_conns": c.Database.MaxConns},
-		"output":      c.Output,
-		"no_color":    c.NoColor,
-		"actor":       c.Actor,
-		"replica":     map[string]any{"id": c.Replica.ID, "listen": c.Replica.Listen},
-		"drain":       map[string]any{"delay": c.Drain.Delay.String()},
+		"database": map[string]any{"url": c.Database.URL, "listen_url": c.Database.ListenURL, "migrate": c.Database.Migrate,
+			"max_conns": c.Database.MaxConns},
+		"output":   c.Output,
+		"no_color": c.NoColor,
+		"actor":    c.Actor,
+		"replica":  map[string]any{"id": c.Replica.ID, "listen": c.Replica.Listen},
+		"drain":    map[string]any{"delay": c.Drain.Delay.String()},
 		"locks": map[string]any{"table": c.Locks.Table, "columns": map[string]any{
 			"name": c.Locks.Columns.Name, "lock_until": c.Locks.Columns.LockUntil,
 			"locked_at": c.Locks.Columns.LockedAt, "locked_by": c.Locks.Columns.LockedBy,

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/studioctl/studioctl/internal/config"
@@ -23,13 +24,15 @@ type doctorOptions struct {
 	// ConnString resolves the database: doctor opens it itself, so the
 	// tls check sees the configuration even when the server is down.
 	ConnString func(context.Context) (string, error)
+	// PoolConfig is an operator command's pool configuration for a URL.
+	PoolConfig func(string) (*pgxpool.Config, error)
 	// Config is the loaded configuration (its file's jobs give the
 	// timeouts; replica.id the id the lock table is checked with).
 	Config func() *config.Config
 }
 
 func newDoctorCmd(a *app, runF func(context.Context, *doctorOptions) error) *cobra.Command {
-	o := &doctorOptions{deps: a.deps(), ConnString: a.connString, Config: func() *config.Config { return a.cfg }}
+	o := &doctorOptions{deps: a.deps(), ConnString: a.connString, PoolConfig: a.cliPoolConfig, Config: func() *config.Config { return a.cfg }}
 	cmd := &cobra.Command{
 		Use:   "doctor",
 		Short: "Check the database, the schema, the clock, the bus, locks, replicas, leases and jobs",
@@ -91,12 +94,16 @@ func doctorRun(ctx context.Context, o *doctorOptions) error {
 		}
 		opts.OpenErr = err
 	} else {
-		pcfg, err := db.ParsePoolConfig(cs)
+		pcfg, err := o.PoolConfig(cs)
 		if err != nil {
 			return &usageError{err: err}
 		}
 		opts.ConnConfig = pcfg.ConnConfig
-		pcfg.MaxConns = cliPoolMaxConns
+		if l := cfg.Database.ListenURL; l != "" {
+			if opts.ListenConnConfig, err = db.ParseConnConfig(l); err != nil {
+				return usageErrorf("database.listen_url (STUDIO_DATABASE_LISTEN_URL): %v", err)
+			}
+		}
 		pool, err := db.OpenConfig(ctx, pcfg, cs)
 		if err != nil {
 			opts.OpenErr = err

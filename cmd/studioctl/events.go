@@ -26,7 +26,8 @@ type eventsOptions struct {
 	// (studio_event, docs/events.md) after that id instead of raw bus
 	// messages.
 	Since int64
-	// ConnString resolves the database to listen on.
+	// ConnString resolves the database to listen on (database.listen_url
+	// when set: LISTEN needs a session of its own).
 	ConnString func(context.Context) (string, error)
 }
 
@@ -38,7 +39,7 @@ type eventJSON struct {
 }
 
 func newEventsCmd(a *app, runF func(context.Context, *eventsOptions) error) *cobra.Command {
-	o := &eventsOptions{deps: a.deps(), ConnString: a.connString}
+	o := &eventsOptions{deps: a.deps(), ConnString: a.sessionConnString}
 	cmd := &cobra.Command{
 		Use:   "events [--follow] [--wait D] [--count N] [--since ID]",
 		Short: "Print every message on the bus",

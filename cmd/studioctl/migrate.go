@@ -41,7 +41,8 @@ func newMigrateUpCmd(a *app, runF func(context.Context, *migrateOptions) error) 
 
 // migrateUpRun applies the pending migrations and names each on stderr.
 func migrateUpRun(ctx context.Context, o *migrateOptions) error {
-	pool, err := o.DB(ctx)
+	// goose holds a session advisory lock: database.listen_url's session.
+	pool, err := o.SessionDB(ctx)
 	if err != nil {
 		return err
 	}

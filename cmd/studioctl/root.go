@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
@@ -109,6 +110,8 @@ type app struct {
 	format     output.Format
 
 	pool *pgxpool.Pool
+	// sessionPool is database.listen_url's, when set (sessionDB).
+	sessionPool *pgxpool.Pool
 	// migrated: connString already applied the migrations (embedded default).
 	migrated bool
 }
@@ -167,6 +170,9 @@ func (a *app) run(ctx context.Context, args []string) int {
 	root.SetOut(a.stdout)
 	root.SetErr(a.stderr)
 	cmd, err := root.ExecuteContextC(ctx)
+	if a.sessionPool != nil {
+		a.sessionPool.Close()
+	}
 	if a.pool != nil {
 		a.pool.Close()
 	}
@@ -342,16 +348,24 @@ func (a *app) actor() string {
 // libpq's environment.
 var pgEnvVars = []string{"PGHOST", "PGHOSTADDR", "PGPORT", "PGDATABASE", "PGUSER", "PGPASSWORD", "PGSERVICE"}
 
+// pgEnv reports whether a PG* variable configures the database.
+func (a *app) pgEnv() bool {
+	for _, k := range pgEnvVars {
+		if a.getenv(k) != "" {
+			return true
+		}
+	}
+	return false
+}
+
 // connString resolves the database: the configured URL, the PG* variables,
 // or the embedded default.
 func (a *app) connString(ctx context.Context) (string, error) {
 	if a.cfg.Database.URL != "" {
 		return a.cfg.Database.URL, nil
 	}
-	for _, k := range pgEnvVars {
-		if a.getenv(k) != "" {
-			return "", nil
-		}
+	if a.pgEnv() {
+		return "", nil
 	}
 	e := a.embedded()
 	url, started, err := e.Ensure(ctx)
@@ -393,16 +407,66 @@ func (a *app) db(ctx context.Context) (*pgxpool.Pool, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := db.ParsePoolConfig(cs)
+	cfg, err := a.cliPoolConfig(cs)
 	if err != nil {
 		return nil, &usageError{err: err}
 	}
-	cfg.MaxConns = cliPoolMaxConns
 	pool, err := db.OpenConfig(ctx, cfg, cs)
 	if err != nil {
 		return nil, err
 	}
 	a.pool = pool
+	return pool, nil
+}
+
+// cliPoolConfig is an operator command's pool configuration for cs. Its
+// statements run in one round trip each, with no prepared statement to
+// lose (pgx's exec mode), so a command works through a pooler in
+// transaction mode too; with database.listen_url set the pool keeps no
+// session state at all (docs/poolers.md).
+func (a *app) cliPoolConfig(cs string) (*pgxpool.Config, error) {
+	cfg, err := db.ParsePoolConfig(cs)
+	if err != nil {
+		return nil, err
+	}
+	cfg.MaxConns = cliPoolMaxConns
+	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+	if l := a.cfg.Database.ListenURL; l != "" && l != cs {
+		db.ForPoolerPool(cfg)
+	}
+	return cfg, nil
+}
+
+// sessionConnString resolves what needs a session of its own (LISTEN,
+// the migrations' advisory lock): database.listen_url when set, else the
+// database (docs/poolers.md).
+func (a *app) sessionConnString(ctx context.Context) (string, error) {
+	if l := a.cfg.Database.ListenURL; l != "" {
+		return l, nil
+	}
+	return a.connString(ctx)
+}
+
+// sessionDB opens (once) a pool whose connections are sessions of their
+// own: database.listen_url's, or the invocation's pool without one.
+func (a *app) sessionDB(ctx context.Context) (*pgxpool.Pool, error) {
+	l := a.cfg.Database.ListenURL
+	if l == "" {
+		return a.db(ctx)
+	}
+	if a.sessionPool != nil {
+		return a.sessionPool, nil
+	}
+	cfg, err := db.ParsePoolConfig(l)
+	if err != nil {
+		return nil, &usageError{err: fmt.Errorf("database.listen_url (STUDIO_DATABASE_LISTEN_URL): %w", err)}
+	}
+	cfg.MaxConns = cliPoolMaxConns
+	pool, err := db.OpenConfig(ctx, cfg, l)
+	if err != nil {
+		return nil, err
+	}
+	a.sessionPool = pool
 	return pool, nil
 }
 
@@ -421,6 +485,9 @@ type deps struct {
 	IO *streams
 	// DB opens (once) the database of this invocation.
 	DB func(context.Context) (*pgxpool.Pool, error)
+	// SessionDB opens (once) the database for what needs a session of
+	// its own (LISTEN, migrations): database.listen_url's when set.
+	SessionDB func(context.Context) (*pgxpool.Pool, error)
 	// Printer prints to IO.Out in the format and colour chosen.
 	Printer func() *output.Printer
 	// Now is the display clock (STUDIO_NOW), never a decision's.
@@ -441,6 +508,7 @@ func (a *app) deps() deps {
 	return deps{
 		IO:        &streams{In: a.stdin, Out: a.stdout, Err: a.stderr, InTTY: a.stdinTTY},
 		DB:        a.db,
+		SessionDB: a.sessionDB,
 		Printer:   a.printer,
 		Now:       a.now,
 		NowFixed:  a.nowFixed,

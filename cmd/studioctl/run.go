@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/studioctl/studioctl/internal/config"
+	"github.com/studioctl/studioctl/internal/db"
 	"github.com/studioctl/studioctl/internal/host"
 	"github.com/studioctl/studioctl/internal/jobs"
 	"github.com/studioctl/studioctl/internal/leases"
@@ -34,6 +35,8 @@ type runOptions struct {
 	// ConnString resolves the database (the embedded default is started
 	// and migrated here: migrated then says so).
 	ConnString func(context.Context) (cs string, migrated bool, err error)
+	// PGEnv: a PG* variable configures the database (database.url unset).
+	PGEnv bool
 	// Logger is the replica's logger (text on a terminal, JSON otherwise).
 	Logger *slog.Logger
 	// Signals subscribes to the signals that drain (the first) and stop
@@ -73,6 +76,12 @@ read-only database or a standby it says so, waits for a writable primary
 (readiness fails meanwhile) and starts when one answers. See
 docs/replica-start.md and docs/failover.md.
 
+Behind a connection pooler in transaction mode (PgBouncer
+pool_mode=transaction), set database.listen_url (STUDIO_DATABASE_LISTEN_URL)
+to a direct connection: the bus, the heartbeat and the migrations use it, and
+the pool keeps no session state. Without it, run refuses such a pooler
+(exit 2). See docs/poolers.md.
+
 A replica whose id belongs to a live replica refuses to start (exit 2). If
 another process takes its id over while it runs, it stops at once and exits 1.
 A closed stdout or stderr does not stop it (SIGPIPE is handled).
@@ -83,6 +92,7 @@ Logs go to stderr: text on a terminal, JSON otherwise.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Config = a.cfg
 			o.Logger = a.logger()
+			o.PGEnv = a.pgEnv()
 			o.ConnString = func(ctx context.Context) (string, bool, error) {
 				cs, err := a.connString(ctx)
 				return cs, a.migrated, err
@@ -157,6 +167,16 @@ func runRun(ctx context.Context, o *runOptions) error {
 			return usageErrorf("replica.id (STUDIO_REPLICA_ID): %v", err)
 		}
 	}
+	listen := cfg.Database.ListenURL
+	if listen != "" {
+		if _, err := db.ParseConnConfig(listen); err != nil {
+			return usageErrorf("database.listen_url (STUDIO_DATABASE_LISTEN_URL): %v", err)
+		}
+		if cfg.Database.URL == "" && !o.PGEnv {
+			return usageErrorf("database.listen_url (STUDIO_DATABASE_LISTEN_URL) is set but database.url is not: the listen URL is a direct " +
+				"connection beside a database.url that goes through a pooler (docs/poolers.md)")
+		}
+	}
 	cs, migrated, err := o.ConnString(ctx)
 	if err != nil {
 		return err
@@ -167,17 +187,18 @@ func runRun(ctx context.Context, o *runOptions) error {
 		drainDelay = host.NoDrainDelay
 	}
 	h, err := host.New(host.Options{
-		Jobs:       list,
-		Clusters:   clusters,
-		LockTable:  table,
-		ConnString: cs,
-		ID:         cfg.Replica.ID,
-		Listen:     cfg.Replica.Listen,
-		Version:    o.Version,
-		DrainDelay: drainDelay,
-		MaxConns:   cfg.Database.MaxConns,
-		Migrate:    cfg.Database.Migrate == "on" && !migrated, // the embedded default is migrated already
-		Logger:     o.Logger,
+		Jobs:             list,
+		Clusters:         clusters,
+		LockTable:        table,
+		ConnString:       cs,
+		ListenConnString: listen,
+		ID:               cfg.Replica.ID,
+		Listen:           cfg.Replica.Listen,
+		Version:          o.Version,
+		DrainDelay:       drainDelay,
+		MaxConns:         cfg.Database.MaxConns,
+		Migrate:          cfg.Database.Migrate == "on" && !migrated, // the embedded default is migrated already
+		Logger:           o.Logger,
 
 		MetricsPerJob: cfg.Metrics.PerJob, MetricsPerJobLimit: cfg.Metrics.PerJobLimit, // docs/metrics.md
 	})
@@ -189,10 +210,12 @@ func runRun(ctx context.Context, o *runOptions) error {
 	// error (docs/failover.md).
 	go h.Start(ctx)
 	err = serveUntilDone(h, sigs)
-	// A live duplicate and a lock table that does not fit are the
-	// configuration's fault (exit 2); the operator commands keep exit 1 for
-	// a missing lock table, as their scripts expect.
-	if errors.Is(err, replicas.ErrLiveDuplicate) || errors.Is(err, locks.ErrSchema) {
+	// A live duplicate, a lock table that does not fit and a pooler where a
+	// session of its own is needed are the configuration's fault (exit 2);
+	// the operator commands keep exit 1 for a missing lock table, as their
+	// scripts expect.
+	if errors.Is(err, replicas.ErrLiveDuplicate) || errors.Is(err, locks.ErrSchema) ||
+		errors.Is(err, db.ErrSharedSessions) || errors.Is(err, host.ErrListenURL) {
 		return &usageError{err: err}
 	}
 	return err

@@ -62,7 +62,8 @@ func watchList(ctx context.Context, d deps, w watchFlags, title string, load fun
 	if w.Poll <= 0 {
 		return usageErrorf("--watch-poll: must be positive, got %s", w.Poll)
 	}
-	pool, err := d.DB(ctx)
+	// The bus needs a session of its own: database.listen_url's when set.
+	pool, err := d.SessionDB(ctx)
 	if err != nil {
 		return err
 	}

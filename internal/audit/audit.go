@@ -33,6 +33,9 @@ type Queryer interface {
 
 const insertSQL = `INSERT INTO studio_audit (at, actor, action, target, reason, detail) VALUES (now(), $1, $2, $3, $4, $5)`
 
+// encodeDetail is the detail's JSON. It is sent as a string: a []byte
+// would go as bytea in pgx's exec mode (poolers, docs/poolers.md), which
+// the json column refuses.
 func encodeDetail(e Entry) ([]byte, error) {
 	if e.Detail == nil {
 		return []byte("{}"), nil
@@ -50,7 +53,7 @@ func Write(ctx context.Context, q Execer, e Entry) error {
 	if err != nil {
 		return err
 	}
-	if _, err := q.Exec(ctx, insertSQL, e.Actor, e.Action, e.Target, e.Reason, detail); err != nil {
+	if _, err := q.Exec(ctx, insertSQL, e.Actor, e.Action, e.Target, e.Reason, string(detail)); err != nil {
 		return fmt.Errorf("write audit row: %w", err)
 	}
 	return nil
@@ -64,7 +67,7 @@ func Insert(ctx context.Context, q Queryer, e Entry) (int64, error) {
 		return 0, err
 	}
 	var seq int64
-	if err := q.QueryRow(ctx, insertSQL+` RETURNING seq`, e.Actor, e.Action, e.Target, e.Reason, detail).Scan(&seq); err != nil {
+	if err := q.QueryRow(ctx, insertSQL+` RETURNING seq`, e.Actor, e.Action, e.Target, e.Reason, string(detail)).Scan(&seq); err != nil {
 		return 0, fmt.Errorf("write audit row: %w", err)
 	}
 	return seq, nil

@@ -25,6 +25,7 @@ const EnvPrefix = "STUDIO"
 // and some by flags.
 var defaults = map[string]any{
 	"database.url":             "",
+	"database.listen_url":      "",
 	"database.migrate":         "on",
 	"database.max_conns":       DefaultMaxConns,
 	"output":                   "table",
@@ -61,8 +62,12 @@ func EnvName(key string) string {
 // Config is the decoded configuration.
 type Config struct {
 	Database struct {
-		URL     string `mapstructure:"url"`
-		Migrate string `mapstructure:"migrate"`
+		URL string `mapstructure:"url"`
+		// ListenURL is a direct connection for the bus, the heartbeat and
+		// the migrations when URL goes through a pooler in transaction
+		// mode (docs/poolers.md); "" means URL.
+		ListenURL string `mapstructure:"listen_url"`
+		Migrate   string `mapstructure:"migrate"`
 		// MaxConns is the replica's pool size (docs/connections.md); Load
 		// reads and bounds it.
 		MaxConns int `mapstructure:"-"`
@@ -297,6 +302,7 @@ func Load(file string, getenv func(string) string, flags []FlagBinding) (*Config
 	// Neither libpq nor pgx takes " postgres://..." as a URL; white space
 	// around a pasted URL is never meant.
 	c.Database.URL = strings.TrimSpace(c.Database.URL)
+	c.Database.ListenURL = strings.TrimSpace(c.Database.ListenURL)
 	if c.Drain.Delay, err = Duration("drain.delay", v.Get("drain.delay"), 0, MaxDrainDelay); err != nil {
 		return nil, nil, err
 	}

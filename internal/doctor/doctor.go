@@ -36,6 +36,7 @@ const (
 	CheckSchema           = "schema"
 	CheckClock            = "clock"
 	CheckTLS              = "tls"
+	CheckPooler           = "pooler"
 	CheckBus              = "bus"
 	CheckShedlockTable    = "shedlock_table"
 	CheckStaleLocks       = "stale_locks"
@@ -109,6 +110,10 @@ type Options struct {
 	// check (only hosts, ports and TLS settings are read from it; never
 	// the password). nil skips that check.
 	ConnConfig *pgx.ConnConfig
+	// ListenConnConfig is database.listen_url's (docs/poolers.md): the
+	// bus check listens there, and the pooler check asks whether it has
+	// sessions of its own. nil: none is set.
+	ListenConnConfig *pgx.ConnConfig
 	// Now is this host's clock (STUDIO_NOW in the CLI); time.Now if nil.
 	Now func() time.Time
 	// NowFixed says Now is a fixed test clock (the clock detail says so).
@@ -151,6 +156,7 @@ var checks = []check{
 	{name: CheckSchema, run: checkSchema},
 	{name: CheckClock, run: checkClock},
 	{name: CheckTLS, offline: true, run: checkTLS},
+	{name: CheckPooler, run: checkPooler},
 	{name: CheckBus, run: checkBus},
 	{name: CheckShedlockTable, run: checkShedlockTable},
 	{name: CheckStaleLocks, run: checkStaleLocks},

@@ -121,7 +121,7 @@ func TestAHealthyDatabaseIsAllOK(t *testing.T) {
 	if len(Failed(Run(context.Background(), f.o))) != 0 {
 		t.Error("Failed is not empty")
 	}
-	if !slices.Equal(Names(), []string{"database", "schema", "clock", "tls", "bus", "shedlock_table", "stale_locks", "unknown_holders",
+	if !slices.Equal(Names(), []string{"database", "schema", "clock", "tls", "pooler", "bus", "shedlock_table", "stale_locks", "unknown_holders",
 		"crashed_replicas", "starting_replicas", "leases", "failing_jobs", "stalled_jobs", "near_timeout"}) {
 		t.Errorf("check names changed: %v", Names())
 	}

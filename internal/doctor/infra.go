@@ -365,7 +365,13 @@ func listenConn(ctx context.Context, e *env, channel string) (*pgx.Conn, error) 
 	ctx, cancel := context.WithTimeout(ctx, BusTimeout)
 	defer cancel()
 	var conn *pgx.Conn
-	if e.o.ConnConfig != nil {
+	if e.o.ListenConnConfig != nil {
+		c, err := db.Connect(ctx, e.o.ListenConnConfig.Copy(), "")
+		if err != nil {
+			return nil, err
+		}
+		conn = c
+	} else if e.o.ConnConfig != nil {
 		c, err := db.Connect(ctx, e.o.ConnConfig.Copy(), "")
 		if err != nil {
 			return nil, err
@@ -397,7 +403,7 @@ func closeConn(conn *pgx.Conn) {
 // temporary channel of its own (so no replica sees it), as the bus's
 // signals must (docs/bus.md).
 func checkBus(ctx context.Context, e *env) Result {
-	hint := "replicas would not hear drains, triggers and lease signals in time: a pooler in transaction mode (PgBouncer) drops LISTEN; connect replicas directly or in session mode"
+	hint := "replicas would not hear drains, triggers and lease signals in time: a pooler in transaction mode (PgBouncer) drops LISTEN; give the bus a direct connection with database.listen_url (docs/poolers.md), or use session mode"
 	b := make([]byte, 8)
 	rand.Read(b)
 	channel := "studio_doctor_" + hex.EncodeToString(b)

@@ -74,13 +74,18 @@ var ErrInterrupted = errors.New("stopped at once by a second signal")
 // Options configure a Host.
 type Options struct {
 	ConnString string // "" means the PG* environment
-	ID         string // replica id; DefaultID when empty
-	Listen     string // HTTP address; 127.0.0.1:0 picks a free port
-	Version    string
-	DrainDelay time.Duration // 0 (unset): DefaultDrainDelay; NoDrainDelay (any negative value): none
-	MaxConns   int           // the pool's size (database.max_conns); 0: poolMaxConns
-	Migrate    bool
-	Logger     *slog.Logger
+	// ListenConnString (database.listen_url) is a direct connection for
+	// what needs a session of its own: the bus, the heartbeat and the
+	// migrations, while the pool goes through ConnString, which may be a
+	// pooler in transaction mode (docs/poolers.md). "": ConnString.
+	ListenConnString string
+	ID               string // replica id; DefaultID when empty
+	Listen           string // HTTP address; 127.0.0.1:0 picks a free port
+	Version          string
+	DrainDelay       time.Duration // 0 (unset): DefaultDrainDelay; NoDrainDelay (any negative value): none
+	MaxConns         int           // the pool's size (database.max_conns); 0: poolMaxConns
+	Migrate          bool
+	Logger           *slog.Logger
 
 	// Jobs from the configuration; the built-in studio-housekeeping job is
 	// added unless NoHousekeeping.
@@ -254,6 +259,11 @@ func (h *Host) start(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	// A separate listen URL says the pool may go through a pooler in
+	// transaction mode: the pool then keeps no session state.
+	if h.pooledByConfig() {
+		db.ForPoolerPool(pcfg)
+	}
 	pcfg.MaxConns = poolMaxConns
 	if h.o.MaxConns > 0 {
 		pcfg.MaxConns = int32(h.o.MaxConns)
@@ -263,6 +273,10 @@ func (h *Host) start(ctx context.Context) (err error) {
 	}
 	// Nothing is written until a server accepts writes (writable.go).
 	if err := h.awaitWritable(ctx, h.runCtx, pcfg); err != nil {
+		return err
+	}
+	// What needs a session of its own must have one (poolers.go).
+	if err := h.checkSessions(ctx, pcfg); err != nil {
 		return err
 	}
 	h.pool, err = db.OpenConfig(ctx, pcfg, h.o.ConnString)
@@ -277,7 +291,7 @@ func (h *Host) start(ctx context.Context) (err error) {
 		return err
 	}
 	if h.o.Migrate {
-		if _, err := migrate.Up(ctx, h.pool); err != nil {
+		if err := h.migrate(ctx); err != nil {
 			return err
 		}
 	} else if err := migrate.CheckNotNewer(ctx, h.pool); err != nil {
@@ -321,16 +335,16 @@ func (h *Host) start(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	ccfg, err := db.ParseConnConfig(h.o.ConnString)
+	ccfg, err := db.ParseConnConfig(h.sessionConnString())
 	if err != nil {
 		return err
 	}
-	lcfg, err := db.ParseConnConfig(h.o.ConnString)
+	lcfg, err := db.ParseConnConfig(h.sessionConnString())
 	if err != nil {
 		return err
 	}
 	// (4) Register, and heartbeat. From here on a failure records stopped.
-	h.registry = replicas.NewRegistry(ccfg, h.o.ConnString, replicas.Options{
+	h.registry = replicas.NewRegistry(ccfg, h.sessionConnString(), replicas.Options{
 		ID: h.o.ID, Version: h.o.Version, HTTPAddr: h.Addr(), HeartbeatEvery: h.o.HeartbeatEvery, Logger: h.log,
 		Clock:  h.o.Clock, // its offset from database time sets the runner's timers
 		OnBeat: h.onBeat,
@@ -352,7 +366,7 @@ func (h *Host) start(ctx context.Context) (err error) {
 		return err
 	}
 	// (5) The bus, the run store, the runner, the control requests, HTTP.
-	h.listener = bus.NewListener(lcfg, h.o.ConnString, bus.Options{
+	h.listener = bus.NewListener(lcfg, h.sessionConnString(), bus.Options{
 		Logger: h.log, Handler: h.onMessage, OnResync: h.onResync,
 		PingEvery: h.o.BusPingEvery, PingTimeout: h.o.BusPingTimeout,
 	})
@@ -411,7 +425,7 @@ func (h *Host) newRunner() (err error) {
 		Clock: h.o.Clock, Logger: h.log, Metrics: h.metrics, ShutdownWait: h.o.ShutdownWait,
 		Schedules: jobstore.NewSchedules(h.pool), Offset: h.clockOffset,
 		PerJobMetrics: h.o.MetricsPerJob, PerJobMetricsLimit: h.o.MetricsPerJobLimit,
-		Secrets: []string{h.pool.Config().ConnConfig.Password}, // from the URL, PGPASSWORD or the passfile
+		Secrets: h.secrets(), // from the URLs, PGPASSWORD or the passfile
 	})
 	return err
 }

@@ -51,12 +51,19 @@ func Metric(addr, name string) (float64, error) {
 // the children's environment, and returns stdout, stderr and the exit code.
 func (b *Binary) Run(t testing.TB, dbURL string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
+	return b.RunEnv(t, []string{"STUDIO_DATABASE_URL=" + dbURL}, args...)
+}
+
+// RunEnv is Run with the environment settings env (STUDIO_DATABASE_URL
+// and any other) instead of a URL.
+func (b *Binary) RunEnv(t testing.TB, env []string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), ExitTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, b.Path, args...)
 	cmd.Dir = dir
-	cmd.Env = b.Env(dir, "STUDIO_DATABASE_URL="+dbURL)
+	cmd.Env = b.Env(dir, env...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()

@@ -28,7 +28,7 @@ const prSetDumpable = 4
 // secretEnv names the variables whose values ProtectSecrets overwrites in
 // the process's initial environment: those that carry a database
 // connection or its password (docs/jobs-processes.md).
-var secretEnv = []string{"STUDIO_DATABASE_URL", "DATABASE_URL", "PGPASSWORD"}
+var secretEnv = []string{"STUDIO_DATABASE_URL", "STUDIO_DATABASE_LISTEN_URL", "DATABASE_URL", "PGPASSWORD"}
 
 // protectOnce makes ProtectSecrets act once per process: what it changes
 // (the process's dumpable flag and its initial environment) belongs to the

@@ -1,0 +1,179 @@
+package host
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/studioctl/studioctl/internal/db"
+	"github.com/studioctl/studioctl/internal/migrate"
+)
+
+// Poolers (docs/poolers.md). The bus (LISTEN), the heartbeat (its session
+// is the replica's incarnation) and the migrations (a session advisory
+// lock) need a session of their own. The pool needs none: behind a pooler
+// in transaction mode it runs without session state (db.ForPooler), and
+// database.listen_url gives the rest a direct connection.
+
+// ErrListenURL marks a database.listen_url that does not reach the
+// database database.url reaches (exit 2).
+var ErrListenURL = errors.New("database.listen_url (STUDIO_DATABASE_LISTEN_URL) does not reach the database of database.url")
+
+// configError is a configuration the replica refuses: its text says
+// what and how to fix it, and errors.Is finds err (exit 2).
+type configError struct {
+	err error
+	msg string
+}
+
+func (e *configError) Error() string { return e.msg }
+func (e *configError) Unwrap() error { return e.err }
+
+// sameDatabaseTimeout bounds the wait for the NOTIFY that proves both URLs
+// reach one database.
+const sameDatabaseTimeout = 5 * time.Second
+
+// sessionConnString is the connection string of what needs a session of
+// its own: database.listen_url when set, else database.url.
+func (h *Host) sessionConnString() string {
+	if h.o.ListenConnString != "" {
+		return h.o.ListenConnString
+	}
+	return h.o.ConnString
+}
+
+// pooledByConfig: a listen URL of its own says the pool may go through a
+// pooler in transaction mode, found by SharesSessions or not.
+func (h *Host) pooledByConfig() bool {
+	return h.o.ListenConnString != "" && h.o.ListenConnString != h.o.ConnString
+}
+
+// scrub hides the passwords of both URLs in err's text.
+func (h *Host) scrub(err error) error {
+	err = db.Scrub(err, h.o.ConnString)
+	if h.o.ListenConnString != "" {
+		err = db.Scrub(err, h.o.ListenConnString)
+	}
+	return err
+}
+
+// checkSessions refuses, before anything is written, a pool URL that goes
+// through a pooler in transaction mode without a listen URL, a listen URL
+// that goes through one, and a listen URL that reaches another database.
+func (h *Host) checkSessions(ctx context.Context, pcfg *pgxpool.Config) error {
+	shared, err := db.SharesSessions(ctx, pcfg.ConnConfig, h.o.ConnString)
+	if err != nil {
+		return err
+	}
+	if shared && !h.pooledByConfig() {
+		return &configError{err: db.ErrSharedSessions, msg: fmt.Sprintf("database.url (STUDIO_DATABASE_URL) reaches %s through a connection pooler "+
+			"in transaction or statement mode (PgBouncer pool_mode=transaction), where LISTEN, session advisory locks and session settings "+
+			"do not work, and the replica needs them for its bus, its heartbeat and its migrations; set database.listen_url "+
+			"(STUDIO_DATABASE_LISTEN_URL) to a direct connection to PostgreSQL (or to a pooler in session mode) and keep database.url on "+
+			"the pooler, or use pool_mode=session (docs/poolers.md)", db.Describe(pcfg.ConnConfig))}
+	}
+	if h.o.ListenConnString == "" {
+		return nil
+	}
+	lcfg, err := db.ParseConnConfig(h.o.ListenConnString)
+	if err != nil {
+		return fmt.Errorf("database.listen_url (STUDIO_DATABASE_LISTEN_URL): %w", err)
+	}
+	lshared, err := db.SharesSessions(ctx, lcfg, h.o.ListenConnString)
+	if err != nil {
+		return err
+	}
+	if lshared {
+		return &configError{err: db.ErrSharedSessions, msg: fmt.Sprintf("database.listen_url (STUDIO_DATABASE_LISTEN_URL) reaches %s through a "+
+			"connection pooler in transaction or statement mode; it must be a direct connection to PostgreSQL (or a pooler in session "+
+			"mode): the bus, the heartbeat and the migrations need a session of their own (docs/poolers.md)", db.Describe(lcfg))}
+	}
+	if err := sameDatabase(ctx, pcfg, lcfg, h.o.ConnString, h.o.ListenConnString); err != nil {
+		return err
+	}
+	mode := "a session of its own"
+	if shared {
+		mode = "a pooler in transaction mode"
+	}
+	h.log.Info("the pool keeps no session state; the bus, the heartbeat and the migrations use database.listen_url",
+		"database", db.Describe(pcfg.ConnConfig), "pool_sessions", mode, "listen", db.Describe(lcfg))
+	return nil
+}
+
+// sameDatabase proves that both URLs reach one database: a NOTIFY sent
+// through the pool's URL must reach a LISTEN on the listen URL. Only that
+// makes the bus hear what the pool's transactions send.
+func sameDatabase(ctx context.Context, pcfg *pgxpool.Config, lcfg *pgx.ConnConfig, cs, lcs string) error {
+	ctx, cancel := context.WithTimeout(ctx, db.ConnectTimeout+sameDatabaseTimeout)
+	defer cancel()
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	channel := "studio_probe_" + hex.EncodeToString(b)
+	lconn, err := db.Connect(ctx, lcfg.Copy(), lcs)
+	if err != nil {
+		return err
+	}
+	defer lconn.Close(context.WithoutCancel(ctx))
+	if _, err := lconn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
+		return db.Scrub(fmt.Errorf("database.listen_url (STUDIO_DATABASE_LISTEN_URL): listen: %w", err), lcs)
+	}
+	pconfig := pcfg.ConnConfig.Copy()
+	pconn, err := db.Connect(ctx, pconfig, cs)
+	if err != nil {
+		return err
+	}
+	defer pconn.Close(context.WithoutCancel(ctx))
+	if _, err := pconn.Exec(ctx, `SELECT pg_notify($1, '')`, channel); err != nil {
+		return db.Scrub(fmt.Errorf("database.url: notify: %w", err), cs)
+	}
+	wctx, wcancel := context.WithTimeout(ctx, sameDatabaseTimeout)
+	defer wcancel()
+	if _, err := lconn.WaitForNotification(wctx); err != nil {
+		if wctx.Err() != nil {
+			return &configError{err: ErrListenURL, msg: fmt.Sprintf("%s: a NOTIFY sent through database.url (%s) did not reach a LISTEN on "+
+				"database.listen_url (%s) within %s; both must reach the same PostgreSQL database (docs/poolers.md)",
+				ErrListenURL, db.Describe(pconfig), db.Describe(lcfg), sameDatabaseTimeout)}
+		}
+		return db.Scrub(fmt.Errorf("database.listen_url (STUDIO_DATABASE_LISTEN_URL): %w", err), lcs)
+	}
+	return nil
+}
+
+// migrate applies the migrations over a session of their own: goose holds
+// a session advisory lock while it migrates.
+func (h *Host) migrate(ctx context.Context) error {
+	if h.o.ListenConnString == "" {
+		_, err := migrate.Up(ctx, h.pool)
+		return err
+	}
+	cfg, err := db.ParsePoolConfig(h.o.ListenConnString)
+	if err != nil {
+		return fmt.Errorf("database.listen_url (STUDIO_DATABASE_LISTEN_URL): %w", err)
+	}
+	cfg.MaxConns = 2 // goose's lock session and its migrations
+	pool, err := db.OpenConfig(ctx, cfg, h.o.ListenConnString)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	_, err = migrate.Up(ctx, pool)
+	return err
+}
+
+// secrets are the passwords a job's output must never show: the pool's and
+// the listen URL's, wherever they came from (URL, PGPASSWORD, passfile).
+func (h *Host) secrets() []string {
+	out := []string{h.pool.Config().ConnConfig.Password}
+	if h.o.ListenConnString != "" {
+		if cfg, err := db.ParseConnConfig(h.o.ListenConnString); err == nil && cfg.Password != "" {
+			out = append(out, cfg.Password)
+		}
+	}
+	return out
+}

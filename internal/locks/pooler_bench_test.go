@@ -1,0 +1,72 @@
+package locks
+
+import (
+	"context"
+	"syscall"
+	"testing"
+
+	"github.com/studioctl/studioctl/internal/db"
+	"github.com/studioctl/studioctl/internal/pgbouncer"
+	"github.com/studioctl/studioctl/internal/pgtest"
+)
+
+// BenchmarkAcquireUnlockThroughPoolers sets the lock cycle of
+// BenchmarkAcquireUnlock (one connection, pgx's statement cache) beside
+// the same cycle in the exec mode a pool uses behind a pooler
+// (db.ForPooler, docs/poolers.md), directly and through PgBouncer in
+// session and transaction mode, all in one run on one server: what the
+// pooler's hop and the unprepared statements cost per cycle.
+//
+//	go test -run '^$' -bench BenchmarkAcquireUnlockThroughPoolers -benchtime 5s -count 3 ./internal/locks
+func BenchmarkAcquireUnlockThroughPoolers(b *testing.B) {
+	direct := pgtest.NewDB(b)
+	session := pgbouncer.ForTest(b, pgbouncer.Session, 2)
+	transaction := pgbouncer.ForTest(b, pgbouncer.Transaction, 2)
+	for _, c := range []struct {
+		name   string
+		url    string
+		pooled bool
+	}{
+		{"direct/statement-cache", direct, false},
+		{"direct/exec", direct, true},
+		{"pgbouncer-session/statement-cache", session.Through(b, direct), false},
+		{"pgbouncer-transaction/exec", transaction.Through(b, direct), true},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			ctx := context.Background()
+			var trips benchRoundTrips
+			cfg, err := db.ParsePoolConfig(c.url)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if c.pooled {
+				db.ForPoolerPool(cfg)
+			}
+			cfg.MaxConns = 1
+			cfg.ConnConfig.DialFunc = trips.dial
+			pool, err := db.OpenConfig(ctx, cfg, c.url)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer pool.Close()
+			p := benchProvider(b, pool, "bench-replica-1")
+			const name = "bench-pooler-cycle"
+			if err := benchCycle(ctx, p, name); err != nil {
+				b.Fatal(err)
+			}
+			trips.reset()
+			b.ReportAllocs()
+			var before, after syscall.Rusage
+			syscall.Getrusage(syscall.RUSAGE_SELF, &before)
+			for b.Loop() {
+				if err := benchCycle(ctx, p, name); err != nil {
+					b.Fatal(err)
+				}
+			}
+			syscall.Getrusage(syscall.RUSAGE_SELF, &after)
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "cycles/s")
+			b.ReportMetric(float64(trips.trips.Load())/float64(b.N), "roundtrips/cycle")
+			b.ReportMetric((benchMicros(before.Utime, after.Utime)+benchMicros(before.Stime, after.Stime))/float64(b.N), "client-us/cycle")
+		})
+	}
+}
