@@ -123,7 +123,7 @@ const (
 )
 
 // metrics.per_job_limit: per-job series up to 1,000 jobs by default (about
-// 15,000 series, a 2 MB scrape once every job has run); the maximum is only
+// 15,000 series, a 1 MB scrape once every job has run); the maximum is only
 // a sanity bound (docs/metrics.md).
 const (
 	DefaultPerJobLimit = 1000

@@ -21,7 +21,7 @@ const (
 	PerJobOff  = "off"
 	// DefaultPerJobLimit is metrics.per_job_limit's default: per-job series
 	// at 1,000 jobs are about 15,000 series once every job has run, a
-	// scrape of 2 MB; at 10,000 they are ten times that (docs/metrics.md).
+	// scrape of 1 MB; at 10,000 they are ten times that (docs/metrics.md).
 	DefaultPerJobLimit = 1000
 )
 
