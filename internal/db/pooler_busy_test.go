@@ -1,0 +1,75 @@
+package db_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/studioctl/studioctl/internal/db"
+	"github.com/studioctl/studioctl/internal/pgbouncer"
+	"github.com/studioctl/studioctl/internal/pgtest"
+)
+
+// TestSharesSessionsFindsABusyTransactionPooler: other clients keep the
+// transaction pooler's server connections busy (as the other replicas and
+// applications of a real deployment do); SharesSessions must still find
+// the pooler every time. (The pid test alone missed it about one time in
+// three with two server connections.) A busy session pooler is still one
+// of sessions of their own.
+func TestSharesSessionsFindsABusyTransactionPooler(t *testing.T) {
+	direct := pgtest.NewDB(t)
+	for _, c := range []struct {
+		mode       string
+		size, busy int
+		want       bool
+	}{{pgbouncer.Transaction, 2, 4, true}, {pgbouncer.Transaction, 4, 8, true}, {pgbouncer.Session, 8, 4, false}} {
+		size := c.size
+		b := pgbouncer.ForTest(t, c.mode, size)
+		url := b.Through(t, direct)
+		cfg, err := db.ParseConnConfig(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The busy clients stop between statements: a cancel request
+		// racing PgBouncer's shutdown can keep it from stopping.
+		var stop atomic.Bool
+		ctx := context.Background()
+		var wg sync.WaitGroup
+		for range c.busy {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				c := cfg.Copy()
+				db.ForPooler(c)
+				conn, err := db.Connect(ctx, c, url)
+				if err != nil {
+					return
+				}
+				defer conn.Close(context.Background())
+				for !stop.Load() {
+					conn.Exec(ctx, `SELECT pg_sleep(0.003)`)
+				}
+			}()
+		}
+		missed := 0
+		const tries = 30
+		for range tries {
+			sctx, scancel := context.WithTimeout(context.Background(), 20*time.Second)
+			got, err := db.SharesSessions(sctx, cfg, url)
+			scancel()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != c.want {
+				missed++
+			}
+		}
+		stop.Store(true)
+		wg.Wait()
+		if missed > 0 {
+			t.Errorf("%s mode, pool_size %d with %d busy clients: SharesSessions was not %v %d times in %d", c.mode, size, c.busy, c.want, missed, tries)
+		}
+	}
+}
