@@ -177,3 +177,39 @@ func (h *Host) secrets() []string {
 	}
 	return out
 }
+
+// errSessionSource: a sql job's task never takes a connection of its
+// database handle; it opens one of its own from Config.
+var errSessionSource = errors.New("sql jobs open connections of their own (database.listen_url)")
+
+// sessionSource is the database of sql jobs when database.listen_url is
+// set: their connections are opened from the listen URL, so each run has
+// a server session of its own that ends with the run, as
+// docs/jobs-sql.md promises. Through a pooler in transaction mode,
+// closing the job's connection would not end its server session:
+// whatever the text set (SET, SET ROLE, default_transaction_read_only, a
+// session advisory lock, anything after a COMMIT in the text) would stay
+// on a server session the replica's own pool and other clients get next.
+type sessionSource struct{ cfg *pgxpool.Config }
+
+// Config is what tasks.SQL opens its connection from (a copy: the task
+// changes it).
+func (s sessionSource) Config() *pgxpool.Config { return s.cfg.Copy() }
+
+// Begin is never called by tasks.SQL (see errSessionSource).
+func (s sessionSource) Begin(context.Context) (pgx.Tx, error) { return nil, errSessionSource }
+
+// sqlJobsDB is the database handle sql jobs are bound to: the pool, or,
+// with database.listen_url, a sessionSource on it.
+func (h *Host) sqlJobsDB() (interface {
+	Begin(context.Context) (pgx.Tx, error)
+}, error) {
+	if !h.pooledByConfig() {
+		return h.pool, nil
+	}
+	cfg, err := db.ParsePoolConfig(h.o.ListenConnString)
+	if err != nil {
+		return nil, fmt.Errorf("database.listen_url (STUDIO_DATABASE_LISTEN_URL): %w", err)
+	}
+	return sessionSource{cfg: cfg}, nil
+}
