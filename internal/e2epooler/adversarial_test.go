@@ -94,3 +94,73 @@ WHERE job_id IN ('read-only', 'after-commit', 'victim') AND outcome = 'succeeded
 		return nil
 	})
 }
+
+// TestSessionCommandsRefuseATransactionPooler: `migrate up` (goose's
+// session advisory lock) and `events` (LISTEN) need a session of their
+// own. Through PgBouncer in transaction mode without database.listen_url,
+// three concurrent `migrate up` of an empty database ran their
+// migrations at once (duplicate key in pg_type), failed with "failed to
+// unlock session", or left goose's advisory lock on a server session of
+// the pooler, where it made later migrations wait; `events --follow`
+// said "listening on the bus" and never printed a message. Both must
+// refuse (exit 2), naming database.listen_url, and leave nothing behind.
+func TestSessionCommandsRefuseATransactionPooler(t *testing.T) {
+	direct := pgtest.NewEmptyDB(t)
+	b := pgbouncer.ForTest(t, pgbouncer.Transaction, 3)
+	pooled := withPassword(b.Through(t, direct))
+	pool := testPool(t, direct)
+	env := []string{"STUDIO_DATABASE_URL=" + pooled}
+	type result struct {
+		out  string
+		code int
+	}
+	results := make(chan result, 3)
+	for range 3 {
+		go func() {
+			out, errOut, code := studioctlBin.RunEnv(t, env, "migrate", "up")
+			results <- result{out + errOut, code}
+		}()
+	}
+	for range 3 {
+		r := <-results
+		if r.code != 2 || !strings.Contains(r.out, "database.listen_url (STUDIO_DATABASE_LISTEN_URL)") || strings.Contains(r.out, secret) {
+			t.Errorf("migrate up through the transaction pooler: exit %d, want 2 naming database.listen_url without the password:\n%s", r.code, r.out)
+		}
+	}
+	if n := count(t, pool, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`); n != 0 {
+		t.Errorf("%d advisory locks left on the database after migrate up through the pooler", n)
+	}
+	// With the listen URL, migrate up migrates over it.
+	lenv := append(env, "STUDIO_DATABASE_LISTEN_URL="+withPassword(direct))
+	operator(t, lenv, "migrate", "up")
+
+	out, errOut, code := studioctlBin.RunEnv(t, env, "events", "--wait", "2s")
+	if code != 2 || !strings.Contains(out+errOut, "database.listen_url (STUDIO_DATABASE_LISTEN_URL)") || strings.Contains(out+errOut, secret) {
+		t.Errorf("events through the transaction pooler: exit %d, want 2 naming database.listen_url without the password:\n%s%s", code, out, errOut)
+	}
+	// With the listen URL, events hears a NOTIFY sent through the pooler.
+	done := make(chan result, 1)
+	go func() {
+		out, errOut, code := studioctlBin.RunEnv(t, lenv, "events", "--wait", "20s", "--count", "1", "-o", "json")
+		done <- result{out + errOut, code}
+	}()
+	pooledPool := testPool(t, b.Through(t, direct))
+	var r result
+	replicaproc.Eventually(t, 20*time.Second, "events to print a NOTIFY sent through the pooler", func() error {
+		select {
+		case r = <-done:
+			return nil
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), queryTimeout)
+		defer cancel()
+		_, err := pooledPool.Exec(ctx, `SELECT pg_notify('studio', '{"v":1,"type":"signal","kind":"probe"}')`)
+		if err != nil {
+			return err
+		}
+		return fmt.Errorf("no message yet")
+	})
+	if r.code != 0 || !strings.Contains(r.out, `"probe"`) {
+		t.Errorf("events with the listen URL: exit %d:\n%s", r.code, r.out)
+	}
+}
