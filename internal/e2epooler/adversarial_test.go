@@ -164,3 +164,50 @@ func TestSessionCommandsRefuseATransactionPooler(t *testing.T) {
 		t.Errorf("events with the listen URL: exit %d:\n%s", r.code, r.out)
 	}
 }
+
+// TestAReadOnlyListenURLWaitsForAWritablePrimary: a replica that reaches
+// only a read-only server waits at start (docs/failover.md), and the
+// heartbeat registers over database.listen_url. A listen URL that
+// reaches a standby (here: a role whose default_transaction_read_only is
+// on, which the check reads the same way) exited 1 at once ("cannot
+// execute LISTEN during recovery") while database.url on a standby
+// waits. It must wait, claim nothing, fail /readyz, and start once the
+// listen URL's server accepts writes.
+func TestAReadOnlyListenURLWaitsForAWritablePrimary(t *testing.T) {
+	direct := pgtest.NewDB(t)
+	pool := testPool(t, direct)
+	ctx := context.Background()
+	role := "ro_listen_" + strings.ToLower(strings.ReplaceAll(time.Now().Format("150405.000000"), ".", ""))
+	if _, err := pool.Exec(ctx, `CREATE ROLE `+role+` LOGIN SUPERUSER`); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pool.Exec(context.Background(), `DROP ROLE IF EXISTS `+role) })
+	if _, err := pool.Exec(ctx, `ALTER ROLE `+role+` SET default_transaction_read_only = on`); err != nil {
+		t.Fatal(err)
+	}
+	listen := strings.Replace(direct, "postgres://postgres@", "postgres://"+role+":"+secret+"@", 1)
+	b := pgbouncer.ForTest(t, pgbouncer.Transaction, 3)
+	p := studioctlBin.Start(t, replicaproc.Options{
+		ID: "ro-listen", DatabaseURL: withPassword(b.Through(t, direct)), FailOnRace: true,
+		Env: []string{"STUDIO_DATABASE_LISTEN_URL=" + listen},
+	})
+	replicaproc.Eventually(t, exitWithin, "the replica to wait for a writable listen URL", func() error {
+		if p.Exited() {
+			t.Fatalf("the replica exited %d instead of waiting:\n%s", p.State().ExitCode(), lastLines(p.Stderr(), 5))
+		}
+		if !p.Logged("waiting for a writable primary") {
+			return fmt.Errorf("not waiting yet")
+		}
+		return nil
+	})
+	if n := count(t, pool, `SELECT count(*) FROM studio_replica`); n != 0 {
+		t.Errorf("%d replica rows while waiting, want 0", n)
+	}
+	if _, err := pool.Exec(ctx, `ALTER ROLE `+role+` RESET default_transaction_read_only`); err != nil {
+		t.Fatal(err)
+	}
+	p.WaitReady(t)
+	if strings.Contains(p.Stderr(), secret) {
+		t.Error("the replica logged the password")
+	}
+}
