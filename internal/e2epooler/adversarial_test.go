@@ -211,3 +211,35 @@ func TestAReadOnlyListenURLWaitsForAWritablePrimary(t *testing.T) {
 		t.Error("the replica logged the password")
 	}
 }
+
+// TestListenURLMistakesNameTheKey: a listen URL equal to a pooled
+// database.url was refused with "set database.listen_url", which is set;
+// an unreachable listen URL failed with a connection error that did not
+// say which of the two URLs it was. Both must name database.listen_url:
+// the first is a configuration (exit 2), the second an unreachable
+// database (exit 1).
+func TestListenURLMistakesNameTheKey(t *testing.T) {
+	direct := pgtest.NewDB(t)
+	b := pgbouncer.ForTest(t, pgbouncer.Transaction, 3)
+	pooled := withPassword(b.Through(t, direct))
+	closed := withPassword(strings.Replace(b.Through(t, direct), fmt.Sprintf(":%d/", b.Port), ":1/", 1))
+	for _, c := range []struct {
+		name, listen string
+		code         int
+		want         string
+	}{
+		{"the pooled url itself", pooled, 2, "database.listen_url (STUDIO_DATABASE_LISTEN_URL) is database.url itself"},
+		{"a closed port", closed, 1, "database.listen_url (STUDIO_DATABASE_LISTEN_URL): "},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := studioctlBin.Start(t, replicaproc.Options{ID: "listen-mistake", DatabaseURL: pooled,
+				Env: []string{"STUDIO_DATABASE_LISTEN_URL=" + c.listen}, FailOnRace: true})
+			if code := p.WaitExit(t, exitWithin); code != c.code {
+				t.Errorf("run exited %d, want %d", code, c.code)
+			}
+			if out := p.Stderr(); !strings.Contains(out, c.want) || strings.Contains(out, secret) {
+				t.Errorf("run does not say %q, or shows the password:\n%s", c.want, out)
+			}
+		})
+	}
+}

@@ -71,6 +71,12 @@ func (h *Host) checkSessions(ctx context.Context, pcfg *pgxpool.Config) error {
 	if err != nil {
 		return err
 	}
+	if shared && h.o.ListenConnString != "" && !h.pooledByConfig() {
+		return &configError{err: db.ErrSharedSessions, msg: fmt.Sprintf("database.listen_url (STUDIO_DATABASE_LISTEN_URL) is database.url itself, "+
+			"which reaches %s through a connection pooler in transaction or statement mode (PgBouncer pool_mode=transaction); set "+
+			"database.listen_url to a direct connection to PostgreSQL (or to a pooler in session mode) and keep database.url on the pooler "+
+			"(docs/poolers.md)", db.Describe(pcfg.ConnConfig))}
+	}
 	if shared && !h.pooledByConfig() {
 		return &configError{err: db.ErrSharedSessions, msg: fmt.Sprintf("database.url (STUDIO_DATABASE_URL) reaches %s through a connection pooler "+
 			"in transaction or statement mode (PgBouncer pool_mode=transaction), where LISTEN, session advisory locks and session settings "+
@@ -87,7 +93,8 @@ func (h *Host) checkSessions(ctx context.Context, pcfg *pgxpool.Config) error {
 	}
 	lshared, err := db.SharesSessions(ctx, lcfg, h.o.ListenConnString)
 	if err != nil {
-		return err
+		// An unreachable listen URL is a failure (exit 1), named.
+		return fmt.Errorf("database.listen_url (STUDIO_DATABASE_LISTEN_URL): %w", err)
 	}
 	if lshared {
 		return &configError{err: db.ErrSharedSessions, msg: fmt.Sprintf("database.listen_url (STUDIO_DATABASE_LISTEN_URL) reaches %s through a "+

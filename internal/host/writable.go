@@ -140,7 +140,7 @@ func (h *Host) checkListenWritable(ctx context.Context) (string, error) {
 		if db.IsReadOnly(err) {
 			return "database.listen_url: " + err.Error(), nil
 		}
-		return "", err
+		return "", fmt.Errorf("database.listen_url (STUDIO_DATABASE_LISTEN_URL): %w", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	ro, err := db.ReadOnly(ctx, conn)
