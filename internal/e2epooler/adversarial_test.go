@@ -3,11 +3,14 @@ package e2epooler
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/studioctl/studioctl/internal/pgbouncer"
 	"github.com/studioctl/studioctl/internal/pgtest"
@@ -241,5 +244,33 @@ func TestListenURLMistakesNameTheKey(t *testing.T) {
 				t.Errorf("run does not say %q, or shows the password:\n%s", c.want, out)
 			}
 		})
+	}
+}
+
+// TestDoctorWarnsOfTimeoutsThePooledSessionsCannotPin: a replica pins
+// statement_timeout, lock_timeout and idle_in_transaction_session_timeout
+// to 0 on every session it opens (db.pinnedSettings: a sql job could set
+// a role default of 1ms), but behind a transaction pooler its pool runs
+// without that SET (db.ForPooler). With ALTER DATABASE ... SET
+// statement_timeout = '1ms' a replica through the pooler exited 1 at
+// start ("check lock table shedlock: canceling statement due to statement
+// timeout"), where a direct one runs. The fix is the pooler's
+// (connect_query); doctor must say so instead of reporting ok.
+func TestDoctorWarnsOfTimeoutsThePooledSessionsCannotPin(t *testing.T) {
+	direct := pgtest.NewDB(t)
+	pool := testPool(t, direct)
+	u, err := url.Parse(direct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := strings.TrimPrefix(u.Path, "/")
+	if _, err := pool.Exec(context.Background(), `ALTER DATABASE `+pgx.Identifier{name}.Sanitize()+` SET statement_timeout = '5min'`); err != nil {
+		t.Fatal(err)
+	}
+	b := pgbouncer.ForTest(t, pgbouncer.Transaction, 3)
+	env := []string{"STUDIO_DATABASE_URL=" + withPassword(b.Through(t, direct)), "STUDIO_DATABASE_LISTEN_URL=" + withPassword(direct)}
+	status, detail, _ := doctorCheck(t, env, "pooler")
+	if status != "warn" || !strings.Contains(detail, "statement_timeout=5min") {
+		t.Errorf("doctor pooler: %s %q, want warn naming statement_timeout=5min", status, detail)
 	}
 }
