@@ -2,6 +2,7 @@ package e2epooler
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/url"
 	"os"
@@ -272,5 +273,31 @@ func TestDoctorWarnsOfTimeoutsThePooledSessionsCannotPin(t *testing.T) {
 	status, detail, _ := doctorCheck(t, env, "pooler")
 	if status != "warn" || !strings.Contains(detail, "statement_timeout=5min") {
 		t.Errorf("doctor pooler: %s %q, want warn naming statement_timeout=5min", status, detail)
+	}
+}
+
+// TestDoctorSaysAListenURLOfAnotherDatabaseIsOne: run refuses a listen
+// URL that reaches another database (TestABadListenURLIsRefused); doctor
+// failed its bus check there with the hint of a transaction pooler
+// ("give the bus a direct connection with database.listen_url"), which is
+// what the operator had done. It must say that the two URLs must reach
+// one database.
+func TestDoctorSaysAListenURLOfAnotherDatabaseIsOne(t *testing.T) {
+	direct := pgtest.NewDB(t)
+	other := pgtest.NewDB(t)
+	b := pgbouncer.ForTest(t, pgbouncer.Transaction, 3)
+	env := []string{"STUDIO_DATABASE_URL=" + withPassword(b.Through(t, direct)), "STUDIO_DATABASE_LISTEN_URL=" + withPassword(other)}
+	out, errOut, _ := studioctlBin.RunEnv(t, env, "doctor", "-o", "json")
+	if strings.Contains(out+errOut, secret) {
+		t.Error("doctor shows the password")
+	}
+	var rs []struct{ Check, Status, Detail, Hint string }
+	if err := json.Unmarshal([]byte(out), &rs); err != nil {
+		t.Fatalf("doctor -o json: %v\n%s%s", err, out, errOut)
+	}
+	for _, r := range rs {
+		if r.Check == "bus" && (r.Status != "fail" || !strings.Contains(r.Hint, "same PostgreSQL database")) {
+			t.Errorf("doctor bus: %s %q, hint %q: want fail saying both URLs must reach the same database", r.Status, r.Detail, r.Hint)
+		}
 	}
 }
