@@ -2,6 +2,7 @@ package db_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -71,5 +72,39 @@ func TestSharesSessionsFindsABusyTransactionPooler(t *testing.T) {
 		if missed > 0 {
 			t.Errorf("%s mode, pool_size %d with %d busy clients: SharesSessions was not %v %d times in %d", c.mode, size, c.busy, c.want, missed, tries)
 		}
+	}
+}
+
+// TestAStarvedSessionPoolerIsNamed: PgBouncer in session mode with every
+// server connection held by other clients accepts a new client and then
+// never answers it. The replica failed after the connect timeout with
+// "AfterConnect error: set session defaults: timeout: context deadline
+// exceeded", which does not say why. The error must point at the pooler's
+// pool size.
+func TestAStarvedSessionPoolerIsNamed(t *testing.T) {
+	direct := pgtest.NewDB(t)
+	b := pgbouncer.ForTest(t, pgbouncer.Session, 1)
+	url := b.Through(t, direct)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg, err := db.ParseConnConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder, err := db.Connect(ctx, cfg.Copy(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close(context.Background())
+	// The replica's start bounds it with a context (db.ConnectTimeout).
+	sctx, scancel := context.WithTimeout(ctx, 2*time.Second)
+	defer scancel()
+	c, err := db.Connect(sctx, cfg.Copy(), url)
+	if err == nil {
+		c.Close(ctx)
+		t.Fatal("a second session through a session pooler of one server connection connected")
+	}
+	if !strings.Contains(err.Error(), "no free server connection") {
+		t.Errorf("the error does not name the starved pooler: %v", err)
 	}
 }
