@@ -90,6 +90,13 @@ func SharesSessions(ctx context.Context, cfg *pgx.ConnConfig, connString string)
 	return shared, scrub(err, connString)
 }
 
+// StatementPooling reports an error of a pooler in statement mode, which
+// refuses transactions (PgBouncer: "transaction blocks not allowed in
+// statement pooling mode").
+func StatementPooling(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "statement pooling mode")
+}
+
 // PidQuerier is what SharedSessions needs of a client connection: a
 // *pgx.Conn, or a *pgxpool.Conn acquired from a pool.
 type PidQuerier interface {
@@ -189,7 +196,7 @@ func sharedPids(ctx context.Context, a, b PidQuerier) (bool, int32, error) {
 		}
 		tx, err := b.Begin(ctx)
 		if err != nil {
-			if strings.Contains(err.Error(), "statement pooling mode") {
+			if StatementPooling(err) {
 				return true, 0, nil
 			}
 			return fail(err)

@@ -68,6 +68,11 @@ func checkPooler(ctx context.Context, e *env) Result {
 		return Result{Status: Fail, Detail: "database.url goes through a connection pooler in transaction or statement mode " +
 			"(PgBouncer pool_mode=transaction) and no database.listen_url is set: LISTEN, the heartbeat's session and the migrations' " +
 			"advisory lock do not work there, and `studioctl run` refuses it (exit 2)", Hint: hintPooler}
+	case shared && statementMode(ctx, e):
+		return Result{Status: Fail, Detail: "database.url goes through a connection pooler in statement mode (PgBouncer " +
+			"pool_mode=statement), which refuses transactions: the replica's lock calls, history writes and lease rounds run in " +
+			"transactions, and `studioctl run` refuses it (exit 2)", Hint: "use pool_mode=transaction with database.listen_url, or " +
+			"pool_mode=session (docs/poolers.md)"}
 	case shared:
 		if unpinned, err := unpinnedSettings(ctx, e); err != nil {
 			return Result{Status: Fail, Detail: "could not read the pooled sessions' timeouts: " + err.Error(), Hint: hintPooler}
@@ -84,6 +89,16 @@ func checkPooler(ctx context.Context, e *env) Result {
 	default:
 		return Result{Status: OK, Detail: "each connection has a session of its own (direct, or a pooler in session mode)"}
 	}
+}
+
+// statementMode: the pool's pooler refuses transactions.
+func statementMode(ctx context.Context, e *env) bool {
+	tx, err := e.pool.Begin(ctx)
+	if err == nil {
+		_, err = tx.Exec(ctx, `SELECT 1`)
+		tx.Rollback(ctx)
+	}
+	return db.StatementPooling(err)
 }
 
 // errTwoConns: the pool could not open the two connections the check

@@ -301,3 +301,30 @@ func TestDoctorSaysAListenURLOfAnotherDatabaseIsOne(t *testing.T) {
 		}
 	}
 }
+
+// TestAStatementPoolerIsRefusedWithAListenURL: PgBouncer in statement
+// mode refuses transactions. With database.listen_url set, run took it
+// for a transaction pooler, became ready, and then failed every lock
+// call, history write and lease round ("transaction blocks not allowed in
+// statement pooling mode"); doctor reported ok. run must refuse it (exit
+// 2) before it writes anything, and doctor fail.
+func TestAStatementPoolerIsRefusedWithAListenURL(t *testing.T) {
+	direct := pgtest.NewDB(t)
+	b := pgbouncer.ForTest(t, pgbouncer.Statement, 3)
+	pool := testPool(t, direct)
+	env := []string{"STUDIO_DATABASE_LISTEN_URL=" + withPassword(direct)}
+	p := studioctlBin.Start(t, replicaproc.Options{ID: "statement", DatabaseURL: withPassword(b.Through(t, direct)), Env: env, FailOnRace: true})
+	if code := p.WaitExit(t, exitWithin); code != 2 {
+		t.Errorf("run exited %d, want 2", code)
+	}
+	if out := p.Stderr(); !strings.Contains(out, "pool_mode=statement") || strings.Contains(out, secret) {
+		t.Errorf("the refusal does not name pool_mode=statement, or shows the password:\n%s", out)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM studio_replica`); n != 0 {
+		t.Errorf("%d replica rows after the refusal, want 0", n)
+	}
+	status, detail, code := doctorCheck(t, append(env, "STUDIO_DATABASE_URL="+withPassword(b.Through(t, direct))), "pooler")
+	if status != "fail" || code != 1 || !strings.Contains(detail, "statement mode") {
+		t.Errorf("doctor pooler: %s %q (exit %d), want fail naming the statement mode", status, detail, code)
+	}
+}

@@ -84,6 +84,11 @@ func (h *Host) checkSessions(ctx context.Context, pcfg *pgxpool.Config) error {
 			"(STUDIO_DATABASE_LISTEN_URL) to a direct connection to PostgreSQL (or to a pooler in session mode) and keep database.url on "+
 			"the pooler, or use pool_mode=session (docs/poolers.md)", db.Describe(pcfg.ConnConfig))}
 	}
+	if shared {
+		if err := refusesTransactions(ctx, pcfg, h.o.ConnString); err != nil {
+			return err
+		}
+	}
 	if h.o.ListenConnString == "" {
 		return nil
 	}
@@ -111,6 +116,34 @@ func (h *Host) checkSessions(ctx context.Context, pcfg *pgxpool.Config) error {
 	h.log.Info("the pool keeps no session state; the bus, the heartbeat and the migrations use database.listen_url",
 		"database", db.Describe(pcfg.ConnConfig), "pool_sessions", mode, "listen", db.Describe(lcfg))
 	return nil
+}
+
+// refusesTransactions refuses (exit 2) a pool URL whose pooler refuses
+// transactions (PgBouncer pool_mode=statement): the pool's lock calls,
+// history writes and lease rounds run in transactions, and would fail
+// every time once the replica is ready.
+func refusesTransactions(ctx context.Context, pcfg *pgxpool.Config, cs string) error {
+	ctx, cancel := context.WithTimeout(ctx, db.ConnectTimeout+sameDatabaseTimeout)
+	defer cancel()
+	conn, err := db.Connect(ctx, pcfg.ConnConfig.Copy(), cs)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	tx, err := conn.Begin(ctx)
+	if err == nil {
+		_, err = tx.Exec(ctx, `SELECT 1`)
+		if rerr := tx.Rollback(ctx); err == nil {
+			err = rerr
+		}
+	}
+	if err != nil && db.StatementPooling(err) {
+		return &configError{err: db.ErrSharedSessions, msg: fmt.Sprintf("database.url (STUDIO_DATABASE_URL) reaches %s through a connection "+
+			"pooler in statement mode (PgBouncer pool_mode=statement), which refuses transactions, and the replica's lock calls, history "+
+			"writes and lease rounds run in transactions; use pool_mode=transaction (with database.listen_url) or pool_mode=session "+
+			"(docs/poolers.md)", db.Describe(pcfg.ConnConfig))}
+	}
+	return db.Scrub(err, cs)
 }
 
 // sameDatabase proves that both URLs reach one database: a NOTIFY sent
