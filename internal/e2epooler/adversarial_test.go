@@ -328,3 +328,21 @@ func TestAStatementPoolerIsRefusedWithAListenURL(t *testing.T) {
 		t.Errorf("doctor pooler: %s %q (exit %d), want fail naming the statement mode", status, detail, code)
 	}
 }
+
+// TestAStarvedSessionPoolerFailsTheStartInTime: PgBouncer in session mode
+// with one server connection: the pooler check's first connection holds
+// it, and the second one's statements wait in PgBouncer. The start hung
+// without a log line until PgBouncer's query_wait_timeout (120 s), and a
+// SIGINT meanwhile did nothing. It must fail (exit 1) within the check's
+// bound, saying that the pooler has no free server connection.
+func TestAStarvedSessionPoolerFailsTheStartInTime(t *testing.T) {
+	direct := pgtest.NewDB(t)
+	b := pgbouncer.ForTest(t, pgbouncer.Session, 1)
+	p := studioctlBin.Start(t, replicaproc.Options{ID: "starved", DatabaseURL: withPassword(b.Through(t, direct)), FailOnRace: true})
+	if code := p.WaitExit(t, 45*time.Second); code != 1 {
+		t.Errorf("run exited %d, want 1", code)
+	}
+	if out := p.Stderr(); !strings.Contains(out, "no free server connection") || strings.Contains(out, secret) {
+		t.Errorf("the error does not name the starved pooler, or shows the password:\n%s", out)
+	}
+}

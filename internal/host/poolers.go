@@ -67,7 +67,7 @@ func (h *Host) scrub(err error) error {
 // through a pooler in transaction mode without a listen URL, a listen URL
 // that goes through one, and a listen URL that reaches another database.
 func (h *Host) checkSessions(ctx context.Context, pcfg *pgxpool.Config) error {
-	shared, err := db.SharesSessions(ctx, pcfg.ConnConfig, h.o.ConnString)
+	shared, err := sharesSessions(ctx, pcfg.ConnConfig, h.o.ConnString, "database.url (STUDIO_DATABASE_URL)")
 	if err != nil {
 		return err
 	}
@@ -96,7 +96,7 @@ func (h *Host) checkSessions(ctx context.Context, pcfg *pgxpool.Config) error {
 	if err != nil {
 		return fmt.Errorf("database.listen_url (STUDIO_DATABASE_LISTEN_URL): %w", err)
 	}
-	lshared, err := db.SharesSessions(ctx, lcfg, h.o.ListenConnString)
+	lshared, err := sharesSessions(ctx, lcfg, h.o.ListenConnString, "")
 	if err != nil {
 		// An unreachable listen URL is a failure (exit 1), named.
 		return fmt.Errorf("database.listen_url (STUDIO_DATABASE_LISTEN_URL): %w", err)
@@ -116,6 +116,29 @@ func (h *Host) checkSessions(ctx context.Context, pcfg *pgxpool.Config) error {
 	h.log.Info("the pool keeps no session state; the bus, the heartbeat and the migrations use database.listen_url",
 		"database", db.Describe(pcfg.ConnConfig), "pool_sessions", mode, "listen", db.Describe(lcfg))
 	return nil
+}
+
+// sessionCheckTimeout bounds one URL's check for a pooler: a pooler with
+// no free server connection accepts the probe's connections and leaves
+// their statements waiting (PgBouncer's query_wait_timeout is 120 s),
+// and the start hung without a word meanwhile.
+const sessionCheckTimeout = 20 * time.Second
+
+// sharesSessions is db.SharesSessions within sessionCheckTimeout; key
+// names the URL in the timeout's error ("": the caller names it).
+func sharesSessions(ctx context.Context, cfg *pgx.ConnConfig, cs, key string) (bool, error) {
+	sctx, cancel := context.WithTimeout(ctx, sessionCheckTimeout)
+	defer cancel()
+	shared, err := db.SharesSessions(sctx, cfg, cs)
+	if err != nil && sctx.Err() != nil && ctx.Err() == nil {
+		err = fmt.Errorf("the check for a connection pooler on %s did not finish within %s: a connection pooler with no free "+
+			"server connection (PgBouncer in session mode with every one of its default_pool_size connections held by other "+
+			"clients), or an overloaded server (docs/poolers.md)", db.Describe(cfg), sessionCheckTimeout)
+		if key != "" {
+			err = fmt.Errorf("%s: %w", key, err)
+		}
+	}
+	return shared, err
 }
 
 // refusesTransactions refuses (exit 2) a pool URL whose pooler refuses
