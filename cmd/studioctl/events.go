@@ -29,6 +29,8 @@ type eventsOptions struct {
 	// ConnString resolves the database to listen on (database.listen_url
 	// when set: LISTEN needs a session of its own).
 	ConnString func(context.Context) (string, error)
+	// ListenURLSet: database.listen_url is set (ConnString is it).
+	ListenURLSet bool
 }
 
 // eventJSON is one bus message as events -o json prints it: the message's
@@ -58,6 +60,7 @@ each new one as it commits; --since 0 starts at the oldest kept.`,
   studioctl events --follow --since 1234`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.ListenURLSet = a.cfg.Database.ListenURL != ""
 			if o.Count < 0 {
 				return usageErrorf("--count: must not be negative, got %d", o.Count)
 			}
@@ -91,6 +94,15 @@ func eventsRun(ctx context.Context, o *eventsOptions) error {
 	cfg, err := db.ParseConnConfig(cs)
 	if err != nil {
 		return &usageError{err: err}
+	}
+	// Through a pooler in transaction mode LISTEN lands on a server
+	// session this client does not keep: nothing would ever be printed.
+	shared, err := db.SharesSessions(ctx, cfg, cs)
+	if err != nil {
+		return err
+	}
+	if shared {
+		return sharedSessionsError(o.ListenURLSet, "events listens on the bus (LISTEN)")
 	}
 	p := o.Printer()
 	if o.Since >= 0 {

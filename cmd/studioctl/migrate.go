@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
+	"github.com/studioctl/studioctl/internal/db"
 	"github.com/studioctl/studioctl/internal/migrate"
 	"github.com/studioctl/studioctl/internal/output"
 )
@@ -21,6 +23,8 @@ An existing shedlock table (made by a Java installation) is used as it is.`)
 // migrateOptions are the dependencies of migrate up and migrate status.
 type migrateOptions struct {
 	deps
+	// ListenURLSet: database.listen_url is set, so SessionDB is its.
+	ListenURLSet bool
 }
 
 func newMigrateUpCmd(a *app, runF func(context.Context, *migrateOptions) error) *cobra.Command {
@@ -31,6 +35,7 @@ func newMigrateUpCmd(a *app, runF func(context.Context, *migrateOptions) error) 
 		Example: "  studioctl migrate up --database-url postgres://app@db/app",
 		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.ListenURLSet = a.cfg.Database.ListenURL != ""
 			if runF != nil {
 				return runF(cmd.Context(), o)
 			}
@@ -44,6 +49,9 @@ func migrateUpRun(ctx context.Context, o *migrateOptions) error {
 	// goose holds a session advisory lock: database.listen_url's session.
 	pool, err := o.SessionDB(ctx)
 	if err != nil {
+		return err
+	}
+	if err := refuseSharedPool(ctx, pool, o.ListenURLSet, "migrate up holds a session advisory lock while it migrates"); err != nil {
 		return err
 	}
 	applied, err := migrate.Up(ctx, pool)
@@ -108,4 +116,54 @@ func migrateStatusRun(ctx context.Context, o *migrateOptions) error {
 		rows = append(rows, []output.Cell{{Text: fmt.Sprintf("%05d", s.Version)}, {Text: s.Name}, {Text: state, Tone: tone}, {Text: p.TimePtr(s.AppliedAt)}})
 	}
 	return p.Print(st, migrationColumns, rows)
+}
+
+// sessionKey names the setting whose connections a command that needs a
+// session of its own uses.
+func sessionKey(listenURLSet bool) string {
+	if listenURLSet {
+		return "database.listen_url (STUDIO_DATABASE_LISTEN_URL)"
+	}
+	return "database.url (STUDIO_DATABASE_URL)"
+}
+
+// sharedSessionsError is the refusal of a command that needs a session of
+// its own on a connection through a pooler in transaction mode (exit 2).
+func sharedSessionsError(listenURLSet bool, why string) error {
+	fix := "set database.listen_url (STUDIO_DATABASE_LISTEN_URL) to a direct connection to PostgreSQL (or to a pooler in session mode)"
+	if listenURLSet {
+		fix = "database.listen_url must be a direct connection to PostgreSQL (or a pooler in session mode)"
+	}
+	return &usageError{err: &sharedSessions{msg: fmt.Sprintf("%s goes through a connection pooler in transaction or statement mode "+
+		"(PgBouncer pool_mode=transaction), and %s, which needs a session of its own: %s (docs/poolers.md)", sessionKey(listenURLSet), why, fix)}}
+}
+
+// sharedSessions is db.ErrSharedSessions with a message that says what
+// to fix.
+type sharedSessions struct{ msg string }
+
+func (e *sharedSessions) Error() string { return e.msg }
+func (e *sharedSessions) Unwrap() error { return db.ErrSharedSessions }
+
+// refuseSharedPool refuses (exit 2) a pool whose connections share server
+// sessions (db.SharedSessions on two of them).
+func refuseSharedPool(ctx context.Context, pool *pgxpool.Pool, listenURLSet bool, why string) error {
+	a, err := pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer a.Release()
+	b, err := pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer b.Release()
+	shared, err := db.SharedSessions(ctx, a, b)
+	if err != nil {
+		return err
+	}
+	if shared {
+		return sharedSessionsError(listenURLSet, why)
+	}
+	return nil
 }

@@ -164,11 +164,22 @@ func connectError(err error, cfg *pgx.ConnConfig, connString string) error {
 	if errors.As(err, &pgErr) && pgErr.Code == "3D000" {
 		msg += " (create it, or run `studioctl migrate up` against an existing database)"
 	}
+	if isAfterConnectTimeout(err) {
+		msg += " (the server accepted the connection but did not answer its first statement in time: a connection pooler with no " +
+			"free server connection, such as PgBouncer in session mode with every one of its default_pool_size connections held " +
+			"by other clients, or an overloaded server; docs/poolers.md)"
+	}
 	readOnly := errors.Is(err, pgconn.ErrReadOnlyConnection) || errors.Is(err, pgconn.ErrStandbyConnection)
 	if readOnly {
 		msg += " (" + ErrReadOnly.Error() + ": target_session_attrs found no server that accepts writes)"
 	}
 	return &ConnectError{Target: target, msg: scrubString(msg, connString, cfg.Password), readOnly: readOnly}
+}
+
+// isAfterConnectTimeout: the connection was made, and its first
+// statement (the session defaults) timed out.
+func isAfterConnectTimeout(err error) bool {
+	return strings.Contains(err.Error(), "AfterConnect") && (errors.Is(err, context.DeadlineExceeded) || pgconn.Timeout(err))
 }
 
 // Describe names a database without secrets: user@host:port/database, with

@@ -426,6 +426,13 @@ func checkBus(ctx context.Context, e *env) Result {
 	defer cancel()
 	for {
 		n, err := conn.WaitForNotification(wctx)
+		if err != nil && e.o.ListenConnConfig != nil {
+			// The LISTEN is on database.listen_url: a session of its own
+			// (the pooler check says whether it is).
+			return Result{Status: Fail, Detail: fmt.Sprintf("a NOTIFY sent through database.url did not reach a LISTEN on database.listen_url "+
+				"within %s", BusTimeout), Hint: "database.listen_url must reach the same PostgreSQL database as database.url, or replicas " +
+				"would not hear drains, triggers and lease signals (docs/poolers.md)"}
+		}
 		if err != nil {
 			return Result{Status: Fail, Detail: fmt.Sprintf("a NOTIFY on a temporary channel did not reach its LISTEN on another connection within %s", BusTimeout), Hint: hint}
 		}

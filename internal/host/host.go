@@ -415,8 +415,14 @@ func (h *Host) newRunner() (err error) {
 	if !h.o.NoHousekeeping {
 		list = append(list, jobstore.Housekeeping(h.pool))
 	}
+	// sql jobs get sessions of their own, direct when the pool may go
+	// through a pooler (poolers.go).
+	sqlDB, err := h.sqlJobsDB()
+	if err != nil {
+		return err
+	}
 	for _, j := range h.o.Jobs {
-		j.Bind(h.pool)
+		j.Bind(sqlDB)
 		list = append(list, j)
 	}
 	h.store = jobstore.NewStore(h.pool, h.o.ID, h.log)

@@ -67,9 +67,15 @@ func (h *Host) scrub(err error) error {
 // through a pooler in transaction mode without a listen URL, a listen URL
 // that goes through one, and a listen URL that reaches another database.
 func (h *Host) checkSessions(ctx context.Context, pcfg *pgxpool.Config) error {
-	shared, err := db.SharesSessions(ctx, pcfg.ConnConfig, h.o.ConnString)
+	shared, err := sharesSessions(ctx, pcfg.ConnConfig, h.o.ConnString, "database.url (STUDIO_DATABASE_URL)")
 	if err != nil {
 		return err
+	}
+	if shared && h.o.ListenConnString != "" && !h.pooledByConfig() {
+		return &configError{err: db.ErrSharedSessions, msg: fmt.Sprintf("database.listen_url (STUDIO_DATABASE_LISTEN_URL) is database.url itself, "+
+			"which reaches %s through a connection pooler in transaction or statement mode (PgBouncer pool_mode=transaction); set "+
+			"database.listen_url to a direct connection to PostgreSQL (or to a pooler in session mode) and keep database.url on the pooler "+
+			"(docs/poolers.md)", db.Describe(pcfg.ConnConfig))}
 	}
 	if shared && !h.pooledByConfig() {
 		return &configError{err: db.ErrSharedSessions, msg: fmt.Sprintf("database.url (STUDIO_DATABASE_URL) reaches %s through a connection pooler "+
@@ -78,6 +84,11 @@ func (h *Host) checkSessions(ctx context.Context, pcfg *pgxpool.Config) error {
 			"(STUDIO_DATABASE_LISTEN_URL) to a direct connection to PostgreSQL (or to a pooler in session mode) and keep database.url on "+
 			"the pooler, or use pool_mode=session (docs/poolers.md)", db.Describe(pcfg.ConnConfig))}
 	}
+	if shared {
+		if err := refusesTransactions(ctx, pcfg, h.o.ConnString); err != nil {
+			return err
+		}
+	}
 	if h.o.ListenConnString == "" {
 		return nil
 	}
@@ -85,9 +96,10 @@ func (h *Host) checkSessions(ctx context.Context, pcfg *pgxpool.Config) error {
 	if err != nil {
 		return fmt.Errorf("database.listen_url (STUDIO_DATABASE_LISTEN_URL): %w", err)
 	}
-	lshared, err := db.SharesSessions(ctx, lcfg, h.o.ListenConnString)
+	lshared, err := sharesSessions(ctx, lcfg, h.o.ListenConnString, "")
 	if err != nil {
-		return err
+		// An unreachable listen URL is a failure (exit 1), named.
+		return fmt.Errorf("database.listen_url (STUDIO_DATABASE_LISTEN_URL): %w", err)
 	}
 	if lshared {
 		return &configError{err: db.ErrSharedSessions, msg: fmt.Sprintf("database.listen_url (STUDIO_DATABASE_LISTEN_URL) reaches %s through a "+
@@ -104,6 +116,57 @@ func (h *Host) checkSessions(ctx context.Context, pcfg *pgxpool.Config) error {
 	h.log.Info("the pool keeps no session state; the bus, the heartbeat and the migrations use database.listen_url",
 		"database", db.Describe(pcfg.ConnConfig), "pool_sessions", mode, "listen", db.Describe(lcfg))
 	return nil
+}
+
+// sessionCheckTimeout bounds one URL's check for a pooler: a pooler with
+// no free server connection accepts the probe's connections and leaves
+// their statements waiting (PgBouncer's query_wait_timeout is 120 s),
+// and the start hung without a word meanwhile.
+const sessionCheckTimeout = 20 * time.Second
+
+// sharesSessions is db.SharesSessions within sessionCheckTimeout; key
+// names the URL in the timeout's error ("": the caller names it).
+func sharesSessions(ctx context.Context, cfg *pgx.ConnConfig, cs, key string) (bool, error) {
+	sctx, cancel := context.WithTimeout(ctx, sessionCheckTimeout)
+	defer cancel()
+	shared, err := db.SharesSessions(sctx, cfg, cs)
+	if err != nil && sctx.Err() != nil && ctx.Err() == nil {
+		err = fmt.Errorf("the check for a connection pooler on %s did not finish within %s: a connection pooler with no free "+
+			"server connection (PgBouncer in session mode with every one of its default_pool_size connections held by other "+
+			"clients), or an overloaded server (docs/poolers.md)", db.Describe(cfg), sessionCheckTimeout)
+		if key != "" {
+			err = fmt.Errorf("%s: %w", key, err)
+		}
+	}
+	return shared, err
+}
+
+// refusesTransactions refuses (exit 2) a pool URL whose pooler refuses
+// transactions (PgBouncer pool_mode=statement): the pool's lock calls,
+// history writes and lease rounds run in transactions, and would fail
+// every time once the replica is ready.
+func refusesTransactions(ctx context.Context, pcfg *pgxpool.Config, cs string) error {
+	ctx, cancel := context.WithTimeout(ctx, db.ConnectTimeout+sameDatabaseTimeout)
+	defer cancel()
+	conn, err := db.Connect(ctx, pcfg.ConnConfig.Copy(), cs)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	tx, err := conn.Begin(ctx)
+	if err == nil {
+		_, err = tx.Exec(ctx, `SELECT 1`)
+		if rerr := tx.Rollback(ctx); err == nil {
+			err = rerr
+		}
+	}
+	if err != nil && db.StatementPooling(err) {
+		return &configError{err: db.ErrSharedSessions, msg: fmt.Sprintf("database.url (STUDIO_DATABASE_URL) reaches %s through a connection "+
+			"pooler in statement mode (PgBouncer pool_mode=statement), which refuses transactions, and the replica's lock calls, history "+
+			"writes and lease rounds run in transactions; use pool_mode=transaction (with database.listen_url) or pool_mode=session "+
+			"(docs/poolers.md)", db.Describe(pcfg.ConnConfig))}
+	}
+	return db.Scrub(err, cs)
 }
 
 // sameDatabase proves that both URLs reach one database: a NOTIFY sent
@@ -176,4 +239,40 @@ func (h *Host) secrets() []string {
 		}
 	}
 	return out
+}
+
+// errSessionSource: a sql job's task never takes a connection of its
+// database handle; it opens one of its own from Config.
+var errSessionSource = errors.New("sql jobs open connections of their own (database.listen_url)")
+
+// sessionSource is the database of sql jobs when database.listen_url is
+// set: their connections are opened from the listen URL, so each run has
+// a server session of its own that ends with the run, as
+// docs/jobs-sql.md promises. Through a pooler in transaction mode,
+// closing the job's connection would not end its server session:
+// whatever the text set (SET, SET ROLE, default_transaction_read_only, a
+// session advisory lock, anything after a COMMIT in the text) would stay
+// on a server session the replica's own pool and other clients get next.
+type sessionSource struct{ cfg *pgxpool.Config }
+
+// Config is what tasks.SQL opens its connection from (a copy: the task
+// changes it).
+func (s sessionSource) Config() *pgxpool.Config { return s.cfg.Copy() }
+
+// Begin is never called by tasks.SQL (see errSessionSource).
+func (s sessionSource) Begin(context.Context) (pgx.Tx, error) { return nil, errSessionSource }
+
+// sqlJobsDB is the database handle sql jobs are bound to: the pool, or,
+// with database.listen_url, a sessionSource on it.
+func (h *Host) sqlJobsDB() (interface {
+	Begin(context.Context) (pgx.Tx, error)
+}, error) {
+	if !h.pooledByConfig() {
+		return h.pool, nil
+	}
+	cfg, err := db.ParsePoolConfig(h.o.ListenConnString)
+	if err != nil {
+		return nil, fmt.Errorf("database.listen_url (STUDIO_DATABASE_LISTEN_URL): %w", err)
+	}
+	return sessionSource{cfg: cfg}, nil
 }

@@ -64,7 +64,7 @@ func (h *Host) awaitWritable(ctx, stop context.Context, pcfg *pgxpool.Config) er
 			return nil
 		}
 		if err != nil {
-			why = db.Scrub(err, h.o.ConnString).Error()
+			why = h.scrub(err).Error()
 		}
 		if w == nil {
 			if w, err = h.serveWaiting(); err != nil {
@@ -119,6 +119,36 @@ func (h *Host) checkWritable(ctx context.Context, pcfg *pgxpool.Config) (string,
 	}
 	if ro {
 		return db.ErrReadOnly.Error(), nil
+	}
+	return h.checkListenWritable(ctx)
+}
+
+// checkListenWritable is checkWritable for database.listen_url, when set:
+// the heartbeat registers and beats over it, so a listen URL that reaches
+// only a standby (or a read-only default) waits like database.url does,
+// instead of failing the start (poolers.go).
+func (h *Host) checkListenWritable(ctx context.Context) (string, error) {
+	if h.o.ListenConnString == "" || h.o.ListenConnString == h.o.ConnString {
+		return "", nil
+	}
+	lcfg, err := db.ParseConnConfig(h.o.ListenConnString)
+	if err != nil {
+		return "", fmt.Errorf("database.listen_url (STUDIO_DATABASE_LISTEN_URL): %w", err)
+	}
+	conn, err := db.Connect(ctx, lcfg, h.o.ListenConnString)
+	if err != nil {
+		if db.IsReadOnly(err) {
+			return "database.listen_url: " + err.Error(), nil
+		}
+		return "", fmt.Errorf("database.listen_url (STUDIO_DATABASE_LISTEN_URL): %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	ro, err := db.ReadOnly(ctx, conn)
+	if err != nil {
+		return "", db.Scrub(err, h.o.ListenConnString)
+	}
+	if ro {
+		return "database.listen_url: " + db.ErrReadOnly.Error(), nil
 	}
 	return "", nil
 }
