@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -70,7 +71,23 @@ type Options struct {
 	// fraction of a fixed delay, so replicas and jobs do not all fire at
 	// once; the next cron time for cron jobs).
 	InitialDelay func(j jobs.Job) time.Duration
+	// TimerResolution is the shortest wait of the timer goroutine: jobs due
+	// within it of each other fire on one wake-up, each at most that late.
+	// Default DefaultTimerResolution on the real clock (nil, clock.Real,
+	// clock.Offset), none on any other clock (tests advance a fake clock to
+	// exact due times); negative: none.
+	TimerResolution time.Duration
 }
+
+// DefaultTimerResolution: at 10,000 jobs on 1-10 s delays (about 3,000
+// fires a second) a wake-up per due time cost the timer goroutine about a
+// fifth of the process's CPU (docs/cost.md); one a millisecond at most
+// costs a fire half a millisecond of lateness on average.
+const DefaultTimerResolution = time.Millisecond
+
+// maxIdleWorkers is how many run goroutines wait for the next fire when
+// they have nothing to do; the rest end (see worker).
+const maxIdleWorkers = 64
 
 // Runner hosts jobs.
 type Runner struct {
@@ -82,7 +99,11 @@ type Runner struct {
 	jobs     map[string]*jobState
 	queue    timerHeap
 	stopping bool
-	clusters clusterDuties // per-cluster duties (clusters.go)
+	// armed is the time the timer goroutine waits for (zero: it is not
+	// waiting, or waits for a kick only); a push earlier than it kicks.
+	armed      time.Time
+	resolution time.Duration
+	clusters   clusterDuties // per-cluster duties (clusters.go)
 
 	// The timer goroutine is the Base's; runs (tick goroutines and
 	// reschedules) are counted in runWG, and their context is not the
@@ -94,6 +115,21 @@ type Runner struct {
 	cancel   context.CancelCauseFunc
 	started  time.Time
 	stopOnce sync.Once
+
+	// Run goroutines are reused (worker): fireDue hands a fire to an idle
+	// one through work, or starts one. idle counts those waiting;
+	// workersQuit ends them at Stop, and workersWG waits for them.
+	work        chan fireWork
+	idle        atomic.Int32
+	workersQuit chan struct{}
+	workersWG   sync.WaitGroup
+}
+
+// fireWork is one fire handed to a run goroutine.
+type fireWork struct {
+	js     *jobState
+	fire   time.Time
+	forced bool
 }
 
 type jobState struct {
@@ -131,7 +167,14 @@ func New(o Options) (*Runner, error) {
 	if o.InitialDelay == nil {
 		o.InitialDelay = randomInitialDelay
 	}
-	r := &Runner{o: o, log: o.Logger, jobs: map[string]*jobState{}, wake: make(chan struct{}, 1)}
+	r := &Runner{o: o, log: o.Logger, jobs: map[string]*jobState{}, wake: make(chan struct{}, 1),
+		work: make(chan fireWork), workersQuit: make(chan struct{}), resolution: o.TimerResolution}
+	if o.TimerResolution == 0 {
+		switch o.Clock.(type) {
+		case clock.Real, clock.Offset:
+			r.resolution = DefaultTimerResolution
+		}
+	}
 	lockOwner := map[string]string{} // lock name -> installation job id
 	for _, j := range o.Jobs {
 		if j.Task == nil {
@@ -260,7 +303,8 @@ func (r *Runner) sharedIDs() []string {
 	return out
 }
 
-// push queues js at due. r.mu held.
+// push queues js at due, and wakes the timer goroutine when js is now the
+// first due and earlier than the time it waits for. r.mu held.
 func (r *Runner) push(js *jobState, due time.Time) {
 	js.due = due
 	t := due
@@ -269,6 +313,9 @@ func (r *Runner) push(js *jobState, due time.Time) {
 		heap.Fix(&r.queue, js.index)
 	} else {
 		heap.Push(&r.queue, js)
+	}
+	if js.index == 0 && (r.armed.IsZero() || due.Before(r.armed)) {
+		r.kick()
 	}
 }
 
@@ -288,12 +335,22 @@ func (r *Runner) timerLoop(ctx context.Context) {
 	for {
 		r.mu.Lock()
 		wait := time.Hour // nothing queued: wake on a kick or at quit
+		r.armed = time.Time{}
 		if len(r.queue) > 0 {
-			wait = r.queue[0].due.Sub(r.now())
+			now := r.now()
+			wait = r.queue[0].due.Sub(now)
+			if wait > 0 && wait < r.resolution {
+				wait = r.resolution
+			}
+			r.armed = now.Add(max(wait, 0))
 		}
 		r.mu.Unlock()
+		if wait <= 0 {
+			r.fireDue()
+			continue
+		}
 		t.Stop()
-		t.Reset(max(wait, 0))
+		t.Reset(wait)
 		select {
 		case <-ctx.Done():
 			return
@@ -317,13 +374,38 @@ func (r *Runner) fireDue() {
 		}
 		js.running = true
 		js.status.NextFireAt = nil // counted from the end of this run
-		fire, forced := js.due, js.forced
+		w := fireWork{js: js, fire: js.due, forced: js.forced}
 		js.forced = false
 		r.runWG.Add(1)
-		go func() {
-			defer r.runWG.Done()
-			r.tick(js, fire, forced)
-		}()
+		select {
+		case r.work <- w: // an idle run goroutine takes it
+		default:
+			r.workersWG.Add(1)
+			go r.worker(w)
+		}
+	}
+}
+
+// worker runs fires: w, then each one handed to it while it is idle. A
+// goroutine per fire cost the stack growth of every run (most of a fire's
+// scheduling CPU at 10,000 jobs, docs/cost.md); a worker keeps its stack.
+// It ends when maxIdleWorkers others are idle already, or at Stop.
+func (r *Runner) worker(w fireWork) {
+	defer r.workersWG.Done()
+	for {
+		r.tick(w.js, w.fire, w.forced)
+		r.runWG.Done()
+		if r.idle.Add(1) > maxIdleWorkers {
+			r.idle.Add(-1)
+			return
+		}
+		select {
+		case w = <-r.work:
+			r.idle.Add(-1)
+		case <-r.workersQuit:
+			r.idle.Add(-1)
+			return
+		}
 	}
 }
 
@@ -365,7 +447,6 @@ func (r *Runner) Trigger(id string) bool {
 	}
 	js.forced = true
 	r.push(js, r.now())
-	r.kick()
 	r.log.Info("runner: job triggered", "job_id", id)
 	return true
 }
@@ -417,7 +498,6 @@ func (r *Runner) SettingsChanged(id string) {
 				next = now
 			}
 			r.push(js, next)
-			r.kick()
 		}
 		r.putStatusLocked(js)
 	}()
@@ -469,7 +549,6 @@ func (r *Runner) ScheduleChanged(id string) {
 			return
 		}
 		r.push(js, due)
-		r.kick()
 		r.putStatusLocked(js)
 	}()
 }
@@ -544,7 +623,6 @@ func (r *Runner) finish(js *jobState, next time.Time) {
 	r.dutyFinished(js)                 // per-cluster duties (clusters.go)
 	if !r.stopping && !js.dutyOver() { // per-cluster duties (clusters.go): an ended lease stays off the timer
 		r.push(js, next)
-		r.kick()
 	} else {
 		js.status.NextFireAt = nil
 	}
@@ -560,7 +638,11 @@ func (r *Runner) Stop() {
 		r.stopping = true
 		cancel := r.cancel
 		r.mu.Unlock()
-		r.Base.Stop() // the timer goroutine
+		r.Base.Stop()  // the timer goroutine
+		defer func() { // the idle run goroutines, once no run is left
+			close(r.workersQuit)
+			r.workersWG.Wait()
+		}()
 		if cancel == nil {
 			return
 		}
