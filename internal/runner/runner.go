@@ -169,11 +169,8 @@ func New(o Options) (*Runner, error) {
 	}
 	r := &Runner{o: o, log: o.Logger, jobs: map[string]*jobState{}, wake: make(chan struct{}, 1),
 		work: make(chan fireWork), workersQuit: make(chan struct{}), resolution: o.TimerResolution}
-	if o.TimerResolution == 0 {
-		switch o.Clock.(type) {
-		case clock.Real, clock.Offset:
-			r.resolution = DefaultTimerResolution
-		}
+	if o.TimerResolution == 0 && r.realClock() {
+		r.resolution = DefaultTimerResolution
 	}
 	lockOwner := map[string]string{} // lock name -> installation job id
 	for _, j := range o.Jobs {
@@ -604,10 +601,16 @@ func (r *Runner) Snapshot() []jobs.Status {
 }
 
 func (r *Runner) putStatusLocked(js *jobState) {
+	r.putStatusAtLocked(js, r.now())
+}
+
+// putStatusAtLocked is putStatusLocked with the time at hand (a run's start
+// or end), which saves a clock read.
+func (r *Runner) putStatusAtLocked(js *jobState, now time.Time) {
 	if r.dutyStatusStale(js) { // per-cluster duties (clusters.go)
 		return
 	}
-	js.status.UpdatedAt = r.now()
+	js.status.UpdatedAt = now
 	js.status.Running = js.running
 	if r.o.Store != nil {
 		r.o.Store.PutStatus(js.status)
@@ -615,8 +618,13 @@ func (r *Runner) putStatusLocked(js *jobState) {
 	r.keepDutyStatus(js) // per-cluster duties (clusters.go)
 }
 
-// finish puts js back on the timer after a run or a skip that ended at end.
+// finish puts js back on the timer after a run or a skip.
 func (r *Runner) finish(js *jobState, next time.Time) {
+	r.finishAt(js, next, r.now())
+}
+
+// finishAt is finish for a run that ended at now.
+func (r *Runner) finishAt(js *jobState, next, now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	js.running = false
@@ -626,7 +634,17 @@ func (r *Runner) finish(js *jobState, next time.Time) {
 	} else {
 		js.status.NextFireAt = nil
 	}
-	r.putStatusLocked(js)
+	r.putStatusAtLocked(js, now)
+}
+
+// realClock reports whether the runner runs on the real clock (possibly
+// offset), whose timers are the runtime's.
+func (r *Runner) realClock() bool {
+	switch r.o.Clock.(type) {
+	case clock.Real, clock.Offset:
+		return true
+	}
+	return false
 }
 
 // Stop stops every timer, waits up to ShutdownWait for runs in progress,
@@ -663,15 +681,18 @@ func (r *Runner) Stop() {
 
 // tick is one firing of js: settings, lock, run, record, reschedule.
 func (r *Runner) tick(js *jobState, fire time.Time, forced bool) {
-	ctx, cancel := context.WithTimeout(r.runsCtx, settingsTimeout)
+	ctx := newLazyTimeout(r.runsCtx, settingsTimeout) // the settings cache answers from memory nearly always
 	sched, paused, invalid, err := r.settings(ctx, js)
-	cancel()
+	ctx.release()
 	if err != nil {
 		r.log.Warn("runner: read job setting; using the last known", "job_id", js.job.ID, "error", err)
 	}
 	r.mu.Lock()
+	if sched.Every != js.sched.Every || sched.Cron != js.sched.Cron || js.status.Schedule == "" {
+		js.status.Schedule = sched.String()
+	}
 	js.sched = sched
-	js.status.Schedule, js.status.Paused, js.status.InvalidSchedule = sched.String(), paused, invalid
+	js.status.Paused, js.status.InvalidSchedule = paused, invalid
 	r.mu.Unlock()
 	now := r.now()
 	switch {
