@@ -23,9 +23,14 @@ import (
 // The batching writer of SPEC §3: per-run writes (status, history) are
 // coalesced and flushed at most every second, or sooner at a size bound, so
 // statements per second stay bounded however many jobs a replica hosts.
+// The bound is 5,000 queued rows (runs plus status): at 10,000 jobs on
+// 1-10 s delays (about 2,900 runs and 2,900 status rows a second) a bound of
+// 500 made 12.7 flushes a second, and each flush's fixed cost (a
+// transaction, five statements, the event writer's row lock, two
+// notifications) was a fifth of the server's CPU per run (docs/cost.md).
 const (
 	FlushEvery = time.Second
-	FlushBatch = 500
+	FlushBatch = 5000
 	// seqBlock run seqs are taken from the sequence in one statement. At
 	// 10,000 jobs on 1-10 s delays (about 3,000 runs a second) a block of
 	// 100 meant 29 refills a second, each holding up every starting run.
