@@ -307,6 +307,7 @@ func (r *Runner) push(js *jobState, due time.Time) {
 	t := due
 	js.status.NextFireAt = &t
 	if js.index >= 0 {
+		r.queue[js.index].due = due
 		heap.Fix(&r.queue, js.index)
 	} else {
 		heap.Push(&r.queue, js)
