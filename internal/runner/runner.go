@@ -4,7 +4,6 @@
 package runner
 
 import (
-	"container/heap"
 	"context"
 	"errors"
 	"fmt"
@@ -137,7 +136,8 @@ type jobState struct {
 	sched   jobs.Schedule // in force (configured or override)
 	status  jobs.Status
 	due     time.Time
-	index   int // in the heap; -1 when not queued
+	queued  bool   // on the timer heap
+	gen     uint64 // of its live heap entry (heap.go)
 	running bool
 	failing bool // the first failure was logged
 	lastEnd time.Time
@@ -198,7 +198,7 @@ func New(o Options) (*Runner, error) {
 			}
 			lockOwner[j.LockName()] = j.ID
 		}
-		r.jobs[j.ID] = &jobState{job: j, sched: j.Schedule, index: -1,
+		r.jobs[j.ID] = &jobState{job: j, sched: j.Schedule,
 			shared: j.Scope == jobs.ScopeInstallation && o.Schedules != nil}
 	}
 	m, err := newMetrics(o.Metrics)
@@ -306,13 +306,8 @@ func (r *Runner) push(js *jobState, due time.Time) {
 	js.due = due
 	t := due
 	js.status.NextFireAt = &t
-	if js.index >= 0 {
-		r.queue[js.index].due = due
-		heap.Fix(&r.queue, js.index)
-	} else {
-		heap.Push(&r.queue, js)
-	}
-	if js.index == 0 && (r.armed.IsZero() || due.Before(r.armed)) {
+	r.queue.push(js)
+	if first, _ := r.queue.first(); first.js == js && (r.armed.IsZero() || due.Before(r.armed)) {
 		r.kick()
 	}
 }
@@ -334,9 +329,9 @@ func (r *Runner) timerLoop(ctx context.Context) {
 		r.mu.Lock()
 		wait := time.Hour // nothing queued: wake on a kick or at quit
 		r.armed = time.Time{}
-		if len(r.queue) > 0 {
+		if first, ok := r.queue.first(); ok {
 			now := r.now()
-			wait = r.queue[0].due.Sub(now)
+			wait = first.due.Sub(now)
 			if wait > 0 && wait < r.resolution {
 				wait = r.resolution
 			}
@@ -365,8 +360,12 @@ func (r *Runner) fireDue() {
 	now := r.now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for len(r.queue) > 0 && !r.queue[0].due.After(now) {
-		js := heap.Pop(&r.queue).(*jobState)
+	for {
+		first, ok := r.queue.first()
+		if !ok || first.due.After(now) {
+			break
+		}
+		js, _ := r.queue.pop()
 		if r.stopping {
 			continue
 		}
@@ -440,7 +439,7 @@ func (r *Runner) Trigger(id string) bool {
 		return fired
 	}
 	js, ok := r.jobs[id]
-	if !ok || js.running || r.stopping || js.index < 0 {
+	if !ok || js.running || r.stopping || !js.queued {
 		return false
 	}
 	js.forced = true
@@ -480,7 +479,7 @@ func (r *Runner) SettingsChanged(id string) {
 		defer r.mu.Unlock()
 		js.sched = sched
 		js.status.Schedule, js.status.Paused, js.status.InvalidSchedule = sched.String(), paused, invalid
-		if js.index >= 0 && !js.running && !js.forced {
+		if js.queued && !js.running && !js.forced {
 			base := js.lastEnd
 			if sharedOK {
 				base = sharedEnd
@@ -537,7 +536,7 @@ func (r *Runner) ScheduleChanged(id string) {
 		}
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		if js.index < 0 || js.running || js.forced || r.stopping || end.IsZero() {
+		if !js.queued || js.running || js.forced || r.stopping || end.IsZero() {
 			return
 		}
 		// The due time as this replica's timers count, from the database's
