@@ -367,12 +367,16 @@ func (s *Store) write(ctx context.Context, runs map[int64]jobs.Run, status map[s
 	stmts := int64(0)
 	if len(runs) > 0 {
 		n := len(runs)
-		seq, job, rep, cl, out, errs, tail := make([]int64, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
-		started, finished := make([]time.Time, 0, n), make([]*time.Time, 0, n)
+		seqs := make([]int64, 0, n)
+		seq := make(pgArray[pgInt8], 0, n)
+		job, rep, cl, out, errs, tail := make(pgArray[pgText], 0, n), make(pgArray[pgText], 0, n), make(pgArray[pgText], 0, n),
+			make(pgArray[pgText], 0, n), make(pgArray[pgText], 0, n), make(pgArray[pgText], 0, n)
+		started, finished := make(pgArray[pgTime], 0, n), make(pgArray[pgTime], 0, n)
 		for _, r := range runs {
-			seq, job, rep, cl = append(seq, r.Seq), append(job, r.JobID), append(rep, r.ReplicaID), append(cl, r.Cluster)
-			started, finished = append(started, r.StartedAt), append(finished, r.FinishedAt)
-			out, errs, tail = append(out, string(r.Outcome)), append(errs, r.Error), append(tail, r.OutputTail)
+			seqs, seq = append(seqs, r.Seq), append(seq, pgInt8(r.Seq))
+			job, rep, cl = append(job, pgText(r.JobID)), append(rep, pgText(r.ReplicaID)), append(cl, pgText(r.Cluster))
+			started, finished = append(started, pgTime{t: r.StartedAt}), append(finished, pgTimeOf(r.FinishedAt))
+			out, errs, tail = append(out, pgText(r.Outcome)), append(errs, pgText(r.Error)), append(tail, pgText(r.OutputTail))
 		}
 		rows, err := tx.Query(ctx, upsertRunsSQL, seq, job, rep, cl, started, finished, out, errs, tail)
 		if err != nil {
@@ -383,7 +387,7 @@ func (s *Store) write(ctx context.Context, runs map[int64]jobs.Run, status map[s
 			return fmt.Errorf("write job history: %w", err)
 		}
 		stmts++
-		payloads, err := bus.Encode(bus.Seqs(seq...))
+		payloads, err := bus.Encode(bus.Seqs(seqs...))
 		if err != nil {
 			return fmt.Errorf("announce job runs: %w", err)
 		}
