@@ -14,8 +14,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/studioctl/studioctl/internal/bus"
 	"github.com/studioctl/studioctl/internal/jobs"
 	"github.com/studioctl/studioctl/internal/startstop"
@@ -166,8 +164,9 @@ func (s *Store) fillSeqsLocked(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("allocate run seqs: %w", err)
 	}
+	s.seqs = make([]int64, 0, seqBlock)
+	var n int64
 	for rows.Next() {
-		var n int64
 		if err := rows.Scan(&n); err != nil {
 			rows.Close()
 			return fmt.Errorf("allocate run seqs: %w", err)
@@ -382,8 +381,17 @@ func (s *Store) write(ctx context.Context, runs map[int64]jobs.Run, status map[s
 		if err != nil {
 			return fmt.Errorf("write job history: %w", err)
 		}
-		changed, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-		if err != nil {
+		changed := make([]int64, 0, n)
+		var c int64
+		for rows.Next() { // pgx.RowTo would allocate a value per row
+			if err := rows.Scan(&c); err != nil {
+				rows.Close()
+				return fmt.Errorf("write job history: %w", err)
+			}
+			changed = append(changed, c)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
 			return fmt.Errorf("write job history: %w", err)
 		}
 		stmts++
