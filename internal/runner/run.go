@@ -118,7 +118,10 @@ func (r *Runner) run(js *jobState, sched jobs.Schedule, fire time.Time) {
 	// The run's context is named for the job (a pprof label), so a goroutine
 	// dump or a profile says which job a goroutine works for.
 	var res tasks.Result
-	pprof.Do(runCtx, pprof.Labels("job_id", id), func(ctx context.Context) {
+	if !js.labelled { // made once per job: one allocation fewer per run
+		js.labels, js.labelled = pprof.Labels("job_id", id), true
+	}
+	pprof.Do(runCtx, js.labels, func(ctx context.Context) {
 		res = js.job.Task.Run(ctx, tasks.Env{JobID: id, ReplicaID: r.o.ReplicaID, RunSeq: seq, Cluster: js.cluster()})
 	})
 	// The cause is read as the task returns: a timeout that fires after a

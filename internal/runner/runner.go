@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -132,16 +133,20 @@ type fireWork struct {
 }
 
 type jobState struct {
-	job     jobs.Job
-	sched   jobs.Schedule // in force (configured or override)
-	status  jobs.Status
-	due     time.Time
-	queued  bool   // on the timer heap
-	gen     uint64 // of its live heap entry (heap.go)
-	running bool
-	failing bool // the first failure was logged
-	lastEnd time.Time
-	duty    *duty // per-cluster duties (clusters.go): nil for a job that is not per cluster
+	job    jobs.Job
+	sched  jobs.Schedule // in force (configured or override)
+	status jobs.Status
+	due    time.Time
+	// labels are the pprof labels of its runs (set by the run goroutine;
+	// one run of a job at a time).
+	labels   pprof.LabelSet
+	labelled bool
+	queued   bool   // on the timer heap
+	gen      uint64 // of its live heap entry (heap.go)
+	running  bool
+	failing  bool // the first failure was logged
+	lastEnd  time.Time
+	duty     *duty // per-cluster duties (clusters.go): nil for a job that is not per cluster
 	// shared: an installation job on the installation-wide schedule.
 	shared bool
 	// forced: this fire is a trigger; it runs whatever the shared schedule says.
