@@ -1,11 +1,16 @@
 package runner_test
 
 import (
+	"context"
+	"runtime/pprof"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/studioctl/studioctl/internal/clock"
 	"github.com/studioctl/studioctl/internal/jobs"
+	"github.com/studioctl/studioctl/internal/tasks"
 )
 
 // The runner's real-clock paths (docs/cost.md): the timeout is a runtime
@@ -106,6 +111,48 @@ func TestRealClockJobsDueTogetherAllFire(t *testing.T) {
 		for k := 1; k < 3; k++ {
 			if gap := ft.start(k).Sub(ft.end(k - 1)); gap < 30*time.Millisecond {
 				t.Fatalf("job %d: run %d started %v after the previous end; want at least the delay", i, k, gap)
+			}
+		}
+	}
+}
+
+// labelTask records the job_id pprof label of each run's context.
+type labelTask struct {
+	mu     sync.Mutex
+	labels []string
+}
+
+func (l *labelTask) Kind() string { return "label" }
+
+func (l *labelTask) Run(ctx context.Context, _ tasks.Env) tasks.Result {
+	v, _ := pprof.Label(ctx, "job_id")
+	l.mu.Lock()
+	l.labels = append(l.labels, v)
+	l.mu.Unlock()
+	return tasks.Result{}
+}
+
+func (l *labelTask) seen() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.labels)
+}
+
+// Every run's context carries its job's pprof label, the first and the
+// later ones (the label set is made once per job).
+func TestEveryRunIsLabelledWithItsJob(t *testing.T) {
+	e := realEnv(t)
+	a, b := &labelTask{}, &labelTask{}
+	o := e.options(
+		jobs.Job{ID: "alpha", Scope: jobs.ScopeInstance, Schedule: every(t, 10*time.Millisecond), Task: a},
+		jobs.Job{ID: "beta", Scope: jobs.ScopeInstance, Schedule: every(t, 10*time.Millisecond), Task: b})
+	o.Clock = clock.Real{}
+	e.start(o)
+	eventually(t, "three runs of each job", func() bool { return len(a.seen()) >= 3 && len(b.seen()) >= 3 })
+	for job, seen := range map[string][]string{"alpha": a.seen(), "beta": b.seen()} {
+		for i, v := range seen {
+			if v != job {
+				t.Fatalf("run %d of %s was labelled job_id=%q", i, job, v)
 			}
 		}
 	}
