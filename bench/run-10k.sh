@@ -9,7 +9,8 @@
 #
 # usage: bench/run-10k.sh
 #   ROUNDS=2 WARMUP=20s WINDOW=60s JOBS=10000 OUT=dir
-#   PROGRAMS="studioctl gocron robfig" (add gocron-nosingleton for gocron
+#   PROGRAMS="studioctl gocron robfig heap" (heap: a bare timer heap calling
+#   the same no-op tasks inline, the floor; add gocron-nosingleton for gocron
 #   without WithSingletonMode, which costs it a goroutine and a 1000-slot
 #   channel per job)
 #   BASE_TEST=path/to/runner.test: also run an older build of the runner
@@ -27,7 +28,7 @@ rounds=${ROUNDS:-2}
 warmup=${WARMUP:-20s}
 window=${WINDOW:-60s}
 jobs=${JOBS:-10000}
-programs=${PROGRAMS:-studioctl gocron robfig}
+programs=${PROGRAMS:-studioctl gocron robfig heap}
 base_test=${BASE_TEST:-}
 if [[ -n $base_test ]]; then
 	base_test=$(cd "$(dirname "$base_test")" && pwd)/$(basename "$base_test")

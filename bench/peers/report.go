@@ -72,7 +72,7 @@ func report(w io.Writer, files []string) error {
 		}
 		fmt.Fprintf(w, "\nRatios of medians (%s / peer):\n", name)
 		fmt.Fprintln(tw, "peer\tCPU\tRSS\tCPU incl. PostgreSQL server\t")
-		for _, p := range []string{"gocron-v2", "gocron-v2-nosingleton", "robfig-cron-v3"} {
+		for _, p := range []string{"gocron-v2", "gocron-v2-nosingleton", "robfig-cron-v3", "bare-timer-heap"} {
 			m, ok := med[p]
 			if !ok || m.CPUCores == 0 || m.RSSMiBMax == 0 {
 				continue
@@ -102,7 +102,7 @@ func row(w io.Writer, name, second string, r result) {
 }
 
 func rank(program string) int {
-	return map[string]int{"studioctl-runner": 0, "studioctl-base": 1, "gocron-v2": 2, "gocron-v2-nosingleton": 3, "robfig-cron-v3": 4}[program]
+	return map[string]int{"studioctl-runner": 0, "studioctl-base": 1, "gocron-v2": 2, "gocron-v2-nosingleton": 3, "robfig-cron-v3": 4, "bare-timer-heap": 5}[program]
 }
 
 // median of f over rs (the mean of the middle two for an even count).
