@@ -9,9 +9,14 @@
 #
 # usage: bench/run-10k.sh
 #   ROUNDS=2 WARMUP=20s WINDOW=60s JOBS=10000 OUT=dir
-#   PROGRAMS="studioctl gocron robfig" (add gocron-nosingleton for gocron
+#   PROGRAMS="studioctl gocron robfig heap" (heap: a bare timer heap calling
+#   the same no-op tasks inline, the floor; add gocron-nosingleton for gocron
 #   without WithSingletonMode, which costs it a goroutine and a 1000-slot
 #   channel per job)
+#   BASE_TEST=path/to/runner.test: also run an older build of the runner
+#   side by side (program studioctl-base), to quote a before and an after
+#   from one run, e.g. built with
+#     git -C REPO worktree add /tmp/base COMMIT && (cd /tmp/base && go test -c -o /tmp/base.test ./internal/runner)
 #
 # studioctl's side is internal/runner's TestBench10k (inside the main module,
 # because it uses internal packages; it starts its own throwaway PostgreSQL
@@ -23,7 +28,12 @@ rounds=${ROUNDS:-2}
 warmup=${WARMUP:-20s}
 window=${WINDOW:-60s}
 jobs=${JOBS:-10000}
-programs=${PROGRAMS:-studioctl gocron robfig}
+programs=${PROGRAMS:-studioctl gocron robfig heap}
+base_test=${BASE_TEST:-}
+if [[ -n $base_test ]]; then
+	base_test=$(cd "$(dirname "$base_test")" && pwd)/$(basename "$base_test")
+	programs="studioctl-base $programs"
+fi
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-${TMPDIR:-/tmp}/studioctl-bench10k-$(date -u +%Y%m%dT%H%M%SZ)}
 mkdir -p "$out"
@@ -44,12 +54,16 @@ echo "bench10k: results in $out" >&2
 	echo "settings:  jobs=$jobs warmup=$warmup window=$window rounds=$rounds programs=$programs"
 } | tee "$out/machine.txt" >&2
 
-run_studioctl() {
+run_studioctl() { # round [name binary]
+	local name=${2:-studioctl} bin=${3:-$out/runner.test}
 	(cd "$root/internal/runner" &&
 		STUDIO_BENCH10K=1 STUDIO_BENCH10K_JOBS="$jobs" STUDIO_BENCH10K_WARMUP="$warmup" \
-			STUDIO_BENCH10K_WINDOW="$window" STUDIO_BENCH10K_OUT="$out/studioctl-$1.json" \
-			"$out/runner.test" -test.run '^TestBench10k$' -test.count=1 -test.v -test.timeout=30m) \
-		>"$out/studioctl-$1.log" 2>&1 || { cat "$out/studioctl-$1.log" >&2; return 1; }
+			STUDIO_BENCH10K_WINDOW="$window" STUDIO_BENCH10K_OUT="$out/$name-$1.json" \
+			"$bin" -test.run '^TestBench10k$' -test.count=1 -test.v -test.timeout=30m) \
+		>"$out/$name-$1.log" 2>&1 || { cat "$out/$name-$1.log" >&2; return 1; }
+	if [[ $name != studioctl ]]; then # the report tells the builds apart by program
+		sed -i 's/"program": "studioctl-runner"/"program": "'"$name"'"/' "$out/$name-$1.json"
+	fi
 }
 
 run_peer() { # program round
@@ -65,7 +79,11 @@ for r in $(seq 1 "$rounds"); do
 	for p in $order; do
 		echo "bench10k: round $r: $p" >&2
 		before=$(cut -d' ' -f1-3 /proc/loadavg)
-		if [[ $p == studioctl ]]; then run_studioctl "$r"; else run_peer "$p" "$r"; fi
+		case $p in
+		studioctl) run_studioctl "$r" ;;
+		studioctl-base) run_studioctl "$r" studioctl-base "$base_test" ;;
+		*) run_peer "$p" "$r" ;;
+		esac
 		# The machine is shared: keep its load beside each result.
 		echo "round $r $p: load average before $before, after $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$out/load.txt" >&2
 	done

@@ -9,6 +9,7 @@
 package main
 
 import (
+	"container/heap"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -157,8 +158,11 @@ func runCmd(args []string) error {
 	case "robfig":
 		program = "robfig-cron-v3"
 		stop, err = startRobfig(tasks)
+	case "heap":
+		program = "bare-timer-heap"
+		stop, err = startHeap(tasks)
 	default:
-		return fmt.Errorf("-lib %q: want gocron or robfig", *lib)
+		return fmt.Errorf("-lib %q: want gocron, robfig or heap", *lib)
 	}
 	if err != nil {
 		return err
@@ -238,6 +242,58 @@ func startRobfig(tasks []*noop) (func() error, error) {
 	}
 	c.Start()
 	return func() error { <-c.Stop().Done(); return nil }, nil
+}
+
+// startHeap is the floor: one goroutine over a heap of the tasks' next
+// fires and one timer, calling each due task inline and queueing it again
+// its delay after it returns, first fires spread as studioctl spreads
+// them. No library, no goroutine per run, no recording.
+func startHeap(tasks []*noop) (func() error, error) {
+	h := make(fireHeap, len(tasks))
+	now := time.Now()
+	for i, t := range tasks {
+		h[i] = &heapItem{t: t, due: now.Add(rand.N(t.every))}
+	}
+	heap.Init(&h)
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		timer := time.NewTimer(time.Until(h[0].due))
+		defer timer.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-timer.C:
+			}
+			for now := time.Now(); !h[0].due.After(now); now = time.Now() {
+				it := h[0]
+				it.t.fire()
+				it.due = time.Now().Add(it.t.every)
+				heap.Fix(&h, 0)
+			}
+			timer.Reset(time.Until(h[0].due))
+		}
+	}()
+	return func() error { close(quit); <-done; return nil }, nil
+}
+
+type heapItem struct {
+	t   *noop
+	due time.Time
+}
+
+type fireHeap []*heapItem
+
+func (h fireHeap) Len() int           { return len(h) }
+func (h fireHeap) Less(i, j int) bool { return h[i].due.Before(h[j].due) }
+func (h fireHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *fireHeap) Push(x any)        { *h = append(*h, x.(*heapItem)) }
+func (h *fireHeap) Pop() any {
+	old := *h
+	it := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return it
 }
 
 func libVersion(lib string) string {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"text/tabwriter"
 )
 
@@ -19,7 +20,7 @@ func report(w io.Writer, files []string) error {
 	byProgram := map[string][]result{}
 	var order []string
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	header := "program\tfile\tfires/s\tlate p50 ms\tlate mean ms\tlate p99 ms\tlate max ms\tCPU cores\trunq wait ms/s\tRSS max MiB\theap MiB\tDB stmt/s\tDB server CPU\t"
+	header := "program\tfile\tfires/s\tlate p50 ms\tlate mean ms\tlate p99 ms\tlate max ms\tCPU cores\tCPU us/fire\tserver us/fire\trunq wait ms/s\tRSS max MiB\theap MiB\tDB stmt/s\tDB server CPU\t"
 	fmt.Fprintln(w, "Runs:")
 	fmt.Fprintln(tw, header)
 	for _, f := range files {
@@ -41,7 +42,7 @@ func report(w io.Writer, files []string) error {
 
 	med := map[string]result{}
 	fmt.Fprintln(w, "\nMedians:")
-	fmt.Fprintln(tw, "program\truns\tfires/s\tlate p50 ms\tlate mean ms\tlate p99 ms\tlate max ms\tCPU cores\trunq wait ms/s\tRSS max MiB\theap MiB\tDB stmt/s\tDB server CPU\t")
+	fmt.Fprintln(tw, "program\truns\tfires/s\tlate p50 ms\tlate mean ms\tlate p99 ms\tlate max ms\tCPU cores\tCPU us/fire\tserver us/fire\trunq wait ms/s\tRSS max MiB\theap MiB\tDB stmt/s\tDB server CPU\t")
 	slices.SortFunc(order, func(a, b string) int { return rank(a) - rank(b) })
 	for _, p := range order {
 		rs := byProgram[p]
@@ -64,34 +65,44 @@ func report(w io.Writer, files []string) error {
 	}
 	tw.Flush()
 
-	s, ok := med["studioctl-runner"]
-	if !ok {
-		return nil
-	}
-	fmt.Fprintln(w, "\nRatios of medians (studioctl / peer):")
-	fmt.Fprintln(tw, "peer\tCPU\tRSS\tCPU incl. PostgreSQL server\t")
-	for _, p := range []string{"gocron-v2", "gocron-v2-nosingleton", "robfig-cron-v3"} {
-		m, ok := med[p]
-		if !ok || m.CPUCores == 0 || m.RSSMiBMax == 0 {
+	for _, name := range []string{"studioctl-runner", "studioctl-base"} {
+		s, ok := med[name]
+		if !ok {
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%.1fx\t%.1fx\t%.1fx\t\n", p, s.CPUCores/m.CPUCores, s.RSSMiBMax/m.RSSMiBMax,
-			(s.CPUCores+s.DBServerCPUCores)/m.CPUCores)
+		fmt.Fprintf(w, "\nRatios of medians (%s / peer):\n", name)
+		fmt.Fprintln(tw, "peer\tCPU\tRSS\tCPU incl. PostgreSQL server\t")
+		for _, p := range []string{"gocron-v2", "gocron-v2-nosingleton", "robfig-cron-v3", "bare-timer-heap"} {
+			m, ok := med[p]
+			if !ok || m.CPUCores == 0 || m.RSSMiBMax == 0 {
+				continue
+			}
+			fmt.Fprintf(tw, "%s\t%.1fx\t%.1fx\t%.1fx\t\n", p, s.CPUCores/m.CPUCores, s.RSSMiBMax/m.RSSMiBMax,
+				(s.CPUCores+s.DBServerCPUCores)/m.CPUCores)
+		}
+		tw.Flush()
 	}
 	return tw.Flush()
 }
 
 func row(w io.Writer, name, second string, r result) {
-	db, server := "-", "-"
-	if r.Program == "studioctl-runner" {
+	db, server, serverPerFire := "-", "-", "-"
+	if strings.HasPrefix(r.Program, "studioctl") {
 		db, server = fmt.Sprintf("%.1f", r.DBStatementsPerS), fmt.Sprintf("%.3f", r.DBServerCPUCores)
+		if r.FiresPerS > 0 {
+			serverPerFire = fmt.Sprintf("%.1f", r.DBServerCPUCores/r.FiresPerS*1e6)
+		}
 	}
-	fmt.Fprintf(w, "%s\t%s\t%.0f\t%.2f\t%.2f\t%.2f\t%.1f\t%.3f\t%.0f\t%.1f\t%.1f\t%s\t%s\t\n", name, second, r.FiresPerS,
-		r.LatenessP50ms, r.LatenessMean, r.LatenessP99ms, r.LatenessMaxMs, r.CPUCores, r.RunqWaitMsPerS, r.RSSMiBMax, r.HeapInuseMiB, db, server)
+	perFire := "-"
+	if r.FiresPerS > 0 {
+		perFire = fmt.Sprintf("%.1f", r.CPUCores/r.FiresPerS*1e6)
+	}
+	fmt.Fprintf(w, "%s\t%s\t%.0f\t%.2f\t%.2f\t%.2f\t%.1f\t%.3f\t%s\t%s\t%.0f\t%.1f\t%.1f\t%s\t%s\t\n", name, second, r.FiresPerS,
+		r.LatenessP50ms, r.LatenessMean, r.LatenessP99ms, r.LatenessMaxMs, r.CPUCores, perFire, serverPerFire, r.RunqWaitMsPerS, r.RSSMiBMax, r.HeapInuseMiB, db, server)
 }
 
 func rank(program string) int {
-	return map[string]int{"studioctl-runner": 0, "gocron-v2": 1, "gocron-v2-nosingleton": 2, "robfig-cron-v3": 3}[program]
+	return map[string]int{"studioctl-runner": 0, "studioctl-base": 1, "gocron-v2": 2, "gocron-v2-nosingleton": 3, "robfig-cron-v3": 4, "bare-timer-heap": 5}[program]
 }
 
 // median of f over rs (the mean of the middle two for an even count).

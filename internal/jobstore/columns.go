@@ -39,12 +39,32 @@ type typedArray[T any] struct {
 func (a *typedArray[T]) add(st *jobs.Status) { a.vals = append(a.vals, a.get(st)) }
 func (a *typedArray[T]) value() any          { return a.vals }
 
+// elemArray collects one column's values as the element type E of a
+// pgArray (pgarray.go), which pgx encodes without an allocation per value.
+type elemArray[E any] struct {
+	get  func(st *jobs.Status) E
+	vals pgArray[E]
+}
+
+func (a *elemArray[E]) add(st *jobs.Status) { a.vals = append(a.vals, a.get(st)) }
+func (a *elemArray[E]) value() any          { return a.vals }
+
 // col builds a column whose field, of type T, field returns a pointer to.
 func col[T any](name, sqlType string, field func(st *jobs.Status) *T) statusColumn {
 	return statusColumn{
 		name: name, sqlType: sqlType,
 		scan: func(st *jobs.Status) any { return field(st) },
 		array: func(n int) statusArray {
+			switch f := any(field).(type) {
+			case func(*jobs.Status) **time.Time:
+				return &elemArray[pgTime]{get: func(st *jobs.Status) pgTime { return pgTimeOf(*f(st)) }, vals: make(pgArray[pgTime], 0, n)}
+			case func(*jobs.Status) *time.Time:
+				return &elemArray[pgTime]{get: func(st *jobs.Status) pgTime { return pgTime{t: *f(st)} }, vals: make(pgArray[pgTime], 0, n)}
+			case func(*jobs.Status) *int64:
+				return &elemArray[pgInt8]{get: func(st *jobs.Status) pgInt8 { return pgInt8(*f(st)) }, vals: make(pgArray[pgInt8], 0, n)}
+			case func(*jobs.Status) *bool:
+				return &elemArray[pgBool]{get: func(st *jobs.Status) pgBool { return pgBool(*f(st)) }, vals: make(pgArray[pgBool], 0, n)}
+			}
 			return &typedArray[T]{get: func(st *jobs.Status) T { return *field(st) }, vals: make([]T, 0, n)}
 		},
 	}
@@ -57,7 +77,7 @@ func textCol[T ~string](name string, nullIfEmpty bool, field func(st *jobs.Statu
 		name: name, sqlType: "text", nullIfEmpty: nullIfEmpty,
 		scan: func(st *jobs.Status) any { return textScanner[T]{field(st)} },
 		array: func(n int) statusArray {
-			return &typedArray[string]{get: func(st *jobs.Status) string { return string(*field(st)) }, vals: make([]string, 0, n)}
+			return &elemArray[pgText]{get: func(st *jobs.Status) pgText { return pgText(*field(st)) }, vals: make(pgArray[pgText], 0, n)}
 		},
 	}
 }

@@ -10,10 +10,9 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"strconv"
 	"sync"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/studioctl/studioctl/internal/bus"
 	"github.com/studioctl/studioctl/internal/jobs"
@@ -23,9 +22,14 @@ import (
 // The batching writer of SPEC §3: per-run writes (status, history) are
 // coalesced and flushed at most every second, or sooner at a size bound, so
 // statements per second stay bounded however many jobs a replica hosts.
+// The bound is 5,000 queued rows (runs plus status): at 10,000 jobs on
+// 1-10 s delays (about 2,900 runs and 2,900 status rows a second) a bound of
+// 500 made 12.7 flushes a second, and each flush's fixed cost (a
+// transaction, five statements, the event writer's row lock, two
+// notifications) was a fifth of the server's CPU per run (docs/cost.md).
 const (
 	FlushEvery = time.Second
-	FlushBatch = 500
+	FlushBatch = 5000
 	// seqBlock run seqs are taken from the sequence in one statement. At
 	// 10,000 jobs on 1-10 s delays (about 3,000 runs a second) a block of
 	// 100 meant 29 refills a second, each holding up every starting run.
@@ -46,6 +50,10 @@ type Store struct {
 	kick   chan struct{}
 	seqs   []int64
 	seqMu  sync.Mutex
+	// prefetching is closed when the prefetch of the next block under way
+	// ends (nil: none); runCtx is the writer's context, nil before Start.
+	prefetching chan struct{}
+	runCtx      context.Context
 	startstop.Base
 	final   sync.Once // the last flush, after the writer ended
 	failing bool
@@ -74,6 +82,9 @@ func (s *Store) Start(ctx context.Context) error {
 		s.StartFailed()
 		return fmt.Errorf("start run store: %w", err)
 	}
+	s.seqMu.Lock()
+	s.runCtx = runCtx // from now on, blocks are prefetched
+	s.seqMu.Unlock()
 	if !s.Go(func() { s.loop(runCtx) }) {
 		return fmt.Errorf("start run store: %w", startstop.ErrStopped)
 	}
@@ -127,16 +138,68 @@ func (s *Store) loop(ctx context.Context) {
 }
 
 // NextSeq returns a run seq, taking a block from the sequence when needed.
+// A started store takes the next block in the background once half of the
+// current one is handed out (prefetch), so runs do not wait for it: a
+// refill held every run that started meanwhile, 2.9 times a second at
+// 10,000 jobs, which was a good part of the fires' lateness p99 on a
+// loaded machine (docs/cost.md). A run that finds no seq left waits for a
+// prefetch under way, or takes a block itself.
 func (s *Store) NextSeq(ctx context.Context) (int64, error) {
 	s.seqMu.Lock()
-	defer s.seqMu.Unlock()
-	if err := s.fillSeqsLocked(ctx); err != nil {
-		return 0, err
+	for len(s.seqs) == 0 {
+		if wait := s.prefetching; wait != nil {
+			s.seqMu.Unlock()
+			select {
+			case <-wait:
+			case <-ctx.Done():
+				return 0, fmt.Errorf("allocate run seqs: %w", context.Cause(ctx))
+			}
+			s.seqMu.Lock()
+			continue // a prefetch that failed left none: take a block below
+		}
+		if err := s.fillSeqsLocked(ctx); err != nil {
+			s.seqMu.Unlock()
+			return 0, err
+		}
 	}
 	n := s.seqs[0]
 	s.seqs = s.seqs[1:]
+	if len(s.seqs) < seqBlock/2 && s.prefetching == nil && s.runCtx != nil {
+		s.prefetchLocked()
+	}
+	s.seqMu.Unlock()
 	return n, nil
 }
+
+// prefetchLocked takes the next block of seqs in a goroutine of the store
+// (none once it stopped), appended to the current one. seqMu held.
+func (s *Store) prefetchLocked() {
+	done := make(chan struct{})
+	ctx := s.runCtx
+	if !s.Go(func() {
+		defer close(done)
+		fctx, cancel := context.WithTimeout(ctx, flushTimeout)
+		block, err := s.takeSeqs(fctx)
+		cancel()
+		s.seqMu.Lock()
+		s.seqs = append(s.seqs, block...)
+		s.prefetching = nil
+		s.seqMu.Unlock()
+		if err != nil && ctx.Err() == nil {
+			s.log.Debug("jobs: taking the next block of run seqs failed; the runs take it", "error", err)
+		}
+	}) {
+		return
+	}
+	s.prefetching = done
+}
+
+// seqBlockSQL takes $1 run seqs. The sequence is named once, as a constant
+// the parser resolves: pg_get_serial_sequence in the select list was
+// evaluated for every row, a catalog lookup per seq that cost the server
+// 7 us of CPU per run at 10,000 jobs (docs/cost.md). The name is the one
+// migration 00001's bigserial gives it, and docs/roles.sql grants.
+const seqBlockSQL = `SELECT nextval('studio_job_run_seq_seq') FROM generate_series(1, $1)`
 
 // fillSeqs takes a block of run seqs unless some are left.
 func (s *Store) fillSeqs(ctx context.Context) error {
@@ -149,26 +212,37 @@ func (s *Store) fillSeqsLocked(ctx context.Context) error {
 	if len(s.seqs) > 0 {
 		return nil
 	}
-	rows, err := s.q.Query(ctx, `SELECT nextval(pg_get_serial_sequence('studio_job_run', 'seq')) FROM generate_series(1, $1)`, seqBlock)
+	block, err := s.takeSeqs(ctx)
 	if err != nil {
-		return fmt.Errorf("allocate run seqs: %w", err)
+		return err
 	}
+	s.seqs = block
+	return nil
+}
+
+// takeSeqs takes a block of seqs from the sequence.
+func (s *Store) takeSeqs(ctx context.Context) ([]int64, error) {
+	rows, err := s.q.Query(ctx, seqBlockSQL, seqBlock)
+	if err != nil {
+		return nil, fmt.Errorf("allocate run seqs: %w", err)
+	}
+	block := make([]int64, 0, seqBlock)
+	var n int64
 	for rows.Next() {
-		var n int64
 		if err := rows.Scan(&n); err != nil {
 			rows.Close()
-			return fmt.Errorf("allocate run seqs: %w", err)
+			return nil, fmt.Errorf("allocate run seqs: %w", err)
 		}
-		s.seqs = append(s.seqs, n)
+		block = append(block, n)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return fmt.Errorf("allocate run seqs: %w", err)
+		return nil, fmt.Errorf("allocate run seqs: %w", err)
 	}
-	if len(s.seqs) == 0 {
-		return fmt.Errorf("allocate run seqs: the sequence returned no values")
+	if len(block) == 0 {
+		return nil, fmt.Errorf("allocate run seqs: the sequence returned no values")
 	}
-	return nil
+	return block, nil
 }
 
 // PutRun queues a run row (the latest version of a seq wins).
@@ -275,18 +349,74 @@ const eventTime = "2006-01-02T15:04:05.000000Z"
 // runEventData is the event of run r as stored (its error already made
 // storable and scrubbed by PutRun).
 func runEventData(r jobs.Run) string {
-	e := runEvent{Seq: r.Seq, JobID: r.JobID, ReplicaID: r.ReplicaID, Cluster: r.Cluster, Outcome: string(r.Outcome),
-		StartedAt: r.StartedAt.UTC().Format(eventTime), Error: r.Error}
+	return string(appendRunEvent(nil, r))
+}
+
+// appendRunEvent appends the JSON of runEvent for r: the same object as
+// json.Marshal of a runEvent (TestAppendRunEventIsJSONMarshal), written
+// without reflection, which was most of the flush's encoding CPU per run.
+func appendRunEvent(b []byte, r jobs.Run) []byte {
+	b = append(b, `{"seq":`...)
+	b = strconv.AppendInt(b, r.Seq, 10)
+	b = append(b, `,"job_id":`...)
+	b = appendJSONString(b, r.JobID)
+	b = append(b, `,"replica_id":`...)
+	b = appendJSONString(b, r.ReplicaID)
+	b = append(b, `,"cluster":`...)
+	b = appendJSONString(b, r.Cluster)
+	b = append(b, `,"outcome":`...)
+	b = appendJSONString(b, string(r.Outcome))
+	b = append(b, `,"started_at":"`...)
+	b = r.StartedAt.UTC().AppendFormat(b, eventTime)
+	b = append(b, '"')
 	if r.FinishedAt != nil {
-		e.FinishedAt = r.FinishedAt.UTC().Format(eventTime)
+		b = append(b, `,"finished_at":"`...)
+		b = r.FinishedAt.UTC().AppendFormat(b, eventTime)
+		b = append(b, `","duration_seconds":`...)
 		d := math.Round(r.FinishedAt.Sub(r.StartedAt).Seconds()*1000) / 1000
-		e.Duration = &d
+		if a := math.Abs(d); a != 0 && (a < 1e-6 || a >= 1e21) {
+			j, _ := json.Marshal(d) // json's exponent form; a rounded duration never gets here
+			b = append(b, j...)
+		} else {
+			b = strconv.AppendFloat(b, d, 'f', -1, 64)
+		}
 	}
-	b, err := json.Marshal(e)
-	if err != nil {
-		panic(err) // strings and numbers only
+	if r.Error != "" {
+		b = append(b, `,"error":`...)
+		b = appendJSONString(b, r.Error)
 	}
-	return string(b)
+	return append(b, '}')
+}
+
+// appendJSONString appends s as a JSON string. s is valid UTF-8 (job ids
+// are validated, errors made storable), which JSON takes as it is; quotes,
+// backslashes and control characters are escaped.
+func appendJSONString(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 0x20 && c != '"' && c != '\\' {
+			continue
+		}
+		b = append(b, s[start:i]...)
+		switch c {
+		case '"', '\\':
+			b = append(b, '\\', c)
+		case '\n':
+			b = append(b, '\\', 'n')
+		case '\r':
+			b = append(b, '\\', 'r')
+		case '\t':
+			b = append(b, '\\', 't')
+		default:
+			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+		}
+		start = i + 1
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
 }
 
 func (s *Store) write(ctx context.Context, runs map[int64]jobs.Run, status map[string]jobs.Status) error {
@@ -298,29 +428,44 @@ func (s *Store) write(ctx context.Context, runs map[int64]jobs.Run, status map[s
 	stmts := int64(0)
 	if len(runs) > 0 {
 		n := len(runs)
-		seq, job, rep, cl, out, errs, tail := make([]int64, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
-		started, finished := make([]time.Time, 0, n), make([]*time.Time, 0, n)
+		seqs := make([]int64, 0, n)
+		seq := make(pgArray[pgInt8], 0, n)
+		job, rep, cl, out, errs, tail := make(pgArray[pgText], 0, n), make(pgArray[pgText], 0, n), make(pgArray[pgText], 0, n),
+			make(pgArray[pgText], 0, n), make(pgArray[pgText], 0, n), make(pgArray[pgText], 0, n)
+		started, finished := make(pgArray[pgTime], 0, n), make(pgArray[pgTime], 0, n)
 		for _, r := range runs {
-			seq, job, rep, cl = append(seq, r.Seq), append(job, r.JobID), append(rep, r.ReplicaID), append(cl, r.Cluster)
-			started, finished = append(started, r.StartedAt), append(finished, r.FinishedAt)
-			out, errs, tail = append(out, string(r.Outcome)), append(errs, r.Error), append(tail, r.OutputTail)
+			seqs, seq = append(seqs, r.Seq), append(seq, pgInt8(r.Seq))
+			job, rep, cl = append(job, pgText(r.JobID)), append(rep, pgText(r.ReplicaID)), append(cl, pgText(r.Cluster))
+			started, finished = append(started, pgTime{t: r.StartedAt}), append(finished, pgTimeOf(r.FinishedAt))
+			out, errs, tail = append(out, pgText(r.Outcome)), append(errs, pgText(r.Error)), append(tail, pgText(r.OutputTail))
 		}
 		rows, err := tx.Query(ctx, upsertRunsSQL, seq, job, rep, cl, started, finished, out, errs, tail)
 		if err != nil {
 			return fmt.Errorf("write job history: %w", err)
 		}
-		changed, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-		if err != nil {
+		changed := make([]int64, 0, n)
+		var c int64
+		for rows.Next() { // pgx.RowTo would allocate a value per row
+			if err := rows.Scan(&c); err != nil {
+				rows.Close()
+				return fmt.Errorf("write job history: %w", err)
+			}
+			changed = append(changed, c)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
 			return fmt.Errorf("write job history: %w", err)
 		}
 		stmts++
-		payloads, err := bus.Encode(bus.Seqs(seq...))
+		payloads, err := bus.Encode(bus.Seqs(seqs...))
 		if err != nil {
 			return fmt.Errorf("announce job runs: %w", err)
 		}
 		events := make([]string, 0, len(changed))
+		var buf []byte
 		for _, n := range changed {
-			events = append(events, runEventData(runs[n]))
+			buf = appendRunEvent(buf[:0], runs[n])
+			events = append(events, string(buf))
 		}
 		if _, err := tx.Exec(ctx, eventRunsSQL, events, payloads); err != nil {
 			return fmt.Errorf("announce job runs: %w", err)

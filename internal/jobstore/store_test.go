@@ -703,3 +703,59 @@ func TestAStatusRowRoundTripsEveryColumn(t *testing.T) {
 		t.Fatalf("read back %+v, %v", got["all-columns"], err)
 	}
 }
+
+// A started store takes the next block of run seqs in the background once
+// half of the current one is handed out, so a run does not wait for the
+// round trip (docs/cost.md); the seqs still increase across blocks.
+func TestAStartedStorePrefetchesTheNextSeqBlock(t *testing.T) {
+	t.Parallel()
+	pool, _ := newPool(t)
+	q := &countingQuerier{Querier: pool}
+	s := jobstore.NewStore(q, "replica-1", nil)
+	if err := s.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	blocks := 0
+	countBlocks := func() int {
+		_, texts, _ := q.calls()
+		for _, sql := range texts {
+			if strings.Contains(sql, "nextval") {
+				blocks++
+			}
+		}
+		return blocks
+	}
+	waitBlocks := func(n int) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for countBlocks() < n {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d blocks taken after 20 s; want %d", blocks, n)
+			}
+			time.Sleep(2 * time.Millisecond) // a poll, not a synchronisation
+		}
+	}
+	var prev int64
+	take := func(k int) {
+		t.Helper()
+		for range k {
+			n := mustSeq(t, s)
+			if n <= prev {
+				t.Fatalf("seq %d after %d: not increasing", n, prev)
+			}
+			prev = n
+		}
+	}
+	take(499)
+	if n := countBlocks(); n != 1 {
+		t.Fatalf("%d blocks taken with 501 seqs left; want the first only", n)
+	}
+	take(2) // 499 left: the next block is taken in the background
+	waitBlocks(2)
+	take(1000) // into the prefetched block, which is followed by another
+	waitBlocks(3)
+	if n := countBlocks(); n != 3 {
+		t.Fatalf("%d blocks taken for 1,501 seqs; want 3", n)
+	}
+}

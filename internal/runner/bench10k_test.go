@@ -95,6 +95,17 @@ type bench10kResult struct {
 	EventRowsPerS     float64            `json:"event_rows_per_s"`
 	NotificationsPerS map[string]float64 `json:"notifications_per_s"`
 	EventsOff         bool               `json:"events_off,omitempty"`
+	// The server's side of the window: WAL written per second, and per
+	// table the rows inserted and updated (and how many of the updates
+	// were HOT, needing no index entry) per second.
+	WALBytesPerS float64                    `json:"wal_bytes_per_s,omitempty"`
+	Tables       map[string]bench10kTableIO `json:"tables,omitempty"`
+}
+
+type bench10kTableIO struct {
+	InsertsPerS    float64 `json:"inserts_per_s"`
+	UpdatesPerS    float64 `json:"updates_per_s"`
+	HOTUpdatesPerS float64 `json:"hot_updates_per_s"`
 }
 
 type bench10kQueryCalls struct {
@@ -262,6 +273,7 @@ LANGUAGE plpgsql AS $$ DECLARE v text; BEGIN FOREACH v IN ARRAY coalesce(p_notif
 	time.Sleep(warmup) // a measurement's warm-up, not synchronisation
 
 	stmts0 := bench10kStatements(t, probe)
+	wal0, tables0 := bench10kServerIO(t, probe)
 	flushes0, _ := store.Stats()
 	runs0 := bench10kHistoryRows(t, probe)
 	events0 := bench10kEventRows(t, probe)
@@ -283,6 +295,7 @@ LANGUAGE plpgsql AS $$ DECLARE v text; BEGIN FOREACH v IN ARRAY coalesce(p_notif
 	counting.Store(false)
 	events1 := bench10kEventRows(t, probe)
 	stmts1 := bench10kStatements(t, probe)
+	wal1, tables1 := bench10kServerIO(t, probe)
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	goroutines := runtime.NumGoroutine()
@@ -305,6 +318,13 @@ LANGUAGE plpgsql AS $$ DECLARE v text; BEGIN FOREACH v IN ARRAY coalesce(p_notif
 		HistoryRowsPerS:  float64(runs1-runs0) / wall.Seconds(),
 		EventRowsPerS:    float64(events1-events0) / wall.Seconds(),
 		EventsOff:        eventsOff,
+	}
+	res.WALBytesPerS = float64(wal1-wal0) / wall.Seconds()
+	res.Tables = map[string]bench10kTableIO{}
+	for name, b := range tables1 {
+		a := tables0[name]
+		res.Tables[name] = bench10kTableIO{InsertsPerS: float64(b[0]-a[0]) / wall.Seconds(),
+			UpdatesPerS: float64(b[1]-a[1]) / wall.Seconds(), HOTUpdatesPerS: float64(b[2]-a[2]) / wall.Seconds()}
 	}
 	notifyMu.Lock()
 	res.NotificationsPerS = map[string]float64{}
@@ -568,6 +588,40 @@ GROUP BY queryid`)
 		t.Fatalf("read pg_stat_statements: %v", err)
 	}
 	return out
+}
+
+// bench10kServerIO reads the WAL written so far and, for the tables the
+// runner writes, the rows inserted, updated and HOT-updated so far (the
+// statistics are flushed at the end of a transaction, at most every
+// second: a 20 s window is off by a second at most).
+func bench10kServerIO(t testing.TB, conn *pgx.Conn) (int64, map[string][3]int64) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := conn.Exec(ctx, `/* bench10k */ SELECT pg_stat_clear_snapshot()`); err != nil {
+		t.Fatal(err)
+	}
+	var wal int64
+	if err := conn.QueryRow(ctx, `/* bench10k */ SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint`).Scan(&wal); err != nil {
+		t.Fatalf("read the WAL position: %v", err)
+	}
+	rows, err := conn.Query(ctx, `/* bench10k */ SELECT relname, n_tup_ins, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables
+WHERE relname IN ('studio_job_run', 'studio_job_status', 'studio_event')`)
+	if err != nil {
+		t.Fatalf("read table statistics: %v", err)
+	}
+	out := map[string][3]int64{}
+	for rows.Next() {
+		var name string
+		var v [3]int64
+		if err := rows.Scan(&name, &v[0], &v[1], &v[2]); err != nil {
+			t.Fatalf("read table statistics: %v", err)
+		}
+		out[name] = v
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatalf("read table statistics: %v", err)
+	}
+	return wal, out
 }
 
 // bench10kHistoryRows is the highest run seq: the history rows written so far.

@@ -8,7 +8,6 @@ package runner
 // marked "per-cluster duties (clusters.go)".
 
 import (
-	"container/heap"
 	"context"
 	"errors"
 	"fmt"
@@ -119,7 +118,7 @@ func (r *Runner) AddCluster(cluster string, ctx context.Context) {
 	now := r.o.Clock.Now()
 	for _, j := range r.clusters.templates {
 		key := DutyKey(j.ID, cluster)
-		js := &jobState{job: j, sched: j.Schedule, index: -1, duty: &duty{cluster: cluster, ctx: ctx}}
+		js := &jobState{job: j, sched: j.Schedule, duty: &duty{cluster: cluster, ctx: ctx}}
 		if p, ok := r.clusters.last[key]; ok {
 			js.status = p
 		} else if p, ok := r.clusters.prior[key]; ok {
@@ -169,8 +168,8 @@ func (r *Runner) removeClusterLocked(cluster string) {
 			}
 			r.clusters.ending[js] = make(chan struct{})
 		}
-		if js.index >= 0 {
-			heap.Remove(&r.queue, js.index)
+		if js.queued {
+			r.queue.remove(js)
 		}
 		js.status.NextFireAt = nil
 		delete(r.jobs, key)
@@ -227,7 +226,7 @@ func (r *Runner) triggerDuties(id string) (fired, handled bool) {
 	}
 	for c := range r.clusters.owned {
 		js, ok := r.jobs[DutyKey(id, c)]
-		if !ok || js.running || r.stopping || js.index < 0 {
+		if !ok || js.running || r.stopping || !js.queued {
 			continue
 		}
 		r.push(js, r.o.Clock.Now())

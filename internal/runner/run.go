@@ -50,9 +50,9 @@ func (r *Runner) run(js *jobState, sched jobs.Schedule, fire time.Time) {
 		r.finish(js, time.Time{})
 		return
 	}
-	seqCtx, cancel := context.WithTimeout(r.runsCtx, lockStatementTimeout)
+	seqCtx := newLazyTimeout(r.runsCtx, lockStatementTimeout) // the seq block answers from memory nearly always
 	seq, err := r.o.Store.NextSeq(seqCtx)
-	cancel()
+	seqCtx.release()
 	if err != nil {
 		r.unlock(lock, js)
 		r.recordNoRun(js, sched, r.now(), err)
@@ -63,7 +63,7 @@ func (r *Runner) run(js *jobState, sched jobs.Schedule, fire time.Time) {
 	r.o.Store.PutRun(run)
 	r.mu.Lock()
 	js.status.LastStartedAt = &started
-	r.putStatusLocked(js)
+	r.putStatusAtLocked(js, started)
 	r.mu.Unlock()
 
 	// The run's context: cancelled at the timeout, on lock loss, or at shutdown.
@@ -73,19 +73,7 @@ func (r *Runner) run(js *jobState, sched jobs.Schedule, fire time.Time) {
 	var wg sync.WaitGroup
 	stopAux := make(chan struct{})
 	timeout := js.job.TimeoutFor(sched)
-	timeoutTimer := r.o.Clock.NewTimer(timeout) // started with the run, not with its goroutine
-	wg.Add(1)
-	go func() { // the timeout, on the injected clock
-		defer wg.Done()
-		t := timeoutTimer
-		defer t.Stop()
-		select {
-		case <-t.C():
-			cancelRun(errTimeout)
-		case <-stopAux:
-		case <-runCtx.Done():
-		}
-	}()
+	stopTimeout := r.afterFunc(&wg, stopAux, runCtx, timeout, func() { cancelRun(errTimeout) })
 	var lockMu sync.Mutex
 	if lock != nil {
 		every := jobs.KeepAliveEvery(sched)
@@ -130,12 +118,16 @@ func (r *Runner) run(js *jobState, sched jobs.Schedule, fire time.Time) {
 	// The run's context is named for the job (a pprof label), so a goroutine
 	// dump or a profile says which job a goroutine works for.
 	var res tasks.Result
-	pprof.Do(runCtx, pprof.Labels("job_id", id), func(ctx context.Context) {
+	if !js.labelled { // made once per job: one allocation fewer per run
+		js.labels, js.labelled = pprof.Labels("job_id", id), true
+	}
+	pprof.Do(runCtx, js.labels, func(ctx context.Context) {
 		res = js.job.Task.Run(ctx, tasks.Env{JobID: id, ReplicaID: r.o.ReplicaID, RunSeq: seq, Cluster: js.cluster()})
 	})
 	// The cause is read as the task returns: a timeout that fires after a
 	// successful return does not relabel it.
 	cause := context.Cause(runCtx)
+	stopTimeout()
 	close(stopAux)
 	wg.Wait()
 	cancelRun(nil)
@@ -165,14 +157,18 @@ func (r *Runner) run(js *jobState, sched jobs.Schedule, fire time.Time) {
 			errText += ": " + res.Err.Error()
 		}
 	}
-	errText = db.ScrubText(errText, r.o.Secrets...)
+	if errText != "" {
+		errText = db.ScrubText(errText, r.o.Secrets...)
+	}
 	if len(errText) > errorTail {
 		errText = errText[len(errText)-errorTail:]
 	}
 	output := res.Output
-	if len(output) >= tasks.OutputTailBytes-(utf8.UTFMax-1) {
+	switch {
+	case output == "": // nothing to hide
+	case len(output) >= tasks.OutputTailBytes-(utf8.UTFMax-1):
 		output = db.ScrubTail(output, r.o.Secrets...) // its start may be cut inside a secret
-	} else {
+	default:
 		output = db.ScrubText(output, r.o.Secrets...)
 	}
 	lockMu.Lock()
@@ -182,7 +178,9 @@ func (r *Runner) run(js *jobState, sched jobs.Schedule, fire time.Time) {
 		r.unlock(held, js)
 	}
 	ended := r.now()
-	errText = jobs.Storable(errText)
+	if errText != "" {
+		errText = jobs.Storable(errText)
+	}
 	run.FinishedAt, run.Outcome, run.Error, run.OutputTail = &ended, outcome, errText, output
 	r.o.Store.PutRun(run)
 	r.metrics.runs.WithLabelValues(id, string(outcome)).Inc()
@@ -245,7 +243,67 @@ func (r *Runner) run(js *jobState, sched jobs.Schedule, fire time.Time) {
 	r.mu.Lock()
 	next := js.sched.Next(end)
 	r.mu.Unlock()
-	r.finish(js, next)
+	r.finishAt(js, next, ended)
+}
+
+// afterFunc calls f once d has passed on the runner's clock, unless the
+// returned func is called first. On the real clock it is a runtime timer
+// (time.AfterFunc): a goroutine and a timer per run cost a fire a
+// goroutine start and two wake-ups (docs/cost.md). On any other clock a
+// goroutine counted in wg waits for the clock's timer, stop or ctx.
+func (r *Runner) afterFunc(wg *sync.WaitGroup, stop <-chan struct{}, ctx context.Context, d time.Duration, f func()) func() {
+	if r.realClock() {
+		t := time.AfterFunc(d, f)
+		return func() { t.Stop() }
+	}
+	t := r.o.Clock.NewTimer(d) // started with the run, not with its goroutine
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer t.Stop()
+		select {
+		case <-t.C():
+			f()
+		case <-stop:
+		case <-ctx.Done():
+		}
+	}()
+	return func() {}
+}
+
+// lazyTimeout is a context with a timeout that is armed only when a
+// statement uses it: the settings cache and the block of run seqs answer
+// from memory at nearly every fire, and a context.WithTimeout per fire
+// was a runtime timer armed and stopped for nothing.
+type lazyTimeout struct {
+	parent context.Context
+	d      time.Duration
+	once   sync.Once
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+func newLazyTimeout(parent context.Context, d time.Duration) *lazyTimeout {
+	return &lazyTimeout{parent: parent, d: d}
+}
+
+func (l *lazyTimeout) get() context.Context {
+	l.once.Do(func() { l.ctx, l.cancel = context.WithTimeout(l.parent, l.d) })
+	return l.ctx
+}
+
+func (l *lazyTimeout) Deadline() (time.Time, bool) { return l.get().Deadline() }
+func (l *lazyTimeout) Done() <-chan struct{}       { return l.get().Done() }
+func (l *lazyTimeout) Err() error                  { return l.get().Err() }
+func (l *lazyTimeout) Value(key any) any           { return l.get().Value(key) }
+
+// release frees the timer if it was armed; the context must not be used
+// after it.
+func (l *lazyTimeout) release() {
+	l.once.Do(func() {}) // arms nothing; orders the read of cancel after any get
+	if l.cancel != nil {
+		l.cancel()
+	}
 }
 
 // recordNoRun records a tick that could not start a run (the lock or the

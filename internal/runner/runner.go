@@ -4,13 +4,14 @@
 package runner
 
 import (
-	"container/heap"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"runtime/pprof"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -76,7 +77,23 @@ type Options struct {
 	// per-job series (0: DefaultPerJobLimit). docs/metrics.md.
 	PerJobMetrics      string
 	PerJobMetricsLimit int
+	// TimerResolution is the shortest wait of the timer goroutine: jobs due
+	// within it of each other fire on one wake-up, each at most that late.
+	// Default DefaultTimerResolution on the real clock (nil, clock.Real,
+	// clock.Offset), none on any other clock (tests advance a fake clock to
+	// exact due times); negative: none.
+	TimerResolution time.Duration
 }
+
+// DefaultTimerResolution: at 10,000 jobs on 1-10 s delays (about 3,000
+// fires a second) a wake-up per due time cost the timer goroutine about a
+// fifth of the process's CPU (docs/cost.md); one a millisecond at most
+// costs a fire half a millisecond of lateness on average.
+const DefaultTimerResolution = time.Millisecond
+
+// maxIdleWorkers is how many run goroutines wait for the next fire when
+// they have nothing to do; the rest end (see worker).
+const maxIdleWorkers = 64
 
 // Runner hosts jobs.
 type Runner struct {
@@ -88,7 +105,11 @@ type Runner struct {
 	jobs     map[string]*jobState
 	queue    timerHeap
 	stopping bool
-	clusters clusterDuties // per-cluster duties (clusters.go)
+	// armed is the time the timer goroutine waits for (zero: it is not
+	// waiting, or waits for a kick only); a push earlier than it kicks.
+	armed      time.Time
+	resolution time.Duration
+	clusters   clusterDuties // per-cluster duties (clusters.go)
 
 	// The timer goroutine is the Base's; runs (tick goroutines and
 	// reschedules) are counted in runWG, and their context is not the
@@ -100,18 +121,38 @@ type Runner struct {
 	cancel   context.CancelCauseFunc
 	started  time.Time
 	stopOnce sync.Once
+
+	// Run goroutines are reused (worker): fireDue hands a fire to an idle
+	// one through work, or starts one. idle counts those waiting;
+	// workersQuit ends them at Stop, and workersWG waits for them.
+	work        chan fireWork
+	idle        atomic.Int32
+	workersQuit chan struct{}
+	workersWG   sync.WaitGroup
+}
+
+// fireWork is one fire handed to a run goroutine.
+type fireWork struct {
+	js     *jobState
+	fire   time.Time
+	forced bool
 }
 
 type jobState struct {
-	job     jobs.Job
-	sched   jobs.Schedule // in force (configured or override)
-	status  jobs.Status
-	due     time.Time
-	index   int // in the heap; -1 when not queued
-	running bool
-	failing bool // the first failure was logged
-	lastEnd time.Time
-	duty    *duty // per-cluster duties (clusters.go): nil for a job that is not per cluster
+	job    jobs.Job
+	sched  jobs.Schedule // in force (configured or override)
+	status jobs.Status
+	due    time.Time
+	// labels are the pprof labels of its runs (set by the run goroutine;
+	// one run of a job at a time).
+	labels   pprof.LabelSet
+	labelled bool
+	queued   bool   // on the timer heap
+	gen      uint64 // of its live heap entry (heap.go)
+	running  bool
+	failing  bool // the first failure was logged
+	lastEnd  time.Time
+	duty     *duty // per-cluster duties (clusters.go): nil for a job that is not per cluster
 	// shared: an installation job on the installation-wide schedule.
 	shared bool
 	// forced: this fire is a trigger; it runs whatever the shared schedule says.
@@ -137,7 +178,11 @@ func New(o Options) (*Runner, error) {
 	if o.InitialDelay == nil {
 		o.InitialDelay = randomInitialDelay
 	}
-	r := &Runner{o: o, log: o.Logger, jobs: map[string]*jobState{}, wake: make(chan struct{}, 1)}
+	r := &Runner{o: o, log: o.Logger, jobs: map[string]*jobState{}, wake: make(chan struct{}, 1),
+		work: make(chan fireWork), workersQuit: make(chan struct{}), resolution: o.TimerResolution}
+	if o.TimerResolution == 0 && r.realClock() {
+		r.resolution = DefaultTimerResolution
+	}
 	lockOwner := map[string]string{} // lock name -> installation job id
 	for _, j := range o.Jobs {
 		if j.Task == nil {
@@ -164,7 +209,7 @@ func New(o Options) (*Runner, error) {
 			}
 			lockOwner[j.LockName()] = j.ID
 		}
-		r.jobs[j.ID] = &jobState{job: j, sched: j.Schedule, index: -1,
+		r.jobs[j.ID] = &jobState{job: j, sched: j.Schedule,
 			shared: j.Scope == jobs.ScopeInstallation && o.Schedules != nil}
 	}
 	if o.PerJobMetricsLimit <= 0 {
@@ -287,15 +332,15 @@ func (r *Runner) sharedIDs() []string {
 	return out
 }
 
-// push queues js at due. r.mu held.
+// push queues js at due, and wakes the timer goroutine when js is now the
+// first due and earlier than the time it waits for. r.mu held.
 func (r *Runner) push(js *jobState, due time.Time) {
 	js.due = due
 	t := due
 	js.status.NextFireAt = &t
-	if js.index >= 0 {
-		heap.Fix(&r.queue, js.index)
-	} else {
-		heap.Push(&r.queue, js)
+	r.queue.push(js)
+	if first, _ := r.queue.first(); first.js == js && (r.armed.IsZero() || due.Before(r.armed)) {
+		r.kick()
 	}
 }
 
@@ -315,12 +360,22 @@ func (r *Runner) timerLoop(ctx context.Context) {
 	for {
 		r.mu.Lock()
 		wait := time.Hour // nothing queued: wake on a kick or at quit
-		if len(r.queue) > 0 {
-			wait = r.queue[0].due.Sub(r.now())
+		r.armed = time.Time{}
+		if first, ok := r.queue.first(); ok {
+			now := r.now()
+			wait = first.due.Sub(now)
+			if wait > 0 && wait < r.resolution {
+				wait = r.resolution
+			}
+			r.armed = now.Add(max(wait, 0))
 		}
 		r.mu.Unlock()
+		if wait <= 0 {
+			r.fireDue()
+			continue
+		}
 		t.Stop()
-		t.Reset(max(wait, 0))
+		t.Reset(wait)
 		select {
 		case <-ctx.Done():
 			return
@@ -337,20 +392,49 @@ func (r *Runner) fireDue() {
 	now := r.now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for len(r.queue) > 0 && !r.queue[0].due.After(now) {
-		js := heap.Pop(&r.queue).(*jobState)
+	for {
+		first, ok := r.queue.first()
+		if !ok || first.due.After(now) {
+			break
+		}
+		js, _ := r.queue.pop()
 		if r.stopping {
 			continue
 		}
 		js.running = true
 		js.status.NextFireAt = nil // counted from the end of this run
-		fire, forced := js.due, js.forced
+		w := fireWork{js: js, fire: js.due, forced: js.forced}
 		js.forced = false
 		r.runWG.Add(1)
-		go func() {
-			defer r.runWG.Done()
-			r.tick(js, fire, forced)
-		}()
+		select {
+		case r.work <- w: // an idle run goroutine takes it
+		default:
+			r.workersWG.Add(1)
+			go r.worker(w)
+		}
+	}
+}
+
+// worker runs fires: w, then each one handed to it while it is idle. A
+// goroutine per fire cost the stack growth of every run (most of a fire's
+// scheduling CPU at 10,000 jobs, docs/cost.md); a worker keeps its stack.
+// It ends when maxIdleWorkers others are idle already, or at Stop.
+func (r *Runner) worker(w fireWork) {
+	defer r.workersWG.Done()
+	for {
+		r.tick(w.js, w.fire, w.forced)
+		r.runWG.Done()
+		if r.idle.Add(1) > maxIdleWorkers {
+			r.idle.Add(-1)
+			return
+		}
+		select {
+		case w = <-r.work:
+			r.idle.Add(-1)
+		case <-r.workersQuit:
+			r.idle.Add(-1)
+			return
+		}
 	}
 }
 
@@ -387,12 +471,11 @@ func (r *Runner) Trigger(id string) bool {
 		return fired
 	}
 	js, ok := r.jobs[id]
-	if !ok || js.running || r.stopping || js.index < 0 {
+	if !ok || js.running || r.stopping || !js.queued {
 		return false
 	}
 	js.forced = true
 	r.push(js, r.now())
-	r.kick()
 	r.log.Info("runner: job triggered", "job_id", id)
 	return true
 }
@@ -428,7 +511,7 @@ func (r *Runner) SettingsChanged(id string) {
 		defer r.mu.Unlock()
 		js.sched = sched
 		js.status.Schedule, js.status.Paused, js.status.InvalidSchedule = sched.String(), paused, invalid
-		if js.index >= 0 && !js.running && !js.forced {
+		if js.queued && !js.running && !js.forced {
 			base := js.lastEnd
 			if sharedOK {
 				base = sharedEnd
@@ -444,7 +527,6 @@ func (r *Runner) SettingsChanged(id string) {
 				next = now
 			}
 			r.push(js, next)
-			r.kick()
 		}
 		r.putStatusLocked(js)
 	}()
@@ -486,7 +568,7 @@ func (r *Runner) ScheduleChanged(id string) {
 		}
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		if js.index < 0 || js.running || js.forced || r.stopping || end.IsZero() {
+		if !js.queued || js.running || js.forced || r.stopping || end.IsZero() {
 			return
 		}
 		// The due time as this replica's timers count, from the database's
@@ -496,7 +578,6 @@ func (r *Runner) ScheduleChanged(id string) {
 			return
 		}
 		r.push(js, due)
-		r.kick()
 		r.putStatusLocked(js)
 	}()
 }
@@ -552,10 +633,16 @@ func (r *Runner) Snapshot() []jobs.Status {
 }
 
 func (r *Runner) putStatusLocked(js *jobState) {
+	r.putStatusAtLocked(js, r.now())
+}
+
+// putStatusAtLocked is putStatusLocked with the time at hand (a run's start
+// or end), which saves a clock read.
+func (r *Runner) putStatusAtLocked(js *jobState, now time.Time) {
 	if r.dutyStatusStale(js) { // per-cluster duties (clusters.go)
 		return
 	}
-	js.status.UpdatedAt = r.now()
+	js.status.UpdatedAt = now
 	js.status.Running = js.running
 	if r.o.Store != nil {
 		r.o.Store.PutStatus(js.status)
@@ -563,19 +650,33 @@ func (r *Runner) putStatusLocked(js *jobState) {
 	r.keepDutyStatus(js) // per-cluster duties (clusters.go)
 }
 
-// finish puts js back on the timer after a run or a skip that ended at end.
+// finish puts js back on the timer after a run or a skip.
 func (r *Runner) finish(js *jobState, next time.Time) {
+	r.finishAt(js, next, r.now())
+}
+
+// finishAt is finish for a run that ended at now.
+func (r *Runner) finishAt(js *jobState, next, now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	js.running = false
 	r.dutyFinished(js)                 // per-cluster duties (clusters.go)
 	if !r.stopping && !js.dutyOver() { // per-cluster duties (clusters.go): an ended lease stays off the timer
 		r.push(js, next)
-		r.kick()
 	} else {
 		js.status.NextFireAt = nil
 	}
-	r.putStatusLocked(js)
+	r.putStatusAtLocked(js, now)
+}
+
+// realClock reports whether the runner runs on the real clock (possibly
+// offset), whose timers are the runtime's.
+func (r *Runner) realClock() bool {
+	switch r.o.Clock.(type) {
+	case clock.Real, clock.Offset:
+		return true
+	}
+	return false
 }
 
 // Stop stops every timer, waits up to ShutdownWait for runs in progress,
@@ -587,7 +688,11 @@ func (r *Runner) Stop() {
 		r.stopping = true
 		cancel := r.cancel
 		r.mu.Unlock()
-		r.Base.Stop() // the timer goroutine
+		r.Base.Stop()  // the timer goroutine
+		defer func() { // the idle run goroutines, once no run is left
+			close(r.workersQuit)
+			r.workersWG.Wait()
+		}()
 		if cancel == nil {
 			return
 		}
@@ -608,15 +713,18 @@ func (r *Runner) Stop() {
 
 // tick is one firing of js: settings, lock, run, record, reschedule.
 func (r *Runner) tick(js *jobState, fire time.Time, forced bool) {
-	ctx, cancel := context.WithTimeout(r.runsCtx, settingsTimeout)
+	ctx := newLazyTimeout(r.runsCtx, settingsTimeout) // the settings cache answers from memory nearly always
 	sched, paused, invalid, err := r.settings(ctx, js)
-	cancel()
+	ctx.release()
 	if err != nil {
 		r.log.Warn("runner: read job setting; using the last known", "job_id", js.job.ID, "error", err)
 	}
 	r.mu.Lock()
+	if sched.Every != js.sched.Every || sched.Cron != js.sched.Cron || js.status.Schedule == "" {
+		js.status.Schedule = sched.String()
+	}
 	js.sched = sched
-	js.status.Schedule, js.status.Paused, js.status.InvalidSchedule = sched.String(), paused, invalid
+	js.status.Paused, js.status.InvalidSchedule = paused, invalid
 	r.mu.Unlock()
 	now := r.now()
 	switch {
