@@ -50,13 +50,17 @@ const (
 // so a backlog (a first pass after an upgrade) is worked off over several
 // passes instead of one that overruns the next.
 const (
-	// PruneJobsPerStatement: the jobs one pruning statement looks at.
-	PruneJobsPerStatement = 1000
+	// PruneJobsPerStatement: the jobs whose cutoffs one statement reads,
+	// and whose surplus the next ones delete.
+	PruneJobsPerStatement = 500
 	// PruneRowsPerStatement: the runs, and the events, one statement deletes
 	// at most.
 	PruneRowsPerStatement = 10_000
 	// PruneRowsPerPass: the runs, and the events, one pass deletes at most.
 	PruneRowsPerPass = 2_000_000
+	// pruneScanPerJob: the runs older than a job's newest RunsKeptPerJob that
+	// a pass reads to find the failures it keeps (pruneCutoffsSQL).
+	pruneScanPerJob = 1000
 )
 
 // Retention is what a housekeeping pass keeps and how it deletes the rest;
@@ -84,7 +88,7 @@ var DefaultRetention = Retention{
 // Pass is what one housekeeping pass did.
 type Pass struct {
 	RunsPruned     int64
-	RunStmts       int   // pruning statements of run history
+	RunStmts       int   // statements of the run history pruning (cutoffs and deletes)
 	MaxRunsPerStmt int64 // the most runs one of them deleted
 	// AllJobs: the pass went through every job; else it stopped at its
 	// budget, and the next pass starts after job id ResumeAfter.
@@ -132,41 +136,62 @@ func Housekeep(ctx context.Context, q Querier) (pruned, interrupted, dropped int
 	return p.RunsPruned, p.Interrupted, p.Dropped, err
 }
 
-// pruneRunsSQL deletes the surplus runs of the next $2 jobs after job id $1
-// (in job id order), at most $7 of them, in one statement, and says how many
-// it deleted, how many jobs it looked at and the last of them.
+// pruneCutoffsSQL says, for the next $2 jobs after job id $1 (in job id
+// order), which of their runs are surplus: those that started before
+// "before" (the start of the job's $3-th newest run, or $6 seconds ago if
+// that is later), but for runs still going and failures that started at
+// or after "failures_from" (the start of the newest $5-th failure among
+// them, or $4 seconds ago if that is later). And whether the job has any.
 //
 // The jobs come from a skip scan of an index on job_id (one descent a job,
-// a recursive CTE), so the statement needs no list of jobs: it sees those
-// removed from the configuration too. For each job it reads the start of
-// its $3-th newest run (an OFFSET on studio_job_run_job_started, the index
-// jobs history reads) and then only the runs older than that, or than $6
-// seconds: those that became surplus since the last pass, plus the few
-// that stay (failures, runs still going). Of those, it keeps runs still
-// going and the newest $5 failures younger than $4 seconds.
-const pruneRunsSQL = `
+// a recursive CTE), so no list of jobs is needed, and those removed from
+// the configuration are seen too. For each job it reads $3 entries of
+// studio_job_run_job_started (the index jobs history reads) from the newest,
+// then the runs older than those, newest first, up to $7 of them, to find
+// the failures kept: in a steady state these are the runs that became
+// surplus since the last pass and the failures kept. When the $5-th failure
+// is not among the first $7 (a backlog), every failure of the last $4
+// seconds stays this pass: the count of failures is then applied by a
+// later pass, once the backlog is gone.
+const pruneCutoffsSQL = `
 WITH RECURSIVE jobs(job_id) AS (
     (SELECT job_id FROM studio_job_run WHERE job_id > $1 ORDER BY job_id LIMIT 1)
   UNION ALL
     SELECT (SELECT r.job_id FROM studio_job_run r WHERE r.job_id > jobs.job_id ORDER BY r.job_id LIMIT 1)
     FROM jobs WHERE jobs.job_id IS NOT NULL),
 chunk AS MATERIALIZED (SELECT job_id FROM jobs WHERE job_id IS NOT NULL LIMIT $2),
-surplus AS (
-  SELECT c.seq FROM chunk j
+cut AS MATERIALIZED (
+  SELECT j.job_id, b.before, greatest(now() - make_interval(secs => $4), coalesce((
+      SELECT f.started_at FROM (
+          SELECT r.started_at, r.outcome FROM studio_job_run r
+          WHERE r.job_id = j.job_id AND r.started_at < b.before AND r.started_at >= now() - make_interval(secs => $4)
+          ORDER BY r.started_at DESC LIMIT $7) f
+      WHERE f.outcome NOT IN ('running', 'succeeded')
+      ORDER BY f.started_at DESC OFFSET $5 - 1 LIMIT 1), '-infinity')) AS failures_from
+  FROM chunk j
   CROSS JOIN LATERAL (
     SELECT greatest(coalesce((SELECT k.started_at FROM studio_job_run k WHERE k.job_id = j.job_id
         ORDER BY k.started_at DESC OFFSET $3 - 1 LIMIT 1), '-infinity'),
-      now() - make_interval(secs => $6)) AS before) b
-  CROSS JOIN LATERAL (
-    SELECT r.seq, r.outcome, r.started_at, count(*) FILTER (
-        WHERE r.outcome NOT IN ('running', 'succeeded') AND r.started_at >= now() - make_interval(secs => $4))
-      OVER (ORDER BY r.started_at DESC, r.seq DESC ROWS UNBOUNDED PRECEDING) AS failures
-    FROM studio_job_run r WHERE r.job_id = j.job_id AND r.started_at < b.before) c
-  WHERE c.outcome <> 'running'
-    AND NOT (c.outcome <> 'succeeded' AND c.started_at >= now() - make_interval(secs => $4) AND c.failures <= $5)
-  LIMIT $7),
-del AS (DELETE FROM studio_job_run r USING surplus s WHERE r.seq = s.seq RETURNING 1)
-SELECT (SELECT count(*) FROM del), (SELECT count(*) FROM chunk), coalesce((SELECT max(job_id) FROM chunk), '')`
+      now() - make_interval(secs => $6)) AS before OFFSET 0) b)
+SELECT c.job_id, c.before, c.failures_from, EXISTS (
+    SELECT 1 FROM studio_job_run r WHERE r.job_id = c.job_id AND r.started_at < c.before AND r.outcome <> 'running'
+      AND (r.outcome = 'succeeded' OR r.started_at < c.failures_from))
+FROM cut c ORDER BY c.job_id`
+
+// pruneRunsSQL deletes at most $4 surplus runs of the jobs $1 with the
+// cutoffs $2 and $3 of pruneCutoffsSQL. The cutoffs stay right for a whole
+// pass: runs that start later are newer than them, and the pass deletes
+// none of the runs that decide them.
+const pruneRunsSQL = `
+WITH c AS (SELECT * FROM unnest($1::text[], $2::timestamptz[], $3::timestamptz[]) AS c(job_id, before, failures_from)),
+s AS (
+  SELECT x.seq FROM c CROSS JOIN LATERAL (
+    SELECT r.seq FROM studio_job_run r
+    WHERE r.job_id = c.job_id AND r.started_at < c.before AND r.outcome <> 'running'
+      AND (r.outcome = 'succeeded' OR r.started_at < c.failures_from)
+    LIMIT $4) x
+  LIMIT $4)
+DELETE FROM studio_job_run d USING s WHERE d.seq = s.seq`
 
 // eventBoundsSQL: the oldest event id, and the newest one that goes (all
 // but the newest $1, and those before the first event younger than $2
@@ -244,34 +269,88 @@ SELECT count(*) FROM gone`, ForgetStoppedAfter.Seconds()).Scan(&p.Dropped)
 	return p, nil
 }
 
-// pruneRuns runs pruneRunsSQL over the jobs, a chunk a statement, the same
-// chunk again while a statement deleted as many as it may.
+// pruneRuns goes through the jobs a chunk at a time: the cutoffs of the
+// chunk in one statement, then its surplus in statements of at most
+// RowsPerStatement runs, until a pass's budget is spent.
 func (rt Retention) pruneRuns(ctx context.Context, q Querier, after string, p *Pass) error {
-	for p.RunsPruned < rt.RowsPerPass {
-		rows := min(int64(rt.RowsPerStatement), rt.RowsPerPass-p.RunsPruned)
-		var n, seen int64
-		var last string
-		err := q.QueryRow(ctx, pruneRunsSQL, after, rt.JobsPerStatement, rt.RunsKeptPerJob,
-			rt.FailuresKeptFor.Seconds(), rt.FailuresKeptPerJob, rt.RunsKeptFor.Seconds(), rows).Scan(&n, &seen, &last)
+	if rt.RunsKeptPerJob < 1 || rt.FailuresKeptPerJob < 1 || rt.JobsPerStatement < 1 || rt.RowsPerStatement < 1 {
+		return fmt.Errorf("retention: runs and failures kept per job, jobs and rows per statement must be at least 1: %+v", rt)
+	}
+	for {
+		var ids, last []string
+		var before, failuresFrom []time.Time
+		seen := 0
+		err := noJIT(ctx, q, func(tx pgx.Tx) error {
+			rows, err := tx.Query(ctx, pruneCutoffsSQL, after, rt.JobsPerStatement, rt.RunsKeptPerJob,
+				rt.FailuresKeptFor.Seconds(), rt.FailuresKeptPerJob, rt.RunsKeptFor.Seconds(), pruneScanPerJob)
+			if err != nil {
+				return err
+			}
+			defer rows.Close()
+			for rows.Next() {
+				var id string
+				var b, f time.Time
+				var surplus bool
+				if err := rows.Scan(&id, &b, &f, &surplus); err != nil {
+					return err
+				}
+				seen++
+				last = []string{id}
+				if surplus {
+					ids, before, failuresFrom = append(ids, id), append(before, b), append(failuresFrom, f)
+				}
+			}
+			return rows.Err()
+		})
 		if err != nil {
 			return err
 		}
 		p.RunStmts++
-		p.RunsPruned += n
-		p.MaxRunsPerStmt = max(p.MaxRunsPerStmt, n)
-		switch {
-		case n >= rows:
-			// This chunk may have more: the same again (or, at the
-			// budget, from here next pass).
-			p.ResumeAfter = after
-		case seen < int64(rt.JobsPerStatement):
+		for len(ids) > 0 {
+			if p.RunsPruned >= rt.RowsPerPass {
+				p.ResumeAfter = after // this chunk again, next pass
+				return nil
+			}
+			limit := min(int64(rt.RowsPerStatement), rt.RowsPerPass-p.RunsPruned)
+			var n int64
+			err := noJIT(ctx, q, func(tx pgx.Tx) error {
+				tag, err := tx.Exec(ctx, pruneRunsSQL, ids, before, failuresFrom, limit)
+				n = tag.RowsAffected()
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			p.RunStmts++
+			p.RunsPruned += n
+			p.MaxRunsPerStmt = max(p.MaxRunsPerStmt, n)
+			if n < limit {
+				break // the chunk has no surplus left
+			}
+		}
+		if seen < rt.JobsPerStatement {
 			p.ResumeAfter, p.AllJobs = "", true
 			return nil
-		default:
-			after, p.ResumeAfter = last, last
+		}
+		after = last[0]
+		if p.RunsPruned >= rt.RowsPerPass {
+			p.ResumeAfter = after
+			return nil
 		}
 	}
-	return nil
+}
+
+// noJIT runs f in a transaction of its own without JIT compilation: the
+// planner's estimates of the pruning statements (lateral subqueries over
+// thousands of jobs) pass jit_above_cost, and compiling them took longer
+// (40 ms) than running them.
+func noJIT(ctx context.Context, q Querier, f func(pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, q, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SET LOCAL jit = off`); err != nil {
+			return err
+		}
+		return f(tx)
+	})
 }
 
 // pruneEvents deletes the events that go by ranges of ids, a statement a

@@ -2,10 +2,10 @@ package jobstore_test
 
 import (
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/studioctl/studioctl/internal/jobstore"
@@ -53,6 +53,35 @@ func seqsOf(t testing.TB, pool *pgxpool.Pool, job string) []int64 {
 		out = append(out, r.Seq)
 	}
 	return out
+}
+
+// logDeletes records, for each DELETE statement on table from now on, the
+// rows it deleted and its transaction; deletes returns them.
+func logDeletes(t testing.TB, pool *pgxpool.Pool, table string) (deletes func() (rows []int64, txs int)) {
+	t.Helper()
+	_, err := pool.Exec(t.Context(), `
+CREATE TABLE IF NOT EXISTS test_delete_log (tbl text, n bigint, tx xid8);
+CREATE OR REPLACE FUNCTION test_log_delete() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  INSERT INTO test_delete_log SELECT TG_TABLE_NAME, count(*), pg_current_xact_id() FROM old;
+  RETURN NULL;
+END $$;
+CREATE TRIGGER test_log_delete AFTER DELETE ON `+table+` REFERENCING OLD TABLE AS old
+  FOR EACH STATEMENT EXECUTE FUNCTION test_log_delete()`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func() ([]int64, int) {
+		rows, err := pool.Query(t.Context(), `SELECT n FROM test_delete_log WHERE tbl = $1 AND n > 0`, table)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ns, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ns, count(t, pool, `SELECT count(DISTINCT tx) FROM test_delete_log WHERE tbl = $1 AND n > 0`, table)
+	}
 }
 
 // small is a retention small enough to see every rule at work.
@@ -158,11 +187,11 @@ func TestPruningALargeSurplusIsBatched(t *testing.T) {
 	}
 	rt := small
 	rt.RunsKeptPerJob, rt.JobsPerStatement, rt.RowsPerStatement, rt.RowsPerPass = 10, 2, 100, 1000
-	cq := &countingQuerier{Querier: pool}
+	deletes := logDeletes(t, pool, "studio_job_run")
 	var passes []jobstore.Pass
 	resume := ""
 	for {
-		p, err := rt.Housekeep(t.Context(), cq, resume)
+		p, err := rt.Housekeep(t.Context(), pool, resume)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -172,23 +201,22 @@ func TestPruningALargeSurplusIsBatched(t *testing.T) {
 			break
 		}
 	}
-	_, texts, _ := cq.calls()
-	stmts := 0
-	for _, s := range texts {
-		if strings.Contains(s, "DELETE FROM studio_job_run") {
-			stmts++
+	ns, txs := deletes()
+	total := int64(0)
+	for _, n := range ns {
+		total += n
+		if n > int64(rt.RowsPerStatement) {
+			t.Errorf("a statement deleted %d runs, more than %d", n, rt.RowsPerStatement)
 		}
 	}
-	total, counted := int64(0), 0
+	if total != 3*990 || len(passes) != 3 || len(ns) < 30 || txs != len(ns) {
+		t.Errorf("%d passes pruned %d runs in %d statements (%d transactions); want 2970 in 3 passes of at least 30 statements, each its own transaction",
+			len(passes), total, len(ns), txs)
+	}
 	for _, p := range passes {
-		total += p.RunsPruned
-		counted += p.RunStmts
-		if p.MaxRunsPerStmt > int64(rt.RowsPerStatement) || p.RunsPruned > rt.RowsPerPass {
-			t.Errorf("pass %+v deleted more than a statement (%d) or a pass (%d) may", p, rt.RowsPerStatement, rt.RowsPerPass)
+		if p.RunsPruned > rt.RowsPerPass {
+			t.Errorf("pass %+v deleted more than a pass may (%d)", p, rt.RowsPerPass)
 		}
-	}
-	if total != 3*990 || len(passes) != 3 || stmts != counted || stmts < 30 {
-		t.Errorf("%d passes pruned %d runs in %d statements (%d counted); want 2970 in 3 passes of at least 30 statements", len(passes), total, stmts, counted)
 	}
 	if passes[0].AllJobs || passes[1].ResumeAfter != "b" || !passes[2].AllJobs {
 		t.Errorf("passes %+v: want the first two to stop at their budget (the second after job b, the chunk of a and b done), the last to go through every job", passes)
@@ -221,8 +249,8 @@ func TestEventPruningIsBatched(t *testing.T) {
 	addEvents(t, pool, 500, time.Hour)
 	rt := small
 	rt.EventsKept, rt.RowsPerStatement = 2000, 100
-	cq := &countingQuerier{Querier: pool}
-	p, err := rt.Housekeep(t.Context(), cq, "")
+	deletes := logDeletes(t, pool, "studio_event")
+	p, err := rt.Housekeep(t.Context(), pool, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,16 +258,18 @@ func TestEventPruningIsBatched(t *testing.T) {
 		t.Errorf("pass = %+v; want the 500 old events pruned", p)
 	}
 	addEvents(t, pool, 2500, time.Minute)
-	p, err = rt.Housekeep(t.Context(), cq, "")
+	p, err = rt.Housekeep(t.Context(), pool, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, texts, _ := cq.calls()
-	stmts := 0
-	for _, s := range texts {
-		if strings.Contains(s, "DELETE FROM studio_event") {
-			stmts++
+	ns, txs := deletes()
+	for _, n := range ns {
+		if n > 100 {
+			t.Errorf("a statement deleted %d events, more than 100", n)
 		}
+	}
+	if len(ns) < 15 || txs != len(ns) {
+		t.Errorf("%d event deletes in %d transactions; want at least 15 (1,500 events, 100 a statement), each its own", len(ns), txs)
 	}
 	var oldest, newest int64
 	if err := pool.QueryRow(t.Context(), `SELECT min(id), max(id) FROM studio_event`).Scan(&oldest, &newest); err != nil {
@@ -249,7 +279,30 @@ func TestEventPruningIsBatched(t *testing.T) {
 		count(t, pool, `SELECT count(*) FROM studio_event`) != 2000 {
 		t.Errorf("pass = %+v, ids %d..%d left; want 1000 pruned, at most 100 a statement, the newest 2000 left", p, oldest, newest)
 	}
-	if stmts != 5+p.EventStmts {
-		t.Errorf("%d event deletes sent, want %d (two passes)", stmts, 5+p.EventStmts)
+}
+
+// Behind a backlog (more runs than a pass reads per job between the newest
+// RunsKeptPerJob and the failures) a pass keeps every failure of the last
+// FailuresKeptFor rather than guess which are the newest; the next pass,
+// the backlog gone, keeps the newest FailuresKeptPerJob of them.
+func TestBehindABacklogFailuresAreKeptUntilTheNextPass(t *testing.T) {
+	t.Parallel()
+	pool, _ := newPool(t)
+	kept := addRuns(t, pool, "busy", "", "succeeded", 5, time.Second, time.Second)
+	addRuns(t, pool, "busy", "", "succeeded", 3000, time.Minute, time.Second)
+	failures := addRuns(t, pool, "busy", "", "failed", 6, 2*time.Hour, time.Minute)
+	rt := small
+	rt.RowsPerStatement = 1000
+	if _, err := rt.Housekeep(t.Context(), pool, ""); err != nil {
+		t.Fatal(err)
+	}
+	if got := seqsOf(t, pool, "busy"); !slices.Equal(got, slices.Concat(kept, failures)) {
+		t.Errorf("after the first pass: %d runs kept, want the newest 5 and all 6 failures", len(got))
+	}
+	if _, err := rt.Housekeep(t.Context(), pool, ""); err != nil {
+		t.Fatal(err)
+	}
+	if got := seqsOf(t, pool, "busy"); !slices.Equal(got, slices.Concat(kept, failures[:3])) {
+		t.Errorf("after the second pass: %v kept, want the newest 5 and the newest 3 failures", got)
 	}
 }

@@ -1,0 +1,137 @@
+package jobstore_test
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/studioctl/studioctl/internal/jobs"
+	"github.com/studioctl/studioctl/internal/jobstore"
+)
+
+// benchEnv reads a setting of TestHistoryStaysBounded from the environment.
+func benchEnv[T any](t *testing.T, name string, def T, parse func(string) (T, error)) T {
+	t.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	x, err := parse(v)
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	return x
+}
+
+// TestHistoryStaysBounded (opt-in: STUDIO_BENCH_HISTORY=1, not in CI)
+// fills run history at the rate of 10,000 jobs on 1-10 s delays (2,929
+// runs a second) through the real run store (Store.PutRun and Flush, the
+// INSERT, the event rows and the bus messages of a flush), and runs a
+// housekeeping pass (DefaultRetention) every minute, as the built-in job
+// does. Every minute it logs the size of studio_job_run and studio_event
+// (pg_total_relation_size: table, indexes and TOAST), their rows, and the
+// pass's duration (docs/history.md has the numbers). Each run is put twice,
+// started in one flush and finished in the next, so the event stream gets
+// two events a run (5,858 a second) and the run table an update a run, as
+// runs that span a flush do.
+//
+//	STUDIO_BENCH_HISTORY=1 STUDIO_BENCH_HISTORY_FOR=15m go test -run TestHistoryStaysBounded -v -timeout 2h ./internal/jobstore
+//
+// STUDIO_BENCH_HISTORY_FOR (default 1h), _JOBS (10000) and _RATE (2929 runs
+// a second) change the run.
+func TestHistoryStaysBounded(t *testing.T) {
+	if os.Getenv("STUDIO_BENCH_HISTORY") != "1" {
+		t.Skip("opt-in measurement: STUDIO_BENCH_HISTORY=1")
+	}
+	runFor := benchEnv(t, "STUDIO_BENCH_HISTORY_FOR", time.Hour, time.ParseDuration)
+	nJobs := benchEnv(t, "STUDIO_BENCH_HISTORY_JOBS", 10_000, strconv.Atoi)
+	rate := benchEnv(t, "STUDIO_BENCH_HISTORY_RATE", 2929, strconv.Atoi)
+	pool, _ := newPool(t)
+	ctx := t.Context()
+	s := jobstore.NewStore(pool, "bench-1", nil)
+	insertReplica(t, pool, "bench-1", "ready", 0)
+	beat := func() {
+		if _, err := pool.Exec(ctx, `UPDATE studio_replica SET heartbeat_at = now() WHERE id = 'bench-1'`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ids := make([]string, nJobs)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("job-%05d", i)
+	}
+
+	t.Logf("%d jobs, %d runs a second, for %s; load average %s", nJobs, rate, runFor, loadAvg())
+	t.Logf("%6s %12s %10s %12s %10s %8s %8s %8s %8s %8s %8s %5s", "minute", "run table", "run rows", "event table", "event rows",
+		"pass", "runs", "pruned", "stmts", "events", "pruned", "avac")
+	var started []jobs.Run // put as running in the last flush
+	next, flushes := 0, 0
+	var flushTook time.Duration
+	begin := time.Now()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for minute := 1; time.Since(begin) < runFor; minute++ {
+		for range 60 {
+			<-tick.C
+			now := time.Now().UTC()
+			for _, r := range started {
+				r.Outcome, r.FinishedAt = jobs.OutcomeSucceeded, &now
+				if r.Seq%97 == 0 {
+					r.Outcome, r.Error = jobs.OutcomeFailed, "exit status 1" // one run in 97 fails
+				}
+				s.PutRun(r)
+			}
+			started = started[:0]
+			for range rate {
+				seq, err := s.NextSeq(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				r := jobs.Run{Seq: seq, JobID: ids[next], ReplicaID: "bench-1", StartedAt: now, Outcome: jobs.OutcomeRunning}
+				next = (next + 1) % nJobs
+				s.PutRun(r)
+				started = append(started, r)
+			}
+			fs := time.Now()
+			mustFlush(t, s)
+			flushTook += time.Since(fs)
+			flushes++
+			beat()
+		}
+		hs := time.Now()
+		p, err := jobstore.DefaultRetention.Housekeep(ctx, pool, "")
+		took := time.Since(hs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var runSize, eventSize, runRows, eventRows, vacuums int64
+		if err := pool.QueryRow(ctx, `SELECT pg_total_relation_size('studio_job_run'), pg_total_relation_size('studio_event'),
+  (SELECT count(*) FROM studio_job_run), (SELECT count(*) FROM studio_event),
+  (SELECT coalesce(sum(autovacuum_count), 0) FROM pg_stat_user_tables WHERE relname = 'studio_job_run')`).Scan(&runSize, &eventSize, &runRows, &eventRows, &vacuums); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%6d %8.1f MiB %10d %8.1f MiB %10d %6dms %6dms %8d %8d %6dms %8d %5d   flush %.0fms, load %s", minute, mib(runSize), runRows, mib(eventSize), eventRows,
+			took.Milliseconds(), p.RunsTook.Milliseconds(), p.RunsPruned, p.RunStmts, p.EventsTook.Milliseconds(), p.EventsPruned, vacuums,
+			float64(flushTook.Milliseconds())/float64(flushes), loadAvg())
+		flushTook, flushes = 0, 0
+		if !p.AllJobs {
+			t.Errorf("minute %d: the pass stopped at its budget: %+v", minute, p)
+		}
+		// The bound of the design: the kept runs, the failures kept beyond
+		// them, what became surplus since the pass, and the runs going.
+		if bound := int64(nJobs*(jobstore.RunsKeptPerJob+jobstore.FailuresKeptPerJob) + 2*rate); runRows > bound {
+			t.Errorf("minute %d: %d runs kept, more than the design's bound %d", minute, runRows, bound)
+		}
+	}
+}
+
+func mib(b int64) float64 { return float64(b) / (1 << 20) }
+
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil || len(b) < 14 {
+		return "?"
+	}
+	return string(b[:14])
+}
