@@ -100,6 +100,7 @@ type Pass struct {
 	EventStmts           int
 	MaxEventsPerStmt     int64
 	RunsTook, EventsTook time.Duration
+	CutoffsTook          time.Duration // of RunsTook, reading the cutoffs
 }
 
 // Housekeeping returns the built-in studio-housekeeping job (installation
@@ -181,17 +182,19 @@ FROM cut c ORDER BY c.job_id`
 // pruneRunsSQL deletes at most $4 surplus runs of the jobs $1 with the
 // cutoffs $2 and $3 of pruneCutoffsSQL. The cutoffs stay right for a whole
 // pass: runs that start later are newer than them, and the pass deletes
-// none of the runs that decide them.
+// none of the runs that decide them. The rows are deleted by their ctid,
+// found by the same statement (one snapshot): a TID scan, not a second
+// descent of the primary key a row, took half the time at 10,000 jobs.
 const pruneRunsSQL = `
 WITH c AS (SELECT * FROM unnest($1::text[], $2::timestamptz[], $3::timestamptz[]) AS c(job_id, before, failures_from)),
 s AS (
-  SELECT x.seq FROM c CROSS JOIN LATERAL (
-    SELECT r.seq FROM studio_job_run r
+  SELECT x.ctid FROM c CROSS JOIN LATERAL (
+    SELECT r.ctid FROM studio_job_run r
     WHERE r.job_id = c.job_id AND r.started_at < c.before AND r.outcome <> 'running'
       AND (r.outcome = 'succeeded' OR r.started_at < c.failures_from)
     LIMIT $4) x
   LIMIT $4)
-DELETE FROM studio_job_run d USING s WHERE d.seq = s.seq`
+DELETE FROM studio_job_run d WHERE d.ctid = ANY (ARRAY(SELECT s.ctid FROM s))`
 
 // eventBoundsSQL: the oldest event id, and the newest one that goes (all
 // but the newest $1, and those before the first event younger than $2
@@ -280,6 +283,7 @@ func (rt Retention) pruneRuns(ctx context.Context, q Querier, after string, p *P
 		var ids, last []string
 		var before, failuresFrom []time.Time
 		seen := 0
+		cs := time.Now()
 		err := noJIT(ctx, q, func(tx pgx.Tx) error {
 			rows, err := tx.Query(ctx, pruneCutoffsSQL, after, rt.JobsPerStatement, rt.RunsKeptPerJob,
 				rt.FailuresKeptFor.Seconds(), rt.FailuresKeptPerJob, rt.RunsKeptFor.Seconds(), pruneScanPerJob)
@@ -302,6 +306,7 @@ func (rt Retention) pruneRuns(ctx context.Context, q Querier, after string, p *P
 			}
 			return rows.Err()
 		})
+		p.CutoffsTook += time.Since(cs)
 		if err != nil {
 			return err
 		}
