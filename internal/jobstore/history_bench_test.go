@@ -1,14 +1,19 @@
 package jobstore_test
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/studioctl/studioctl/internal/db"
 	"github.com/studioctl/studioctl/internal/jobs"
 	"github.com/studioctl/studioctl/internal/jobstore"
+	"github.com/studioctl/studioctl/internal/replicaproc"
 )
 
 // benchEnv reads a setting of TestHistoryStaysBounded from the environment.
@@ -52,9 +57,13 @@ func TestHistoryStaysBounded(t *testing.T) {
 	nJobs := benchEnv(t, "STUDIO_BENCH_HISTORY_JOBS", 10_000, strconv.Atoi)
 	rate := benchEnv(t, "STUDIO_BENCH_HISTORY_RATE", 2929, strconv.Atoi)
 	failEvery := benchEnv(t, "STUDIO_BENCH_HISTORY_FAIL_EVERY", 97, strconv.Atoi)
-	pool, _ := newPool(t)
+	pool, url := newPool(t)
 	ctx := t.Context()
-	s := jobstore.NewStore(pool, "bench-1", nil)
+	// The store and housekeeping each on a connection of their own, so the
+	// server CPU of each is its backend's (/proc, the harness's server runs
+	// here): on a shared machine wall time says little.
+	storeConn, hkConn := benchConn(t, url), benchConn(t, url)
+	s := jobstore.NewStore(storeConn, "bench-1", nil)
 	insertReplica(t, pool, "bench-1", "ready", 0)
 	beat := func() {
 		if _, err := pool.Exec(ctx, `UPDATE studio_replica SET heartbeat_at = now() WHERE id = 'bench-1'`); err != nil {
@@ -67,11 +76,13 @@ func TestHistoryStaysBounded(t *testing.T) {
 	}
 
 	t.Logf("%d jobs, %d runs a second, one in %d failing, for %s; load average %s", nJobs, rate, failEvery, runFor, loadAvg())
-	t.Logf("%6s %12s %10s %12s %10s %8s %8s %8s %8s %8s %8s %8s %5s", "minute", "run table", "run rows", "event table", "event rows",
-		"pass", "runs", "cutoffs", "pruned", "stmts", "events", "pruned", "avac")
+	t.Logf("%6s %12s %10s %12s %10s %8s %8s %8s %8s %8s %8s %8s %8s %5s", "minute", "run table", "run rows", "event table", "event rows",
+		"pass", "pass cpu", "runs", "cutoffs", "pruned", "stmts", "events", "pruned", "avac")
 	var started []jobs.Run // put as running in the last flush
 	next, flushes := 0, 0
 	var flushTook time.Duration
+	storePID, hkPID := backendPID(t, storeConn), backendPID(t, hkConn)
+	storeCPU := replicaproc.CPU(storePID)
 	begin := time.Now()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
@@ -103,9 +114,12 @@ func TestHistoryStaysBounded(t *testing.T) {
 			flushes++
 			beat()
 		}
-		hs := time.Now()
-		p, err := jobstore.DefaultRetention.Housekeep(ctx, pool, "")
-		took := time.Since(hs)
+		hs, hkCPU := time.Now(), replicaproc.CPU(hkPID)
+		p, err := jobstore.DefaultRetention.Housekeep(ctx, hkConn, "")
+		took, hkCPU := time.Since(hs), replicaproc.CPU(hkPID)-hkCPU
+		storeNow := replicaproc.CPU(storePID)
+		storeMinute := storeNow - storeCPU
+		storeCPU = storeNow
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -115,9 +129,9 @@ func TestHistoryStaysBounded(t *testing.T) {
   (SELECT coalesce(sum(autovacuum_count), 0) FROM pg_stat_user_tables WHERE relname = 'studio_job_run')`).Scan(&runSize, &eventSize, &runRows, &eventRows, &vacuums); err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("%6d %8.1f MiB %10d %8.1f MiB %10d %6dms %6dms %6dms %8d %8d %6dms %8d %5d   flush %.0fms, load %s", minute, mib(runSize), runRows, mib(eventSize), eventRows,
-			took.Milliseconds(), p.RunsTook.Milliseconds(), p.CutoffsTook.Milliseconds(), p.RunsPruned, p.RunStmts, p.EventsTook.Milliseconds(), p.EventsPruned, vacuums,
-			float64(flushTook.Milliseconds())/float64(flushes), loadAvg())
+		t.Logf("%6d %8.1f MiB %10d %8.1f MiB %10d %6dms %6dms %6dms %6dms %8d %8d %6dms %8d %5d   flush %.0fms, store cpu %.1fs/min, load %s", minute, mib(runSize), runRows, mib(eventSize), eventRows,
+			took.Milliseconds(), hkCPU.Milliseconds(), p.RunsTook.Milliseconds(), p.CutoffsTook.Milliseconds(), p.RunsPruned, p.RunStmts, p.EventsTook.Milliseconds(), p.EventsPruned, vacuums,
+			float64(flushTook.Milliseconds())/float64(flushes), storeMinute.Seconds(), loadAvg())
 		flushTook, flushes = 0, 0
 		if !p.AllJobs {
 			t.Errorf("minute %d: the pass stopped at its budget: %+v", minute, p)
@@ -128,6 +142,30 @@ func TestHistoryStaysBounded(t *testing.T) {
 			t.Errorf("minute %d: %d runs kept, more than the design's bound %d", minute, runRows, bound)
 		}
 	}
+}
+
+// benchConn opens a connection of its own, closed when the test ends.
+func benchConn(t *testing.T, url string) *pgx.Conn {
+	t.Helper()
+	cfg, err := db.ParseConnConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := db.Connect(t.Context(), cfg, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
+
+func backendPID(t *testing.T, conn *pgx.Conn) int {
+	t.Helper()
+	var pid int
+	if err := conn.QueryRow(t.Context(), `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	return pid
 }
 
 func mib(b int64) float64 { return float64(b) / (1 << 20) }
