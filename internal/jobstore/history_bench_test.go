@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -83,6 +84,8 @@ func TestHistoryStaysBounded(t *testing.T) {
 	var flushTook time.Duration
 	storePID, hkPID := backendPID(t, storeConn), backendPID(t, hkConn)
 	storeCPU := replicaproc.CPU(storePID)
+	server := parentPID(t, storePID) // the postmaster of the harness's server
+	serverCPU := clusterCPU(t, server)
 	begin := time.Now()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
@@ -120,6 +123,9 @@ func TestHistoryStaysBounded(t *testing.T) {
 		storeNow := replicaproc.CPU(storePID)
 		storeMinute := storeNow - storeCPU
 		storeCPU = storeNow
+		serverNow := clusterCPU(t, server)
+		serverMinute := serverNow - serverCPU
+		serverCPU = serverNow
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -129,9 +135,9 @@ func TestHistoryStaysBounded(t *testing.T) {
   (SELECT coalesce(sum(autovacuum_count), 0) FROM pg_stat_user_tables WHERE relname = 'studio_job_run')`).Scan(&runSize, &eventSize, &runRows, &eventRows, &vacuums); err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("%6d %8.1f MiB %10d %8.1f MiB %10d %6dms %6dms %6dms %6dms %8d %8d %6dms %8d %5d   flush %.0fms, store cpu %.1fs/min, load %s", minute, mib(runSize), runRows, mib(eventSize), eventRows,
+		t.Logf("%6d %8.1f MiB %10d %8.1f MiB %10d %6dms %6dms %6dms %6dms %8d %8d %6dms %8d %5d   flush %.0fms, store cpu %.1fs, server cpu %.1fs, load %s", minute, mib(runSize), runRows, mib(eventSize), eventRows,
 			took.Milliseconds(), hkCPU.Milliseconds(), p.RunsTook.Milliseconds(), p.CutoffsTook.Milliseconds(), p.RunsPruned, p.RunStmts, p.EventsTook.Milliseconds(), p.EventsPruned, vacuums,
-			float64(flushTook.Milliseconds())/float64(flushes), storeMinute.Seconds(), loadAvg())
+			float64(flushTook.Milliseconds())/float64(flushes), storeMinute.Seconds(), serverMinute.Seconds(), loadAvg())
 		flushTook, flushes = 0, 0
 		if !p.AllJobs {
 			t.Errorf("minute %d: the pass stopped at its budget: %+v", minute, p)
@@ -166,6 +172,57 @@ func backendPID(t *testing.T, conn *pgx.Conn) int {
 		t.Fatal(err)
 	}
 	return pid
+}
+
+// procStat is the fields of /proc/pid/stat after the command.
+func procStat(pid int) []string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return nil
+	}
+	return strings.Fields(s[i+2:])
+}
+
+func parentPID(t *testing.T, pid int) int {
+	t.Helper()
+	f := procStat(pid)
+	if len(f) < 2 {
+		t.Fatalf("no /proc/%d/stat", pid)
+	}
+	ppid, err := strconv.Atoi(f[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ppid
+}
+
+// clusterCPU is the CPU time of the server so far: the postmaster's, that
+// of its children that ended (autovacuum workers come and go), and that of
+// those still running.
+func clusterCPU(t *testing.T, postmaster int) time.Duration {
+	t.Helper()
+	f := procStat(postmaster)
+	if len(f) < 15 {
+		t.Fatalf("no /proc/%d/stat", postmaster)
+	}
+	ticks := int64(0)
+	for _, i := range []int{11, 12, 13, 14} { // utime, stime, cutime, cstime
+		n, _ := strconv.ParseInt(f[i], 10, 64)
+		ticks += n
+	}
+	total := time.Duration(ticks) * time.Second / 100
+	kids, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", postmaster, postmaster))
+	for _, k := range strings.Fields(string(kids)) {
+		if pid, err := strconv.Atoi(k); err == nil {
+			total += replicaproc.CPU(pid)
+		}
+	}
+	return total
 }
 
 func mib(b int64) float64 { return float64(b) / (1 << 20) }
