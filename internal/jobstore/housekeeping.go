@@ -29,9 +29,9 @@ const (
 	// younger than FailuresKeptFor, the newest FailuresKeptPerJob of them.
 	FailuresKeptFor    = 7 * 24 * time.Hour
 	FailuresKeptPerJob = 100
-	// RunsKeptFor: no finished run older than this is kept, so the runs of a
-	// job removed from the configuration (which no replica reports or prunes
-	// by count any more than it runs) go in the end.
+	// RunsKeptFor: no finished run older than this is kept, so the last runs
+	// of a job removed from the configuration, which no new run pushes out,
+	// go in the end.
 	RunsKeptFor = 90 * 24 * time.Hour
 	// HistoryRetention: control requests (studio_request) claimed or expired
 	// this long ago are pruned.
@@ -90,7 +90,7 @@ type Pass struct {
 	RunsPruned     int64
 	RunStmts       int   // statements of the run history pruning (cutoffs and deletes)
 	MaxRunsPerStmt int64 // the most runs one of them deleted
-	// AllJobs: the pass went through every job; else it stopped at its
+	// AllJobs: the pass went on to the last job; else it stopped at its
 	// budget, and the next pass starts after job id ResumeAfter.
 	AllJobs              bool
 	ResumeAfter          string
