@@ -320,6 +320,15 @@ func newJobsHistoryCmd(a *app, runF func(context.Context, *jobsHistoryOptions) e
 	cmd := &cobra.Command{
 		Use:   "history ID [--limit N]",
 		Short: "List a job's runs, newest first",
+		Long: `List a job's runs, newest first (by start time), from every replica and, for a
+job with clusters: owned, every cluster.
+
+What is kept (docs/history.md): housekeeping keeps each job's newest 100 runs,
+whatever their outcome; beyond those, its runs that failed, timed out, lost
+their lock or were interrupted in the last 7 days (the newest 100 of them);
+and every run still going. Nothing finished is kept past 90 days, so the runs
+of a job removed from the config go in the end. Older runs are counted in the
+status counters (jobs status), not listed here.`,
 		Example: `  studioctl jobs history nightly-report
   studioctl jobs history nightly-report --limit 100 -o json`,
 		Args: exactArgs("id"),

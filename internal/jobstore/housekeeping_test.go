@@ -42,7 +42,6 @@ func stopReplica(t testing.TB, pool *pgxpool.Pool, id string, age, beatAge time.
 func TestHousekeep(t *testing.T) {
 	t.Parallel()
 	pool, _ := newPool(t)
-	const day = 24 * time.Hour
 	insertReplica(t, pool, "live", "ready", 0)
 	insertReplica(t, pool, "draining", "draining", 2*time.Second)
 	insertReplica(t, pool, "crashed", "ready", time.Minute)           // gone a minute ago
@@ -65,11 +64,15 @@ func TestHousekeep(t *testing.T) {
 	}
 
 	runs := map[string]int64{
+		// Runs of a job with fewer than RunsKeptPerJob stay until RunsKeptFor
+		// (retention_test.go has the rest of the rules).
+		"too old succeeded":           insertRun(t, pool, "live", "succeeded", jobstore.RunsKeptFor+day),
+		"too old failed":              insertRun(t, pool, "crashed", "failed", jobstore.RunsKeptFor+time.Minute),
+		"too old interrupted":         insertRun(t, pool, "gone-for-good", "interrupted", jobstore.RunsKeptFor+30*day),
 		"old succeeded":               insertRun(t, pool, "live", "succeeded", 8*day),
 		"old failed":                  insertRun(t, pool, "crashed", "failed", 7*day+time.Minute),
-		"old interrupted":             insertRun(t, pool, "gone-for-good", "interrupted", 30*day),
 		"six days old":                insertRun(t, pool, "live", "succeeded", 6*day),
-		"old but running on live":     insertRun(t, pool, "live", "running", 8*day),
+		"old but running on live":     insertRun(t, pool, "live", "running", jobstore.RunsKeptFor+day),
 		"running on live":             insertRun(t, pool, "live", "running", time.Minute),
 		"running on draining":         insertRun(t, pool, "draining", "running", time.Minute),
 		"running on crashed":          insertRun(t, pool, "crashed", "running", 2*time.Minute),
@@ -97,9 +100,11 @@ func TestHousekeep(t *testing.T) {
 		return o, finished, e
 	}
 	want := map[string]string{
-		"old succeeded":               "pruned",
-		"old failed":                  "pruned",
-		"old interrupted":             "pruned",
+		"too old succeeded":           "pruned",
+		"too old failed":              "pruned",
+		"too old interrupted":         "pruned",
+		"old succeeded":               "succeeded",
+		"old failed":                  "failed",
 		"six days old":                "succeeded",
 		"old but running on live":     "running",
 		"running on live":             "running",

@@ -152,7 +152,11 @@ func Merge(rows []ReplicaStatus, now time.Time) []View {
 	return out
 }
 
-// History returns the last limit runs of job, newest first.
+// History returns the last limit runs of job, newest first (by start time,
+// then seq), of every replica and cluster. It reads what housekeeping keeps
+// (Retention): the job's newest RunsKeptPerJob runs, then its failures of
+// the last FailuresKeptFor (at most FailuresKeptPerJob), and its runs still
+// going, in one order; the index studio_job_run_job_started serves both.
 func History(ctx context.Context, q Querier, job string, limit int) ([]jobs.Run, error) {
 	rows, err := q.Query(ctx, `SELECT seq, job_id, replica_id, coalesce(cluster, ''), started_at, finished_at, outcome,
   coalesce(error, ''), coalesce(output_tail, '') FROM studio_job_run WHERE job_id = $1 ORDER BY started_at DESC, seq DESC LIMIT $2`, job, limit)
