@@ -274,25 +274,10 @@ func doctorCheck(t *testing.T, env []string, check string) (status, detail strin
 // error of pgx's statement cache, no session setting leaking into the
 // shared server sessions, and no password anywhere.
 func TestTransactionPoolerWithListenURLRunsEverything(t *testing.T) {
-	direct := pgtest.NewEmptyDB(t)
-	b := pgbouncer.ForTest(t, pgbouncer.Transaction, 3)
-	pooled := b.Through(t, direct)
-	pool := testPool(t, direct)
 	ctx := context.Background()
-	if _, err := pool.Exec(ctx, execTable); err != nil {
-		t.Fatal(err)
-	}
-	config := writeConfig(t)
 	ids := []string{"pool-a", "pool-b"}
-	procs := map[string]*replicaproc.Proc{}
+	b, direct, pooled, pool, procs := startReplicas(t, pgbouncer.Transaction, 3, true, ids)
 	for _, id := range ids {
-		procs[id] = studioctlBin.Start(t, replicaproc.Options{
-			ID: id, DatabaseURL: withPassword(named(t, pooled, id)), Args: []string{"--config", config}, FailOnRace: true,
-			Env: []string{"STUDIO_DATABASE_LISTEN_URL=" + withPassword(named(t, direct, id))},
-		})
-	}
-	for _, id := range ids {
-		procs[id].WaitReady(t)
 		if !procs[id].Logged("the pool keeps no session state") {
 			t.Errorf("%s did not log that its pool keeps no session state", id)
 		}
@@ -302,14 +287,7 @@ func TestTransactionPoolerWithListenURLRunsEverything(t *testing.T) {
 	env := []string{"STUDIO_DATABASE_URL=" + withPassword(pooled), "STUDIO_DATABASE_LISTEN_URL=" + withPassword(direct)}
 	// A trigger: a request row and a NOTIFY through the pooler, heard on
 	// the replicas' direct bus.
-	before := count(t, pool, `SELECT count(*) FROM pooler_exec WHERE job_id = 'yearly'`)
-	operator(t, env, "jobs", "trigger", "yearly", "--reason", "pooler test")
-	replicaproc.Eventually(t, 15*time.Second, "the triggered run of yearly", func() error {
-		if n := count(t, pool, `SELECT count(*) FROM pooler_exec WHERE job_id = 'yearly'`); n <= before {
-			return fmt.Errorf("%d executions of yearly, %d before the trigger", n, before)
-		}
-		return nil
-	})
+	triggerYearly(t, env, pool)
 	if out := operator(t, env, "locks", "list", "-o", "json"); !strings.Contains(out, `"every-1s"`) {
 		t.Errorf("locks list does not show every-1s:\n%s", out)
 	}
@@ -408,35 +386,10 @@ func TestTransactionPoolerWithoutListenURLIsRefused(t *testing.T) {
 // TestSessionPoolerRunsEverything: through PgBouncer in session mode,
 // with no listen URL, everything works as on a direct connection.
 func TestSessionPoolerRunsEverything(t *testing.T) {
-	direct := pgtest.NewEmptyDB(t)
-	b := pgbouncer.ForTest(t, pgbouncer.Session, 60)
-	pooled := b.Through(t, direct)
-	pool := testPool(t, direct)
-	ctx := context.Background()
-	if _, err := pool.Exec(ctx, execTable); err != nil {
-		t.Fatal(err)
-	}
-	config := writeConfig(t)
-	ids := []string{"sess-a", "sess-b"}
-	procs := map[string]*replicaproc.Proc{}
-	for _, id := range ids {
-		procs[id] = studioctlBin.Start(t, replicaproc.Options{
-			ID: id, DatabaseURL: withPassword(named(t, pooled, id)), Args: []string{"--config", config}, FailOnRace: true,
-		})
-	}
-	for _, id := range ids {
-		procs[id].WaitReady(t)
-	}
+	_, _, pooled, pool, procs := startReplicas(t, pgbouncer.Session, 60, false, []string{"sess-a", "sess-b"})
 	waitRuns(t, pool, 6, 3)
 	env := []string{"STUDIO_DATABASE_URL=" + withPassword(pooled)}
-	before := count(t, pool, `SELECT count(*) FROM pooler_exec WHERE job_id = 'yearly'`)
-	operator(t, env, "jobs", "trigger", "yearly")
-	replicaproc.Eventually(t, 15*time.Second, "the triggered run of yearly", func() error {
-		if n := count(t, pool, `SELECT count(*) FROM pooler_exec WHERE job_id = 'yearly'`); n <= before {
-			return fmt.Errorf("%d executions of yearly, %d before the trigger", n, before)
-		}
-		return nil
-	})
+	triggerYearly(t, env, pool)
 	status, detail, code := doctorCheck(t, env, "pooler")
 	if status != "ok" || code != 0 || !strings.Contains(detail, "session of its own") {
 		t.Errorf("doctor pooler: %s %q (exit %d), want ok", status, detail, code)
@@ -476,6 +429,49 @@ func TestABadListenURLIsRefused(t *testing.T) {
 			}
 		})
 	}
+}
+
+// startReplicas starts a bouncer in mode in front of an empty database
+// and replicas ids through it (with database.listen_url direct when
+// listen), which migrate it, and waits until each is ready.
+func startReplicas(t *testing.T, mode string, poolSize int, listen bool, ids []string) (
+	b *pgbouncer.Bouncer, direct, pooled string, pool *pgxpool.Pool, procs map[string]*replicaproc.Proc) {
+	t.Helper()
+	direct = pgtest.NewEmptyDB(t)
+	b = pgbouncer.ForTest(t, mode, poolSize)
+	pooled = b.Through(t, direct)
+	pool = testPool(t, direct)
+	if _, err := pool.Exec(context.Background(), execTable); err != nil {
+		t.Fatal(err)
+	}
+	config := writeConfig(t)
+	procs = map[string]*replicaproc.Proc{}
+	for _, id := range ids {
+		o := replicaproc.Options{ID: id, DatabaseURL: withPassword(named(t, pooled, id)), Args: []string{"--config", config}, FailOnRace: true}
+		if listen {
+			o.Env = []string{"STUDIO_DATABASE_LISTEN_URL=" + withPassword(named(t, direct, id))}
+		}
+		procs[id] = studioctlBin.Start(t, o)
+	}
+	for _, id := range ids {
+		procs[id].WaitReady(t)
+	}
+	return b, direct, pooled, pool, procs
+}
+
+// triggerYearly triggers the yearly job with the operator's environment
+// and waits for its run: a request row and a NOTIFY sent through the
+// pooler, heard on the replicas' bus.
+func triggerYearly(t *testing.T, env []string, pool *pgxpool.Pool) {
+	t.Helper()
+	before := count(t, pool, `SELECT count(*) FROM pooler_exec WHERE job_id = 'yearly'`)
+	operator(t, env, "jobs", "trigger", "yearly", "--reason", "pooler test")
+	replicaproc.Eventually(t, 15*time.Second, "the triggered run of yearly", func() error {
+		if n := count(t, pool, `SELECT count(*) FROM pooler_exec WHERE job_id = 'yearly'`); n <= before {
+			return fmt.Errorf("%d executions of yearly, %d before the trigger", n, before)
+		}
+		return nil
+	})
 }
 
 func lastLines(s string, n int) string {

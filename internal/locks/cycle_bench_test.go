@@ -130,9 +130,14 @@ func BenchmarkAcquireUnlock(b *testing.B) {
 	ctx := context.Background()
 	var trips benchRoundTrips
 	pool := benchPool(b, pgtest.NewDB(b), &trips, false)
-	p := benchProvider(b, pool, "bench-replica-1")
-	const name = "bench-cycle"
-	// The first cycle inserts the row and prepares both statements.
+	benchCycles(ctx, b, benchProvider(b, pool, "bench-replica-1"), "bench-cycle", &trips)
+}
+
+// benchCycles runs the measured loop of lock cycles on p and reports
+// cycles/s, the round trips per cycle and the client's CPU per cycle.
+// The first cycle, not measured, inserts the row and prepares both
+// statements.
+func benchCycles(ctx context.Context, b *testing.B, p *Provider, name string, trips *benchRoundTrips) {
 	if err := benchCycle(ctx, p, name); err != nil {
 		b.Fatal(err)
 	}

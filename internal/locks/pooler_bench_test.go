@@ -2,7 +2,6 @@ package locks
 
 import (
 	"context"
-	"syscall"
 	"testing"
 
 	"github.com/studioctl/studioctl/internal/db"
@@ -49,24 +48,7 @@ func BenchmarkAcquireUnlockThroughPoolers(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer pool.Close()
-			p := benchProvider(b, pool, "bench-replica-1")
-			const name = "bench-pooler-cycle"
-			if err := benchCycle(ctx, p, name); err != nil {
-				b.Fatal(err)
-			}
-			trips.reset()
-			b.ReportAllocs()
-			var before, after syscall.Rusage
-			syscall.Getrusage(syscall.RUSAGE_SELF, &before)
-			for b.Loop() {
-				if err := benchCycle(ctx, p, name); err != nil {
-					b.Fatal(err)
-				}
-			}
-			syscall.Getrusage(syscall.RUSAGE_SELF, &after)
-			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "cycles/s")
-			b.ReportMetric(float64(trips.trips.Load())/float64(b.N), "roundtrips/cycle")
-			b.ReportMetric((benchMicros(before.Utime, after.Utime)+benchMicros(before.Stime, after.Stime))/float64(b.N), "client-us/cycle")
+			benchCycles(ctx, b, benchProvider(b, pool, "bench-replica-1"), "bench-pooler-cycle", &trips)
 		})
 	}
 }
