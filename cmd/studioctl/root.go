@@ -431,6 +431,8 @@ func (a *app) cliPoolConfig(cs string) (*pgxpool.Config, error) {
 	}
 	cfg.MaxConns = cliPoolMaxConns
 	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+	// No SET on a server session a pooler shares with other clients.
+	db.PinOnlyOwnSessions(cfg.ConnConfig)
 	if l := a.cfg.Database.ListenURL; l != "" && l != cs {
 		db.ForPoolerPool(cfg)
 	}

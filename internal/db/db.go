@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/url"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -91,23 +92,73 @@ func setSessionDefaults(cfg *pgx.ConnConfig) {
 	// a read-only database must still say so.)
 	next := cfg.AfterConnect
 	cfg.AfterConnect = func(ctx context.Context, c *pgconn.PgConn) error {
-		// The SET itself runs under the poisoned timeout: a 1 ms
-		// statement_timeout can cancel it on a loaded server, and then
-		// none of it took effect. A few tries make that vanishingly rare.
-		var err error
-		for range pinTries {
-			if err = c.Exec(ctx, pinnedSettings).Close(); err == nil || !isTimeoutCancel(err) {
-				break
-			}
-		}
-		if err != nil {
-			return fmt.Errorf("set session defaults: %w", err)
+		if err := pin(ctx, c); err != nil {
+			return err
 		}
 		if next != nil {
 			return next(ctx, c)
 		}
 		return nil
 	}
+}
+
+// pin sets pinnedSettings on c. The SET itself runs under a poisoned
+// timeout: a 1 ms statement_timeout can cancel it on a loaded server, and
+// then none of it took effect. A few tries make that vanishingly rare.
+func pin(ctx context.Context, c *pgconn.PgConn) error {
+	var err error
+	for range pinTries {
+		if err = c.Exec(ctx, pinnedSettings).Close(); err == nil || !isTimeoutCancel(err) {
+			break
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("set session defaults: %w", err)
+	}
+	return nil
+}
+
+// PinOnlyOwnSessions makes cfg pin the session settings only on a session
+// of its own: one whose backend pid is the one the server announced at
+// connect. Behind a pooler (PgBouncer announces keys of its own) a SET
+// would stay on a server session that the pooler hands to other clients
+// next, other applications' among them, so it is left out there; a
+// poisoned role setting then fails the command visibly instead. For the
+// operator's commands, which may go through any pooler (docs/poolers.md).
+// Call it right after ParsePoolConfig or ParseConnConfig.
+func PinOnlyOwnSessions(cfg *pgx.ConnConfig) {
+	cfg.AfterConnect = func(ctx context.Context, c *pgconn.PgConn) error {
+		own, err := ownSession(ctx, c)
+		if err != nil || !own {
+			return err
+		}
+		return pin(ctx, c)
+	}
+}
+
+// ownSession reports whether c's backend is the one the server announced
+// (BackendKeyData) when c connected: no pooler or proxy in between.
+func ownSession(ctx context.Context, c *pgconn.PgConn) (bool, error) {
+	var (
+		rs  []*pgconn.Result
+		err error
+	)
+	for range pinTries {
+		if rs, err = c.Exec(ctx, `SELECT pg_backend_pid()`).ReadAll(); err == nil || !isTimeoutCancel(err) {
+			break
+		}
+	}
+	if err != nil {
+		return false, fmt.Errorf("set session defaults: %w", err)
+	}
+	if len(rs) != 1 || len(rs[0].Rows) != 1 || len(rs[0].Rows[0]) != 1 {
+		return false, errors.New("set session defaults: pg_backend_pid() returned no row")
+	}
+	pid, err := strconv.ParseUint(string(rs[0].Rows[0][0]), 10, 32)
+	if err != nil {
+		return false, fmt.Errorf("set session defaults: pg_backend_pid(): %w", err)
+	}
+	return uint32(pid) == c.PID(), nil
 }
 
 // pinTries bounds the tries of pinnedSettings on one new connection.

@@ -145,3 +145,50 @@ func TestForPoolerPoolRunsEveryStatementThroughATransactionPooler(t *testing.T) 
 		t.Log("the statement cache happened to survive the pooler this time")
 	}
 }
+
+// TestPinOnlyOwnSessionsPinsADirectSessionAndNoPooledOne: with a database
+// default statement_timeout, a connection configured by
+// PinOnlyOwnSessions resets it to 0 on a session of its own, and leaves it
+// alone through PgBouncer (session and transaction mode), where the
+// server session outlives the client.
+func TestPinOnlyOwnSessionsPinsADirectSessionAndNoPooledOne(t *testing.T) {
+	direct := pgtest.NewDB(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	admin, err := db.Open(ctx, direct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	var name string
+	if err := admin.QueryRow(ctx, `SELECT current_database()`).Scan(&name); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Exec(ctx, `ALTER DATABASE `+pgx.Identifier{name}.Sanitize()+` SET statement_timeout = '30s'`); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ name, url, want string }{
+		{"direct", direct, "0"},
+		{"session mode", pgbouncer.ForTest(t, pgbouncer.Session, 2).Through(t, direct), "30s"},
+		{"transaction mode", pgbouncer.ForTest(t, pgbouncer.Transaction, 2).Through(t, direct), "30s"},
+	} {
+		cfg, err := db.ParseConnConfig(c.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.DefaultQueryExecMode = pgx.QueryExecModeExec
+		db.PinOnlyOwnSessions(cfg)
+		conn, err := db.Connect(ctx, cfg, c.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st string
+		if err := conn.QueryRow(ctx, `SELECT current_setting('statement_timeout')`).Scan(&st); err != nil {
+			t.Fatal(err)
+		}
+		conn.Close(ctx)
+		if st != c.want {
+			t.Errorf("%s: statement_timeout %q, want %q", c.name, st, c.want)
+		}
+	}
+}

@@ -481,3 +481,39 @@ func lastLines(s string, n int) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// TestOperatorCommandsLeaveSharedSessionsAlone: an operator command run
+// through a transaction pooler without database.listen_url must not SET
+// anything on the server sessions the pooler shares with other clients
+// (found by the adversarial pass: a database default statement_timeout of
+// 30s became 0 on a shared session after one `locks list`). Directly, a
+// command still pins its own session.
+func TestOperatorCommandsLeaveSharedSessionsAlone(t *testing.T) {
+	direct := pgtest.NewDB(t)
+	pool := testPool(t, direct)
+	ctx := context.Background()
+	var dbname string
+	if err := pool.QueryRow(ctx, `SELECT current_database()`).Scan(&dbname); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `ALTER DATABASE `+pgx.Identifier{dbname}.Sanitize()+` SET statement_timeout = '30s'`); err != nil {
+		t.Fatal(err)
+	}
+	b := pgbouncer.ForTest(t, pgbouncer.Transaction, 2)
+	pooled := b.Through(t, direct)
+	env := []string{"STUDIO_DATABASE_URL=" + withPassword(pooled)}
+	for range 3 {
+		operator(t, env, "locks", "list")
+		operator(t, env, "replicas", "list", "-o", "json")
+	}
+	other := testPool(t, pooled)
+	for i := range 12 {
+		var st string
+		if err := other.QueryRow(ctx, `SELECT current_setting('statement_timeout')`).Scan(&st); err != nil {
+			t.Fatal(err)
+		}
+		if st != "30s" {
+			t.Fatalf("read %d: statement_timeout %q on a server session the pooler shares, want the database's 30s", i, st)
+		}
+	}
+}

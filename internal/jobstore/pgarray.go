@@ -3,7 +3,9 @@ package jobstore
 import (
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // The flush's array parameters. pgx encodes a []string, []int64 or
@@ -62,4 +64,57 @@ func pgTimeOf(t *time.Time) pgTime {
 		return pgTime{null: true}
 	}
 	return pgTime{t: *t}
+}
+
+// plain is a as the slice pgx knows by its Go type ([]string, []int64,
+// []bool, []pgtype.Timestamptz). In pgx's exec mode, which a pool behind
+// a pooler in transaction mode uses (db.ForPooler, docs/poolers.md), pgx
+// picks each parameter's type from its Go type, and a pgArray has none it
+// knows: "unable to encode ... into text format for unknown type (OID
+// 0)". That mode pays an allocation per element again.
+func (a pgArray[E]) plain() any {
+	switch v := any(a).(type) {
+	case pgArray[pgText]:
+		out := make([]string, len(v))
+		for i, x := range v {
+			out[i] = string(x)
+		}
+		return out
+	case pgArray[pgInt8]:
+		out := make([]int64, len(v))
+		for i, x := range v {
+			out[i] = int64(x)
+		}
+		return out
+	case pgArray[pgBool]:
+		out := make([]bool, len(v))
+		for i, x := range v {
+			out[i] = bool(x)
+		}
+		return out
+	case pgArray[pgTime]:
+		out := make([]pgtype.Timestamptz, len(v))
+		for i, x := range v {
+			out[i] = pgtype.Timestamptz{Time: x.t, Valid: !x.null}
+		}
+		return out
+	}
+	return a
+}
+
+// plainArgs replaces every pgArray of args by its plain slice, in place.
+func plainArgs(args []any) []any {
+	for i, a := range args {
+		if p, ok := a.(interface{ plain() any }); ok {
+			args[i] = p.plain()
+		}
+	}
+	return args
+}
+
+// execMode reports whether q sends its statements in pgx's exec mode (its
+// pool's configuration says so): the flush then gives pgx plain slices.
+func execMode(q any) bool {
+	c, ok := q.(interface{ Config() *pgxpool.Config })
+	return ok && c.Config().ConnConfig.DefaultQueryExecMode == pgx.QueryExecModeExec
 }

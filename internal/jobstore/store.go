@@ -43,6 +43,9 @@ type Store struct {
 	q         Querier
 	replicaID string
 	log       *slog.Logger
+	// execMode: q sends statements in pgx's exec mode (a pool behind a
+	// pooler, docs/poolers.md); the flush gives pgx plain slices then.
+	execMode bool
 
 	mu     sync.Mutex
 	runs   map[int64]jobs.Run
@@ -66,7 +69,7 @@ func NewStore(q Querier, replicaID string, log *slog.Logger) *Store {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Store{q: q, replicaID: replicaID, log: log, runs: map[int64]jobs.Run{}, status: map[string]jobs.Status{},
+	return &Store{q: q, replicaID: replicaID, log: log, execMode: execMode(q), runs: map[int64]jobs.Run{}, status: map[string]jobs.Status{},
 		kick: make(chan struct{}, 1)}
 }
 
@@ -439,7 +442,11 @@ func (s *Store) write(ctx context.Context, runs map[int64]jobs.Run, status map[s
 			started, finished = append(started, pgTime{t: r.StartedAt}), append(finished, pgTimeOf(r.FinishedAt))
 			out, errs, tail = append(out, pgText(r.Outcome)), append(errs, pgText(r.Error)), append(tail, pgText(r.OutputTail))
 		}
-		rows, err := tx.Query(ctx, upsertRunsSQL, seq, job, rep, cl, started, finished, out, errs, tail)
+		args := []any{seq, job, rep, cl, started, finished, out, errs, tail}
+		if s.execMode {
+			args = plainArgs(args)
+		}
+		rows, err := tx.Query(ctx, upsertRunsSQL, args...)
 		if err != nil {
 			return fmt.Errorf("write job history: %w", err)
 		}
@@ -473,7 +480,11 @@ func (s *Store) write(ctx context.Context, runs map[int64]jobs.Run, status map[s
 		stmts++
 	}
 	if len(status) > 0 {
-		if _, err := tx.Exec(ctx, upsertStatusSQL, statusArgs(s.replicaID, status)...); err != nil {
+		args := statusArgs(s.replicaID, status)
+		if s.execMode {
+			args = plainArgs(args)
+		}
+		if _, err := tx.Exec(ctx, upsertStatusSQL, args...); err != nil {
 			return fmt.Errorf("write job status: %w", err)
 		}
 		stmts++

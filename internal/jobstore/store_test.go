@@ -16,8 +16,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/studioctl/studioctl/internal/bus"
+	"github.com/studioctl/studioctl/internal/db"
 	"github.com/studioctl/studioctl/internal/jobs"
 	"github.com/studioctl/studioctl/internal/jobstore"
+	"github.com/studioctl/studioctl/internal/pgtest"
 )
 
 // usec is a time PostgreSQL stores exactly (microseconds), in a zone that is
@@ -757,5 +759,44 @@ func TestAStartedStorePrefetchesTheNextSeqBlock(t *testing.T) {
 	waitBlocks(3)
 	if n := countBlocks(); n != 3 {
 		t.Fatalf("%d blocks taken for 1,501 seqs; want 3", n)
+	}
+}
+
+// TestAStoreOnAPooledPoolWritesRunsAndStatus: behind a pooler in
+// transaction mode the replica's pool is in pgx's exec mode
+// (db.ForPooler), where pgx picks each parameter's type from its Go type.
+// The flush's allocation-free arrays have none it knows, and every flush
+// failed with "unable to encode ... for unknown type (OID 0)" (found by
+// the pooler tests after the cost work); the store gives pgx plain slices
+// there.
+func TestAStoreOnAPooledPoolWritesRunsAndStatus(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDB(t)
+	cfg, err := db.ParsePoolConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.ForPoolerPool(cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	pool, err := db.OpenConfig(ctx, cfg, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	s := jobstore.NewStore(pool, "replica-1", nil)
+	started := usec(t, "2026-11-30T01:00:00")
+	for i := range 3 {
+		r := jobs.Run{Seq: mustSeq(t, s), JobID: fmt.Sprintf("job-%d", i), ReplicaID: "replica-1", Cluster: "c1",
+			StartedAt: started, FinishedAt: &started, Outcome: jobs.OutcomeSucceeded, OutputTail: "ok"}
+		s.PutRun(r)
+		s.PutStatus(jobs.Status{JobID: r.JobID, Scope: jobs.ScopeInstance, Schedule: "every 1m", Runs: 1})
+	}
+	mustFlush(t, s)
+	if got := count(t, pool, `SELECT count(*) FROM studio_job_run WHERE outcome = 'succeeded' AND output_tail = 'ok' AND cluster = 'c1'`); got != 3 {
+		t.Errorf("%d runs written, want 3", got)
+	}
+	if got := count(t, pool, `SELECT count(*) FROM studio_job_status WHERE runs = 1 AND next_fire_at IS NULL`); got != 3 {
+		t.Errorf("%d status rows written, want 3", got)
 	}
 }
