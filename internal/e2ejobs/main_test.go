@@ -2,16 +2,10 @@ package e2ejobs
 
 import (
 	"flag"
-	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"testing"
 
-	"go.uber.org/goleak"
-
-	"github.com/studioctl/studioctl/internal/pgcluster"
-	"github.com/studioctl/studioctl/internal/pgtest"
 	"github.com/studioctl/studioctl/internal/replicaproc"
 )
 
@@ -32,37 +26,9 @@ const minParallel = 6
 // TestMain builds studioctl, runs the tests against the harness's
 // PostgreSQL, then fails the binary if any goroutine is left behind.
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
 	flag.Parse()
 	raiseParallel()
-	dir, err := os.MkdirTemp("", "studioctl-e2ejobs-")
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "e2ejobs: %v\n", err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	studioctlBin, err = replicaproc.Build(dir)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "e2ejobs: %v\n", err)
-		return 1
-	}
-	studioctlBin.DropEnv = []string{"EXP_"}
-	if dir, err := pgcluster.FindBinDir(); err == nil {
-		if _, err := os.Stat(filepath.Join(dir, "psql")); err == nil {
-			studioctlBin.PathDir = dir
-		}
-	}
-	code := pgtest.Main(m)
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
-			code = 1
-		}
-	}
-	return code
+	os.Exit(replicaproc.Main(m, replicaproc.MainOptions{Name: "e2ejobs", DropEnv: []string{"EXP_"}, PsqlFirst: true, Bin: &studioctlBin}))
 }
 
 // raiseParallel sets -test.parallel to minParallel when the command line

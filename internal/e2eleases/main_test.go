@@ -2,14 +2,9 @@ package e2eleases
 
 import (
 	"flag"
-	"fmt"
 	"os"
-	"path/filepath"
-
 	"testing"
 
-	"github.com/studioctl/studioctl/internal/pgcluster"
-	"github.com/studioctl/studioctl/internal/pgtest"
 	"github.com/studioctl/studioctl/internal/replicaproc"
 )
 
@@ -18,25 +13,7 @@ import (
 // /usr/bin/psql is a Perl wrapper that costs about 0.3 s a call).
 var studioctlBin *replicaproc.Binary
 
-func TestMain(m *testing.M) { os.Exit(run(m)) }
-
-func run(m *testing.M) int {
+func TestMain(m *testing.M) {
 	flag.Parse()
-	dir, err := os.MkdirTemp("", "studioctl-e2eleases-")
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "e2eleases: %v\n", err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	if studioctlBin, err = replicaproc.Build(dir); err != nil {
-		fmt.Fprintf(os.Stderr, "e2eleases: %v\n", err)
-		return 1
-	}
-	studioctlBin.DropEnv = []string{"EXP_"}
-	if dir, err := pgcluster.FindBinDir(); err == nil {
-		if _, err := os.Stat(filepath.Join(dir, "psql")); err == nil {
-			studioctlBin.PathDir = dir
-		}
-	}
-	return pgtest.Main(m)
+	os.Exit(replicaproc.Main(m, replicaproc.MainOptions{Name: "e2eleases", DropEnv: []string{"EXP_"}, PsqlFirst: true, NoLeakCheck: true, Bin: &studioctlBin}))
 }
