@@ -43,14 +43,6 @@ func ForPooler(cfg *pgx.ConnConfig) {
 // ForPoolerPool is ForPooler for a pool's configuration.
 func ForPoolerPool(cfg *pgxpool.Config) { ForPooler(cfg.ConnConfig) }
 
-// Pooled reports whether ForPooler prepared cfg: its sessions may be
-// shared, so nothing may rely on session state (a sql job's
-// statement_timeout is then set for its transaction only).
-func Pooled(cfg *pgx.ConnConfig) bool {
-	return cfg.DefaultQueryExecMode == pgx.QueryExecModeExec && cfg.StatementCacheCapacity == 0 &&
-		cfg.DescriptionCacheCapacity == 0 && cfg.AfterConnect == nil
-}
-
 // sharedSessionRounds is how many times SharesSessions tries to catch two
 // client connections on one server session.
 const sharedSessionRounds = 3

@@ -70,9 +70,6 @@ func TestForPoolerPoolRunsEveryStatementThroughATransactionPooler(t *testing.T) 
 		t.Fatal(err)
 	}
 	db.ForPoolerPool(cfg)
-	if !db.Pooled(cfg.ConnConfig) {
-		t.Fatal("Pooled = false after ForPooler")
-	}
 	cfg.MaxConns = 8
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -18,9 +18,6 @@ import (
 // COMMIT nor a ROLLBACK in the statement undoes it.
 const setStatementTimeout = `SELECT set_config('statement_timeout', $1, false)`
 
-// setLocalStatementTimeout is setStatementTimeout for the transaction only.
-const setLocalStatementTimeout = `SELECT set_config('statement_timeout', $1, true)`
-
 // closeTimeout bounds the rollback and the goodbye of a run's connection,
 // which run when ctx may be done.
 const closeTimeout = 2 * time.Second
@@ -79,16 +76,9 @@ func (s SQL) Run(ctx context.Context, env Env) Result {
 	}
 	defer closeOwn(ctx, conn)
 
-	// Behind a pooler in transaction mode (db.Pooled) a session setting
-	// would stay on a server session that others get next: the timeout
-	// is then the transaction's own (docs/poolers.md).
-	pooled := db.Pooled(src.Config().ConnConfig)
-	timeout := ""
 	if deadline, ok := ctx.Deadline(); ok {
-		timeout = strconv.FormatInt(max(time.Until(deadline).Milliseconds(), 1), 10) + "ms"
-	}
-	if timeout != "" && !pooled {
-		if _, err := conn.Exec(ctx, setStatementTimeout, timeout); err != nil {
+		ms := max(time.Until(deadline).Milliseconds(), 1)
+		if _, err := conn.Exec(ctx, setStatementTimeout, strconv.FormatInt(ms, 10)+"ms"); err != nil {
 			return Result{Err: withCause(ctx, fmt.Errorf("set statement_timeout: %w", err))}
 		}
 	}
@@ -107,11 +97,6 @@ func (s SQL) Run(ctx context.Context, env Env) Result {
 		}
 	}()
 
-	if timeout != "" && pooled {
-		if _, err := tx.Exec(ctx, setLocalStatementTimeout, timeout); err != nil {
-			return Result{Err: withCause(ctx, fmt.Errorf("set statement_timeout: %w", err))}
-		}
-	}
 	tag, err := tx.Exec(ctx, s.Statement)
 	if err != nil {
 		return Result{Err: withCause(ctx, fmt.Errorf("execute statement: %w", err))}
