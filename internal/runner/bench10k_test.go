@@ -12,7 +12,8 @@ package runner_test
 // Knobs (environment): STUDIO_BENCH10K_JOBS (10000), STUDIO_BENCH10K_WARMUP
 // (20s), STUDIO_BENCH10K_WINDOW (60s), STUDIO_BENCH10K_OUT (a JSON file; the
 // result is logged too), STUDIO_BENCH10K_HEAPPROFILE (a heap profile taken
-// at the end of the window).
+// at the end of the window), STUDIO_BENCH10K_RESOLUTION (the runner's
+// TimerResolution; unset, its default).
 
 import (
 	"context"
@@ -249,6 +250,7 @@ LANGUAGE plpgsql AS $$ DECLARE v text; BEGIN FOREACH v IN ARRAY coalesce(p_notif
 	r, err := runner.New(runner.Options{
 		ReplicaID: bench10kReplica, Jobs: list, Locks: runner.LocksOf(provider), Store: store,
 		Settings: jobstore.NewSettingsCache(pool), Metrics: prometheus.NewRegistry(),
+		TimerResolution: bench10kDuration(t, "STUDIO_BENCH10K_RESOLUTION", 0),
 	})
 	if err != nil {
 		t.Fatal(err)
