@@ -166,3 +166,41 @@ func TestAnUnknownPerJobModeIsRefused(t *testing.T) {
 		t.Fatalf("New: %v; want an error naming the mode", err)
 	}
 }
+
+// A job whose lock cannot be had does not run, and its metrics say it
+// failed: before, a tick that could not start set neither the failing
+// gauge nor a failed run, so a job that never started looked healthy to
+// Prometheus while jobs list counted its failures.
+func TestAJobThatCannotStartIsCountedFailingInItsMetrics(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	if _, err := e.pool.Exec(t.Context(), `ALTER TABLE shedlock RENAME TO shedlock_away`); err != nil {
+		t.Fatal(err)
+	}
+	ft := e.task()
+	e.start(e.options(e.job("nolock", jobs.ScopeInstallation, 10*time.Second, ft)))
+
+	st := e.waitIdle("nolock", t0.Add(10*time.Second))
+	if st.Failures != 1 || st.Runs != 0 || !strings.Contains(st.LastError, "could not start") {
+		t.Fatalf("after a tick without its lock: failures %d, runs %d, last error %q; want 1, 0, could not start", st.Failures, st.Runs, st.LastError)
+	}
+	fam := gather(t, e.reg)
+	if got := failingJobs(fam); got != "nolock" {
+		t.Errorf("studio_job_failing for %q; want for nolock", got)
+	}
+	if got := counterValue(t, fam, "studio_job_runs_total", map[string]string{"job_id": "nolock", "outcome": "failed"}); got != 1 {
+		t.Errorf("studio_job_runs_total{nolock, failed} = %v; want 1", got)
+	}
+
+	// The lock table back, the next tick runs and the gauge goes.
+	if _, err := e.pool.Exec(t.Context(), `ALTER TABLE shedlock_away RENAME TO shedlock`); err != nil {
+		t.Fatal(err)
+	}
+	e.clk.Advance(10 * time.Second)
+	ft.waitStarts(t, 1)
+	ft.finish(t, tasks.Result{})
+	e.waitIdle("nolock", t0.Add(20*time.Second))
+	if got := failingJobs(gather(t, e.reg)); got != "" {
+		t.Errorf("studio_job_failing for %q after a run that succeeded; want none", got)
+	}
+}

@@ -307,7 +307,9 @@ func (l *lazyTimeout) release() {
 }
 
 // recordNoRun records a tick that could not start a run (the lock or the
-// run seq could not be had) as a failure without a history row.
+// run seq could not be had) as a failure without a history row: in the
+// job's status, and in its metrics as a failed run, so that the failing
+// gauge and an alert on failed runs see a job that cannot start at all.
 func (r *Runner) recordNoRun(js *jobState, sched jobs.Schedule, now time.Time, err error) {
 	if errors.Is(context.Cause(r.runsCtx), errShutdown) {
 		r.finish(js, sched.Next(now)) // shutting down: not a failure
@@ -321,6 +323,7 @@ func (r *Runner) recordNoRun(js *jobState, sched jobs.Schedule, now time.Time, e
 	wasFailing := js.failing
 	js.failing = true
 	r.mu.Unlock()
+	r.metrics.runs.WithLabelValues(js.job.ID, string(jobs.OutcomeFailed)).Inc()
 	if !wasFailing {
 		r.log.Error("runner: job could not start", "job_id", js.job.ID, "error", errText)
 	}
