@@ -66,6 +66,15 @@ func (js *jobState) cluster() string {
 	return js.duty.cluster
 }
 
+// key is js's key in r.jobs and its status row's job id: the job's id, or
+// the duty's (DutyKey).
+func (js *jobState) key() string {
+	if js.duty == nil {
+		return js.job.ID
+	}
+	return DutyKey(js.job.ID, js.duty.cluster)
+}
+
 // dutyOver reports whether js is a duty whose lease has ended. r.mu held.
 func (js *jobState) dutyOver() bool {
 	return js.duty != nil && (js.duty.removed || js.duty.ctx.Err() != nil)
@@ -173,6 +182,7 @@ func (r *Runner) removeClusterLocked(cluster string) {
 		}
 		js.status.NextFireAt = nil
 		delete(r.jobs, key)
+		r.metrics.failing.forget(key) // its failure, if any, is no longer this replica's
 		r.putStatusLocked(js)
 	}
 }

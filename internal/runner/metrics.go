@@ -70,7 +70,7 @@ func newMetrics(reg prometheus.Registerer, perJob bool) (*metrics, error) {
 		timeouts: newCounterVec("studio_job_timeouts_total", "Runs cancelled at their timeout.", perJob),
 		lockLost: newCounterVec("studio_job_lock_lost_total", "Runs cancelled because their lock was lost.", perJob),
 		skipped:  newCounterVec("studio_job_skipped_elsewhere_total", "Ticks skipped because another replica held the lock.", perJob),
-		failing: &failingSet{jobs: map[string]bool{}, gauge: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "studio_job_failing",
+		failing: &failingSet{keys: map[string]string{}, jobs: map[string]int{}, gauge: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "studio_job_failing",
 			Help: "1 while the job's last run on this replica did not succeed (absent otherwise), with or without per-job series."}, []string{"job_id"})},
 	}
 	m.runs.perJob, m.runs.failing = perJob, m.failing
@@ -140,16 +140,18 @@ type runsVec struct {
 	failing *failingSet
 }
 
-// WithLabelValues is the run counter of job and outcome.
-func (r runsVec) WithLabelValues(job, outcome string) runCounter {
-	return runCounter{r: r, job: job, outcome: outcome}
+// WithLabelValues is the run counter of job and outcome, for the run of
+// key: the job's id, or a per-cluster duty's (DutyKey), whose failing state
+// is its own but whose series are the job's.
+func (r runsVec) WithLabelValues(job, key, outcome string) runCounter {
+	return runCounter{r: r, job: job, key: key, outcome: outcome}
 }
 
 // runCounter is one run's counter: Inc counts the run and sets (or, on a
 // success, removes) its job's failing gauge.
 type runCounter struct {
-	r            runsVec
-	job, outcome string
+	r                 runsVec
+	job, key, outcome string
 }
 
 // Inc counts the run.
@@ -159,33 +161,59 @@ func (c runCounter) Inc() {
 		label = installationJob
 	}
 	c.r.vec.WithLabelValues(label, c.outcome).Inc()
-	c.r.failing.set(c.job, jobs.Outcome(c.outcome).Failing())
+	c.r.failing.set(c.job, c.key, jobs.Outcome(c.outcome).Failing())
 }
 
-// failingSet is the failing gauge: a series for each failing job.
+// failingSet is the failing gauge: a series for each job with a failing
+// run key on this replica. A per-cluster job's duties fail or succeed each
+// on its own; its series is there while any of them is failing, and a
+// duty that moves away takes its part with it (forget).
 type failingSet struct {
 	gauge *prometheus.GaugeVec
-	n     atomic.Int64 // len(jobs), read without mu: a success with no failing job takes no lock
+	n     atomic.Int64 // len(keys), read without mu: a success with no failing job takes no lock
 	mu    sync.Mutex
-	jobs  map[string]bool
+	keys  map[string]string // failing run key -> its job's id
+	jobs  map[string]int    // job id -> its failing keys
 }
 
-// set records whether job's last run failed.
-func (f *failingSet) set(job string, failing bool) {
+// set records whether the last run of key (of job) failed.
+func (f *failingSet) set(job, key string, failing bool) {
 	if !failing && f.n.Load() == 0 {
 		return
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.jobs[job] == failing {
+	if _, was := f.keys[key]; was == failing {
 		return
 	}
 	if failing {
-		f.jobs[job] = true
-		f.gauge.WithLabelValues(job).Set(1)
+		f.keys[key] = job
+		if f.jobs[job]++; f.jobs[job] == 1 {
+			f.gauge.WithLabelValues(job).Set(1)
+		}
 	} else {
+		f.forgetLocked(key)
+	}
+	f.n.Store(int64(len(f.keys)))
+}
+
+// forget drops key's failing state: a duty whose cluster left this
+// replica no longer fails here.
+func (f *failingSet) forget(key string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.forgetLocked(key)
+	f.n.Store(int64(len(f.keys)))
+}
+
+func (f *failingSet) forgetLocked(key string) {
+	job, ok := f.keys[key]
+	if !ok {
+		return
+	}
+	delete(f.keys, key)
+	if f.jobs[job]--; f.jobs[job] == 0 {
 		delete(f.jobs, job)
 		f.gauge.DeleteLabelValues(job)
 	}
-	f.n.Store(int64(len(f.jobs)))
 }

@@ -103,7 +103,7 @@ func benchMetricsOnce(t *testing.T, n int, perJob bool, fill string, scrapes int
 		t.Fatal(err)
 	}
 	for i, id := range ids {
-		m.runs.WithLabelValues(id, string(jobs.OutcomeSucceeded)).Inc()
+		m.runs.WithLabelValues(id, id, string(jobs.OutcomeSucceeded)).Inc()
 		m.duration.WithLabelValues(id).Observe(0.05)
 		switch fill {
 		case "steady":
@@ -111,11 +111,11 @@ func benchMetricsOnce(t *testing.T, n int, perJob bool, fill string, scrapes int
 				m.skipped.WithLabelValues(id).Inc()
 			}
 			if i%100 == 99 {
-				m.runs.WithLabelValues(id, string(jobs.OutcomeFailed)).Inc()
+				m.runs.WithLabelValues(id, id, string(jobs.OutcomeFailed)).Inc()
 			}
 		case "worst":
 			for _, o := range []jobs.Outcome{jobs.OutcomeInterrupted, jobs.OutcomeTimedOut, jobs.OutcomeLockLost, jobs.OutcomeFailed} {
-				m.runs.WithLabelValues(id, string(o)).Inc()
+				m.runs.WithLabelValues(id, id, string(o)).Inc()
 			}
 			m.overruns.WithLabelValues(id).Inc()
 			m.timeouts.WithLabelValues(id).Inc()
@@ -149,7 +149,7 @@ func benchMetricsOnce(t *testing.T, n int, perJob bool, fill string, scrapes int
 	res := testing.Benchmark(func(b *testing.B) {
 		for i := 0; b.Loop(); i++ {
 			id := ids[i%n]
-			m.runs.WithLabelValues(id, string(jobs.OutcomeSucceeded)).Inc()
+			m.runs.WithLabelValues(id, id, string(jobs.OutcomeSucceeded)).Inc()
 			m.duration.WithLabelValues(id).Observe(0.05)
 		}
 	})

@@ -1,6 +1,8 @@
 package runner_test
 
 import (
+	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -202,5 +204,59 @@ func TestAJobThatCannotStartIsCountedFailingInItsMetrics(t *testing.T) {
 	e.waitIdle("nolock", t0.Add(20*time.Second))
 	if got := failingJobs(gather(t, e.reg)); got != "" {
 		t.Errorf("studio_job_failing for %q after a run that succeeded; want none", got)
+	}
+}
+
+// A per-cluster job's failing gauge is there while any of its duties on
+// this replica is failing, and a duty that moves away takes its part with
+// it. Before, the duties shared one state: a success of one cleared the
+// failure of another, and a failed duty that moved to another replica
+// stayed failing here for good.
+func TestAPerClusterJobIsFailingWhileAnyOfItsDutiesHereIs(t *testing.T) {
+	t.Parallel()
+	e := newMemEnv(t)
+	ft := e.task()
+	r := e.start(e.options(perClusterJob(e, "duty", 10*time.Second, ft)))
+	failing := func(want, when string) {
+		t.Helper()
+		eventually(t, "studio_job_failing for "+strconv.Quote(want)+" "+when, func() bool { return failingJobs(gather(t, e.reg)) == want })
+	}
+
+	c1, cancel1 := context.WithCancelCause(context.Background())
+	defer cancel1(nil)
+	r.AddCluster("c1", c1)
+	ft.waitStarts(t, 1)
+	ft.finish(t, tasks.Result{Err: errBoom})
+	e.waitIdle(runner.DutyKey("duty", "c1"), e.clk.Now().Add(10*time.Second))
+	failing("duty", "after c1 failed")
+
+	c2, cancel2 := context.WithCancelCause(context.Background())
+	defer cancel2(nil)
+	r.AddCluster("c2", c2)
+	ft.waitStarts(t, 2)
+	ft.finish(t, tasks.Result{})
+	e.waitIdle(runner.DutyKey("duty", "c2"), e.clk.Now().Add(10*time.Second))
+	if got := failingJobs(gather(t, e.reg)); got != "duty" {
+		t.Fatalf("studio_job_failing for %q after c2 succeeded while c1 is failing; want for duty", got)
+	}
+
+	// c1's lease moves away, its duty idle: the failure goes with it.
+	cancel1(errMovedAway)
+	r.RemoveCluster("c1")
+	failing("", "after c1 moved away")
+
+	// c2's lease moves away mid-run: the run ends lock_lost, a failure of
+	// a duty no longer here.
+	e.clk.Advance(10 * time.Second)
+	ft.waitStarts(t, 3)
+	cancel2(errMovedAway)
+	r.RemoveCluster("c2")
+	wctx, wcancel := context.WithTimeout(context.Background(), waitFor)
+	defer wcancel()
+	r.AwaitClusters(wctx, []string{"c2"})
+	ft.waitEnds(t, 3)
+	failing("", "after c2 moved away mid-run")
+	if got := counterValue(t, gather(t, e.reg), "studio_job_runs_total", map[string]string{"job_id": "duty", "outcome": "lock_lost"}); got != 1 {
+		t.Errorf("studio_job_runs_total{duty, lock_lost} = %v; want 1", got)
 	}
 }

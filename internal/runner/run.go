@@ -183,7 +183,7 @@ func (r *Runner) run(js *jobState, sched jobs.Schedule, fire time.Time) {
 	}
 	run.FinishedAt, run.Outcome, run.Error, run.OutputTail = &ended, outcome, errText, output
 	r.o.Store.PutRun(run)
-	r.metrics.runs.WithLabelValues(id, string(outcome)).Inc()
+	r.metrics.runs.WithLabelValues(id, js.key(), string(outcome)).Inc()
 	r.metrics.duration.WithLabelValues(id).Observe(ended.Sub(started).Seconds())
 
 	overrun := ended.After(sched.Next(fire))
@@ -323,7 +323,7 @@ func (r *Runner) recordNoRun(js *jobState, sched jobs.Schedule, now time.Time, e
 	wasFailing := js.failing
 	js.failing = true
 	r.mu.Unlock()
-	r.metrics.runs.WithLabelValues(js.job.ID, string(jobs.OutcomeFailed)).Inc()
+	r.metrics.runs.WithLabelValues(js.job.ID, js.key(), string(jobs.OutcomeFailed)).Inc()
 	if !wasFailing {
 		r.log.Error("runner: job could not start", "job_id", js.job.ID, "error", errText)
 	}

@@ -666,6 +666,9 @@ func (r *Runner) finishAt(js *jobState, next, now time.Time) {
 	} else {
 		js.status.NextFireAt = nil
 	}
+	if js.duty != nil && js.dutyOver() {
+		r.metrics.failing.forget(js.key()) // the run of a duty that moved away: its failure is not this replica's
+	}
 	r.putStatusAtLocked(js, now)
 }
 
