@@ -22,59 +22,58 @@ type Schedules struct{ q Querier }
 // NewSchedules returns the schedule table on q.
 func NewSchedules(q Querier) *Schedules { return &Schedules{q: q} }
 
+// loadSQL reads the ends and the database's now in one statement (one
+// round trip, and one snapshot for both).
+const loadSQL = `SELECT now(), coalesce(array_agg(job_id), '{}'), coalesce(array_agg(last_ended_at), '{}')
+FROM studio_job_schedule WHERE job_id = ANY($1)`
+
 // Load returns the end of the last run anywhere of each of jobIDs (a job
 // that never ran has no entry) and the database's now() of the same
 // statement.
 func (s *Schedules) Load(ctx context.Context, jobIDs []string) (map[string]time.Time, time.Time, error) {
 	var now time.Time
-	if err := s.q.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+	var ids []string
+	var ends []time.Time
+	if err := s.q.QueryRow(ctx, loadSQL, jobIDs).Scan(&now, &ids, &ends); err != nil {
 		return nil, time.Time{}, fmt.Errorf("read job schedules: %w", err)
 	}
-	rows, err := s.q.Query(ctx, `SELECT job_id, last_ended_at FROM studio_job_schedule WHERE job_id = ANY($1)`, jobIDs)
-	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("read job schedules: %w", err)
+	if len(ids) != len(ends) {
+		return nil, time.Time{}, fmt.Errorf("read job schedules: %d job ids for %d ends", len(ids), len(ends))
 	}
-	defer rows.Close()
-	out := map[string]time.Time{}
-	for rows.Next() {
-		var id string
-		var end time.Time
-		if err := rows.Scan(&id, &end); err != nil {
-			return nil, time.Time{}, fmt.Errorf("read job schedules: %w", err)
-		}
-		out[id] = end
-	}
-	if err := rows.Err(); err != nil {
-		return nil, time.Time{}, fmt.Errorf("read job schedules: %w", err)
+	out := make(map[string]time.Time, len(ids))
+	for i, id := range ids {
+		out[id] = ends[i]
 	}
 	return out, now, nil
 }
 
+// recordEndSQL writes the end and sends the bus signal ($5, the channel;
+// $6, the payloads in order) in one statement, so one implicit
+// transaction: the listeners hear it when the end is committed, as with
+// the BEGIN, INSERT, NOTIFY, COMMIT it replaces in a quarter of the round
+// trips.
 const recordEndSQL = `
-INSERT INTO studio_job_schedule AS s (job_id, last_ended_at, last_started_at, last_replica_id, last_seq, updated_at)
-VALUES ($1, now(), $2, $3, $4, now())
-ON CONFLICT (job_id) DO UPDATE SET last_ended_at = greatest(s.last_ended_at, now()),
-  last_started_at = EXCLUDED.last_started_at, last_replica_id = EXCLUDED.last_replica_id,
-  last_seq = EXCLUDED.last_seq, updated_at = now()
-RETURNING last_ended_at`
+WITH s AS (
+  INSERT INTO studio_job_schedule AS s (job_id, last_ended_at, last_started_at, last_replica_id, last_seq, updated_at)
+  VALUES ($1, now(), $2, $3, $4, now())
+  ON CONFLICT (job_id) DO UPDATE SET last_ended_at = greatest(s.last_ended_at, now()),
+    last_started_at = EXCLUDED.last_started_at, last_replica_id = EXCLUDED.last_replica_id,
+    last_seq = EXCLUDED.last_seq, updated_at = now()
+  RETURNING last_ended_at)
+SELECT s.last_ended_at, (SELECT count(*) FROM (SELECT pg_notify($5, p) FROM unnest($6::text[]) WITH ORDINALITY AS t(p, i) ORDER BY i) n)
+FROM s`
 
 // RecordEnd records that run seq of job, started at started by replica,
 // ended now in database time, and signals every replica on the bus in the
 // same transaction. It returns the end recorded.
 func (s *Schedules) RecordEnd(ctx context.Context, job, replica string, seq int64, started time.Time) (time.Time, error) {
-	tx, err := s.q.Begin(ctx)
+	payloads, err := bus.Encode(bus.Signal(KindJobSchedule, job))
 	if err != nil {
-		return time.Time{}, fmt.Errorf("record the end of job %q: %w", job, err)
-	}
-	defer tx.Rollback(context.WithoutCancel(ctx))
-	var end time.Time
-	if err := tx.QueryRow(ctx, recordEndSQL, job, started, replica, seq).Scan(&end); err != nil {
-		return time.Time{}, fmt.Errorf("record the end of job %q: %w", job, err)
-	}
-	if err := bus.Notify(ctx, tx, bus.Signal(KindJobSchedule, job)); err != nil {
 		return time.Time{}, fmt.Errorf("announce the end of job %q: %w", job, err)
 	}
-	if err := tx.Commit(ctx); err != nil {
+	var end time.Time
+	var sent int64 // the notifications, read so that they are sent (TestRecordEndWritesAndSignalsInOneStatement)
+	if err := s.q.QueryRow(ctx, recordEndSQL, job, started, replica, seq, bus.Channel, payloads).Scan(&end, &sent); err != nil {
 		return time.Time{}, fmt.Errorf("record the end of job %q: %w", job, err)
 	}
 	return end, nil
