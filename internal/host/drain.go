@@ -80,6 +80,9 @@ func (h *Host) stops(drained bool) []stop {
 			if h.runner != nil {
 				h.runner.Stop() // waits ShutdownWait; StopNow interrupts
 			}
+			if h.httpClient != nil {
+				h.httpClient.CloseIdleConnections() // the http jobs' keep-alive
+			}
 		}},
 		{"run store", func() {
 			if h.store != nil {

@@ -32,6 +32,7 @@ import (
 	"github.com/studioctl/studioctl/internal/startstop"
 	"github.com/studioctl/studioctl/internal/statuspage"
 	"github.com/studioctl/studioctl/internal/stream"
+	"github.com/studioctl/studioctl/internal/tasks"
 )
 
 // Defaults of SPEC §6 and §8.
@@ -127,18 +128,20 @@ type Host struct {
 	o              Options
 	log            *slog.Logger
 
-	pool      *pgxpool.Pool
-	leasePool *pgxpool.Pool // the lease loop's own
-	provider  *locks.Provider
-	registry  *replicas.Registry
-	listener  *bus.Listener
-	runner    *runner.Runner
-	store     *jobstore.Store
-	leases    *leases.Service
-	stream    *stream.Hub // GET /v1/events (docs/events.md)
-	http      *httpServer
-	metrics   *prometheus.Registry
-	req       *requests // claims control requests (requests.go)
+	pool *pgxpool.Pool
+	// httpClient is what the http jobs send their requests through.
+	httpClient *http.Client
+	leasePool  *pgxpool.Pool // the lease loop's own
+	provider   *locks.Provider
+	registry   *replicas.Registry
+	listener   *bus.Listener
+	runner     *runner.Runner
+	store      *jobstore.Store
+	leases     *leases.Service
+	stream     *stream.Hub // GET /v1/events (docs/events.md)
+	http       *httpServer
+	metrics    *prometheus.Registry
+	req        *requests // claims control requests (requests.go)
 
 	state       atomic.Value // replicas.State
 	registered  atomic.Bool  // this process wrote its row: stopped is written at the end
@@ -421,8 +424,11 @@ func (h *Host) newRunner() (err error) {
 	if err != nil {
 		return err
 	}
+	// http jobs share one client: keep-alive between runs (tasks.NewHTTPClient);
+	// its idle connections close when the runner has stopped (drain.go).
+	h.httpClient = tasks.NewHTTPClient()
 	for _, j := range h.o.Jobs {
-		j.Bind(sqlDB)
+		j.Bind(sqlDB, h.httpClient)
 		list = append(list, j)
 	}
 	h.store = jobstore.NewStore(h.pool, h.o.ID, h.log)

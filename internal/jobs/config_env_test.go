@@ -21,7 +21,7 @@ func TestParseReadsTheEnvOfACommandJob(t *testing.T) {
 		t.Errorf("Env = %v, want %v", got[0].Env, want)
 	}
 	j := got[0]
-	j.Bind(nil)
+	j.Bind(nil, nil)
 	if c, ok := j.Task.(tasks.Command); !ok || !maps.Equal(c.Env, want) {
 		t.Errorf("bound task = %#v, want a command with the env", j.Task)
 	}

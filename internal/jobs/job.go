@@ -7,6 +7,7 @@ package jobs
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"regexp"
 	"strings"
 	"time"
@@ -129,10 +130,12 @@ func (j Job) TimeoutFor(s Schedule) time.Duration {
 	return DefaultTimeout(s)
 }
 
-// Bind turns the configured task into an executable one; db runs sql tasks.
+// Bind turns the configured task into an executable one; db runs sql
+// tasks, and client (nil: a connection of its own per run) sends http
+// tasks' requests.
 func (j *Job) Bind(db interface {
 	Begin(context.Context) (pgx.Tx, error)
-}) {
+}, client *http.Client) {
 	if j.Task != nil {
 		return
 	}
@@ -142,7 +145,11 @@ func (j *Job) Bind(db interface {
 	case j.Spec.SQL != "":
 		j.Task = tasks.SQL{Statement: j.Spec.SQL, DB: db}
 	case j.Spec.HTTP != nil:
-		j.Task = *j.Spec.HTTP
+		t := *j.Spec.HTTP
+		if t.Client == nil {
+			t.Client = client
+		}
+		j.Task = t
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -206,4 +207,71 @@ func TestHTTPConnectionRefused(t *testing.T) {
 		t.Fatal("Run succeeded against a closed port")
 	}
 	t.Logf("error: %v", res.Err)
+}
+
+// The client a replica's http jobs share keeps the connection between
+// runs, so a job that runs every second does not connect every second;
+// a task without it (Client nil) connects once per run and leaves no
+// connection open. Both send each run's own headers.
+func TestHTTPSharedClientReusesTheConnectionBetweenRuns(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	conns := map[net.Conn]http.ConnState{}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, r.Header.Get(tasks.HeaderRunSeq))
+	}))
+	srv.Config.ConnState = func(c net.Conn, s http.ConnState) {
+		mu.Lock()
+		defer mu.Unlock()
+		conns[c] = s
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	counts := func() (opened, open int) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, s := range conns {
+			if s != http.StateClosed && s != http.StateHijacked {
+				open++
+			}
+		}
+		return len(conns), open
+	}
+
+	client := tasks.NewHTTPClient()
+	shared := tasks.HTTP{Method: "GET", URL: srv.URL, Client: client}
+	for seq := int64(1); seq <= 5; seq++ {
+		res := shared.Run(t.Context(), tasks.Env{JobID: "ping", ReplicaID: "web-1", RunSeq: seq})
+		if res.Err != nil || res.Output != strconv.FormatInt(seq, 10) {
+			t.Fatalf("run %d: %q, %v; want its own seq back", seq, res.Output, res.Err)
+		}
+	}
+	if opened, _ := counts(); opened != 1 {
+		t.Fatalf("5 runs through the shared client opened %d connections; want 1", opened)
+	}
+	client.CloseIdleConnections()
+	eventually(t, "the idle connection to close", func() bool { _, open := counts(); return open == 0 })
+
+	own := tasks.HTTP{Method: "GET", URL: srv.URL}
+	for seq := int64(6); seq <= 7; seq++ {
+		if res := own.Run(t.Context(), tasks.Env{JobID: "ping", ReplicaID: "web-1", RunSeq: seq}); res.Err != nil {
+			t.Fatal(res.Err)
+		}
+	}
+	eventually(t, "the runs without the shared client to leave no connection open", func() bool {
+		opened, open := counts()
+		return opened == 3 && open == 0
+	})
+}
+
+// eventually polls cond every 10 ms until it holds, failing after 10 s.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 10s for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond) // polling with a deadline, not synchronisation
+	}
 }
