@@ -54,7 +54,15 @@ func migrateUpRun(ctx context.Context, o *migrateOptions) error {
 	if err := refuseSharedPool(ctx, pool, o.ListenURLSet, "migrate up holds a session advisory lock while it migrates"); err != nil {
 		return err
 	}
-	applied, err := migrate.Up(ctx, pool)
+	// Another session migrating (a replica, another migrate up, a session
+	// left holding the lock): say who, once per holder; Ctrl-C ends the wait.
+	var said int
+	applied, err := migrate.UpWith(ctx, pool, migrate.Options{Waiting: func(h migrate.Holder) {
+		if h.PID != said {
+			fmt.Fprintf(o.IO.Err, "waiting for the migration lock, held by %s (up to 5 minutes)\n", h)
+			said = h.PID
+		}
+	}})
 	if err != nil {
 		return err
 	}

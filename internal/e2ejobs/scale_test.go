@@ -1,6 +1,7 @@
 package e2ejobs
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -17,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/studioctl/studioctl/internal/pgtest"
 	"github.com/studioctl/studioctl/internal/replicaproc"
@@ -101,6 +104,7 @@ func TestMeasureScaleReplicas(t *testing.T) {
 	time.Sleep(warmup) // a measurement's warm-up, not synchronisation
 
 	stmts0 := statements(t, pool)
+	byQuery0 := statementsByQuery(t, pool)
 	fires0 := fires.count.Load()
 	pg0 := replicaproc.TreeCPU(postmaster)
 	for _, r := range rs {
@@ -131,6 +135,7 @@ func TestMeasureScaleReplicas(t *testing.T) {
 	fires.on.Store(false)
 	fired := fires.count.Load() - fires0
 	stmts1 := statements(t, pool)
+	byQuery1 := statementsByQuery(t, pool)
 
 	res.Fires = int(fired)
 	res.FiresPerS = float64(fired) / wall.Seconds()
@@ -142,6 +147,17 @@ func TestMeasureScaleReplicas(t *testing.T) {
 		res.CPUUsPerFirePerReplica = res.CPUUsPerFireAll / float64(replicasN)
 		res.DBServerCPUUsPerFire = (pg1 - pg0).Seconds() * 1e6 / float64(fired)
 		res.DBStatementsPerFire = float64(stmts1-stmts0) / float64(fired)
+		for q, c1 := range byQuery1 {
+			c0 := byQuery0[q]
+			if c1.calls > c0.calls {
+				res.DBByQuery = append(res.DBByQuery, scaleQuery{Query: q, CallsPerFire: float64(c1.calls-c0.calls) / float64(fired),
+					ExecUsPerFire: (c1.execMs - c0.execMs) * 1e3 / float64(fired)})
+			}
+		}
+		slices.SortFunc(res.DBByQuery, func(a, b scaleQuery) int { return cmp.Compare(b.ExecUsPerFire, a.ExecUsPerFire) })
+		if len(res.DBByQuery) > 10 {
+			res.DBByQuery = res.DBByQuery[:10]
+		}
 	}
 	rss := make([]float64, 0, len(res.PerReplica))
 	for _, r := range res.PerReplica {
@@ -203,6 +219,10 @@ type scaleResult struct {
 	DBServerCPUUsPerFire   float64        `json:"db_server_cpu_us_per_fire"`
 	DBStatementsPerS       float64        `json:"db_statements_per_s"`
 	DBStatementsPerFire    float64        `json:"db_statements_per_fire"`
+	// The ten statements of the most execution time per fire
+	// (pg_stat_statements' total_exec_time: planning, parsing and the
+	// commit's work are not in it), and their calls per fire.
+	DBByQuery []scaleQuery `json:"db_by_query"`
 	// The time between two requests of a job, less its delay: the run's own
 	// time plus the fire's lateness. Early counts gaps under half the delay
 	// (two replicas running one tick would show there).
@@ -274,4 +294,42 @@ func scaleDuration(t *testing.T, name string, def time.Duration) time.Duration {
 		t.Fatalf("%s=%q: want a positive duration", name, s)
 	}
 	return d
+}
+
+type scaleQuery struct {
+	Query         string  `json:"query"`
+	CallsPerFire  float64 `json:"calls_per_fire"`
+	ExecUsPerFire float64 `json:"exec_us_per_fire"`
+}
+
+type queryCounts struct {
+	calls  int64
+	execMs float64
+}
+
+// statementsByQuery is pg_stat_statements of this database by query text
+// (its first 100 characters), the harness's own left out as statements()
+// leaves them out.
+func statementsByQuery(t *testing.T, pool *pgxpool.Pool) map[string]queryCounts {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), `/* ten */ SELECT left(regexp_replace(s.query, '\s+', ' ', 'g'), 100), sum(s.calls)::bigint, sum(s.total_exec_time)
+FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = current_database() AND s.query NOT LIKE '%/* ten */%'
+  AND s.query NOT LIKE 'SELECT replica, started_at, ended_at FROM ten_exec%' GROUP BY 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[string]queryCounts{}
+	for rows.Next() {
+		var q string
+		var c queryCounts
+		if err := rows.Scan(&q, &c.calls, &c.execMs); err != nil {
+			t.Fatal(err)
+		}
+		out[q] = c
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

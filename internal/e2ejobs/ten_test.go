@@ -173,7 +173,7 @@ func TestMeasureTenReplicas(t *testing.T) {
 func dbNowOf(t *testing.T, pool *pgxpool.Pool) time.Time {
 	t.Helper()
 	var now time.Time
-	if err := pool.QueryRow(context.Background(), `SELECT now()`).Scan(&now); err != nil {
+	if err := pool.QueryRow(context.Background(), `/* ten */ SELECT now()`).Scan(&now); err != nil {
 		t.Fatal(err)
 	}
 	return now
@@ -187,7 +187,7 @@ func statements(t *testing.T, pool *pgxpool.Pool) int64 {
 	var n int64
 	err := pool.QueryRow(context.Background(), `/* ten */ SELECT coalesce(sum(s.calls), 0)::bigint FROM pg_stat_statements s
 JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = current_database() AND s.query NOT LIKE '%/* ten */%'
-  AND s.query NOT LIKE 'SELECT now()%' AND s.query NOT LIKE 'SELECT replica, started_at, ended_at FROM ten_exec%'`).Scan(&n)
+  AND s.query NOT LIKE 'SELECT replica, started_at, ended_at FROM ten_exec%'`).Scan(&n)
 	if err != nil {
 		t.Fatal(err)
 	}

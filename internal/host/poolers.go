@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/studioctl/studioctl/internal/db"
-	"github.com/studioctl/studioctl/internal/migrate"
 )
 
 // Poolers (docs/poolers.md). The bus (LISTEN), the heartbeat (its session
@@ -209,11 +208,12 @@ func sameDatabase(ctx context.Context, pcfg *pgxpool.Config, lcfg *pgx.ConnConfi
 }
 
 // migrate applies the migrations over a session of their own: goose holds
-// a session advisory lock while it migrates.
+// a session advisory lock while it migrates. While another session holds
+// it, the wait is logged with who holds it, and a drain or a stop ends the
+// wait (migrations.go).
 func (h *Host) migrate(ctx context.Context) error {
 	if h.o.ListenConnString == "" {
-		_, err := migrate.Up(ctx, h.pool)
-		return err
+		return h.migrateOn(ctx, h.pool)
 	}
 	cfg, err := db.ParsePoolConfig(h.o.ListenConnString)
 	if err != nil {
@@ -225,8 +225,7 @@ func (h *Host) migrate(ctx context.Context) error {
 		return err
 	}
 	defer pool.Close()
-	_, err = migrate.Up(ctx, pool)
-	return err
+	return h.migrateOn(ctx, pool)
 }
 
 // secrets are the passwords a job's output must never show: the pool's and

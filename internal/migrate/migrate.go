@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
-	"github.com/pressly/goose/v3/lock"
 
 	"github.com/studioctl/studioctl/migrations"
 )
@@ -46,13 +45,12 @@ type Migrator struct {
 }
 
 // New builds a Migrator over pool. Close it when done.
-func New(pool *pgxpool.Pool) (*Migrator, error) {
-	locker, err := lock.NewPostgresSessionLocker(lock.WithLockTimeout(lockPollSeconds, lockPollTries))
-	if err != nil {
-		return nil, fmt.Errorf("create migration lock: %w", err)
-	}
+func New(pool *pgxpool.Pool) (*Migrator, error) { return NewWith(pool, Options{}) }
+
+// NewWith is New whose wait for the migration lock o reports and can end.
+func NewWith(pool *pgxpool.Pool, o Options) (*Migrator, error) {
 	db := stdlib.OpenDBFromPool(pool)
-	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS, goose.WithSessionLocker(locker))
+	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS, goose.WithSessionLocker(sessionLocker{o: o}))
 	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("load migrations: %w", err)
@@ -119,7 +117,12 @@ func baseName(path string) string {
 
 // Up is a convenience: build a Migrator, apply, close.
 func Up(ctx context.Context, pool *pgxpool.Pool) ([]Status, error) {
-	m, err := New(pool)
+	return UpWith(ctx, pool, Options{})
+}
+
+// UpWith is Up whose wait for the migration lock o reports and can end.
+func UpWith(ctx context.Context, pool *pgxpool.Pool, o Options) ([]Status, error) {
+	m, err := NewWith(pool, o)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,138 @@
+package host_test
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/studioctl/studioctl/internal/host"
+	"github.com/studioctl/studioctl/internal/migrate"
+	"github.com/studioctl/studioctl/internal/pgtest"
+)
+
+// holdMigrationLock takes the migration lock on a session of its own,
+// named application_name=name, and returns the release.
+func holdMigrationLock(t *testing.T, url, name string) func() {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.RuntimeParams["application_name"] = name
+	conn, err := pgx.ConnectConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	if _, err := conn.Exec(t.Context(), `SELECT pg_advisory_lock($1)`, int64(migrate.LockID)); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		if _, err := conn.Exec(context.Background(), `SELECT pg_advisory_unlock($1)`, int64(migrate.LockID)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// applied reports whether the schema exists (studio_replica).
+func applied(t *testing.T, pool *pgxpool.Pool) bool {
+	t.Helper()
+	var ok bool
+	if err := pool.QueryRow(t.Context(), `SELECT to_regclass('studio_replica') IS NOT NULL`).Scan(&ok); err != nil {
+		t.Fatal(err)
+	}
+	return ok
+}
+
+// (The databases are empty: goose takes the lock only when something is
+// pending.)
+
+// A replica that must migrate while another session holds the migration
+// lock says who holds it, and a drain ends the wait at once, with nothing
+// registered. Before, it waited in silence for up to 5 minutes and a drain
+// (SIGTERM) waited with it.
+func TestADrainWhileWaitingForTheMigrationLockEndsCleanly(t *testing.T) {
+	url := pgtest.NewEmptyDB(t)
+	pool := openPool(t, url)
+	holdMigrationLock(t, url, "forgotten-psql")
+	var logs syncBuffer
+	h, err := host.New(host.Options{ConnString: url, ID: "migration-waiter", Migrate: true, Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan error, 1)
+	go func() { started <- h.Start(context.Background()) }()
+	var holder string
+	waitUntil(t, 30*time.Second, "the log line that names the lock's holder", func() bool {
+		var ok bool
+		holder, ok = logAttr(logs.String(), "waiting for the migration lock", "holder")
+		return ok
+	})
+	if !strings.Contains(holder, `application_name "forgotten-psql"`) || !strings.HasPrefix(holder, "pid ") {
+		t.Errorf("holder %q; want its pid and application_name forgotten-psql", holder)
+	}
+	began := time.Now()
+	h.Drain("test")
+	select {
+	case <-h.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the replica waiting for the migration lock did not end after a drain")
+	}
+	if d := time.Since(began); d > 5*time.Second {
+		t.Errorf("the drain took %v; want it to end the wait at its next try (1 s)", d)
+	}
+	if err := h.Wait(); err != nil {
+		t.Errorf("Wait after a drain while waiting = %v, want nil", err)
+	}
+	if err := <-started; err == nil || !strings.Contains(err.Error(), "waiting for the migration lock") {
+		t.Errorf("Start = %v; want it to say it stopped while waiting for the migration lock", err)
+	}
+	if applied(t, pool) {
+		t.Error("the schema exists: something was applied while another session held the migration lock")
+	}
+}
+
+// Once the holder lets go, the waiting replica migrates and starts, and
+// says how long it waited.
+func TestAReplicaWaitingForTheMigrationLockStartsOnceItIsReleased(t *testing.T) {
+	url := pgtest.NewEmptyDB(t)
+	pool := openPool(t, url)
+	release := holdMigrationLock(t, url, "migrate-up-elsewhere")
+	var logs syncBuffer
+	ready := make(chan string, 1)
+	h, err := host.New(host.Options{ConnString: url, ID: "migration-patient", Migrate: true, DrainDelay: host.NoDrainDelay,
+		Logger: slog.New(slog.NewJSONHandler(&logs, nil)), OnReady: func(a string) { ready <- a }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go h.Start(context.Background())
+	waitUntil(t, 30*time.Second, "the waiting log line", func() bool {
+		_, ok := logAttr(logs.String(), "waiting for the migration lock", "holder")
+		return ok
+	})
+	if applied(t, pool) {
+		t.Fatal("the schema exists while another session holds the migration lock")
+	}
+	release()
+	select {
+	case <-ready:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the replica did not start after the migration lock was released")
+	}
+	if _, ok := logAttr(logs.String(), "took the migration lock", "waited"); !ok {
+		t.Error("no log line says the replica took the lock and how long it waited")
+	}
+	h.Drain("test")
+	<-h.Done()
+	if err := h.Wait(); err != nil {
+		t.Errorf("Wait = %v", err)
+	}
+	if s := replicaState(t, pool, "migration-patient"); s != "stopped" {
+		t.Errorf("row state %q after the drain; want stopped", s)
+	}
+}
