@@ -50,6 +50,11 @@ func (h Holder) String() string {
 	return s
 }
 
+// dests are the Scan destinations of holderSQL's columns.
+func (h *Holder) dests() []any {
+	return []any{&h.PID, &h.Application, &h.User, &h.Client, &h.Since, &h.State}
+}
+
 // holderSQL finds the session holding goose's lock in this database: a
 // bigint advisory lock is classid (high 32 bits) and objid (low 32 bits),
 // objsubid 1.
@@ -68,7 +73,7 @@ LIMIT 1`
 func LockHolder(ctx context.Context, q interface {
 	QueryRow(context.Context, string, ...any) pgx.Row
 }) (h Holder, ok bool, err error) {
-	err = q.QueryRow(ctx, holderSQL, int64(LockID)).Scan(&h.PID, &h.Application, &h.User, &h.Client, &h.Since, &h.State)
+	err = q.QueryRow(ctx, holderSQL, int64(LockID)).Scan(h.dests()...)
 	if err == pgx.ErrNoRows {
 		return Holder{}, false, nil
 	}
@@ -108,7 +113,7 @@ func (l sessionLocker) SessionLock(ctx context.Context, conn *sql.Conn) error {
 			return nil
 		}
 		var h Holder
-		if err := conn.QueryRowContext(ctx, holderSQL, int64(LockID)).Scan(&h.PID, &h.Application, &h.User, &h.Client, &h.Since, &h.State); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		if err := conn.QueryRowContext(ctx, holderSQL, int64(LockID)).Scan(h.dests()...); err != nil {
 			h = Holder{}
 		}
 		if try >= lockPollTries {
