@@ -110,11 +110,21 @@ func (h HTTP) Run(ctx context.Context, env Env) Result {
 }
 
 // The connections a replica's http: jobs keep open between runs
-// (NewHTTPClient): a job that runs every few seconds reuses its connection
-// instead of a TCP (and TLS) handshake per run; one that runs less often
-// than HTTPIdleTimeout finds it closed and connects again, as before.
+// (NewHTTPClient): jobs that call one host often (a thousand jobs on one
+// service, or a job every second) send each run on the connection of the
+// last, instead of a TCP (and TLS) handshake per run; a job that calls its
+// host less often finds the connection closed and connects again, as
+// before.
+//
+// HTTPIdleTimeout is short on purpose. A server closes a connection idle
+// longer than its own keep-alive timeout (2 s for gunicorn, 5 s for
+// Node.js and Apache, 60-75 s for load balancers and nginx); a request
+// sent on it at that moment fails, and net/http resends only a request it
+// may replay (GET, HEAD, or one that wrote nothing), never a POST that a
+// job may not repeat. Closing our side first, after 1 s, leaves that race
+// to servers with a keep-alive timeout under a second.
 const (
-	HTTPIdleTimeout      = 30 * time.Second
+	HTTPIdleTimeout      = time.Second
 	HTTPIdleConnsPerHost = 8 // idle connections kept to one host:port
 	HTTPIdleConns        = 64
 )
