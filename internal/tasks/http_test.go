@@ -275,3 +275,59 @@ func eventually(t *testing.T, what string, cond func() bool) {
 		time.Sleep(10 * time.Millisecond) // polling with a deadline, not synchronisation
 	}
 }
+
+// A run whose request reached the server on a kept-alive connection that
+// the server then closes without an answer (a worker killed mid-request, a
+// restart) fails, as it did on a connection of its own, and is not sent a
+// second time. Before, net/http resent a GET (the default method) on a new
+// connection, so the server received the run twice.
+func TestHTTPSharedClientNeverSendsARunTwice(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	got := map[string]int{} // run seq -> requests received
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seq := r.Header.Get(tasks.HeaderRunSeq)
+		mu.Lock()
+		if r.ContentLength != 0 || len(r.TransferEncoding) > 0 || r.Header.Get("Content-Length") != "" {
+			got["with a body"]++ // a GET without a body goes out without one
+		}
+		got[seq]++
+		first := got[seq] == 1
+		mu.Unlock()
+		if seq == "2" && first {
+			// Received, then the connection drops without a response.
+			conn, _, err := http.NewResponseController(w).Hijack()
+			if err == nil {
+				conn.Close()
+			}
+			return
+		}
+		io.WriteString(w, seq)
+	}))
+	t.Cleanup(srv.Close)
+
+	client := tasks.NewHTTPClient()
+	t.Cleanup(client.CloseIdleConnections)
+	job := tasks.HTTP{Method: "GET", URL: srv.URL, Client: client}
+	if res := job.Run(t.Context(), tasks.Env{JobID: "ping", ReplicaID: "web-1", RunSeq: 1}); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	res := job.Run(t.Context(), tasks.Env{JobID: "ping", ReplicaID: "web-1", RunSeq: 2})
+	mu.Lock()
+	n := got["2"]
+	mu.Unlock()
+	if n != 1 {
+		t.Fatalf("run 2 reached the server %d times (result %q, %v); want once", n, res.Output, res.Err)
+	}
+	if res.Err == nil {
+		t.Fatalf("run 2 succeeded (%q) although its connection closed without a response", res.Output)
+	}
+	t.Logf("run 2: %v", res.Err)
+	if n := got["with a body"]; n != 0 {
+		t.Errorf("%d GET runs arrived with a body or Content-Length; want none", n)
+	}
+	// The next run goes through (on a new connection).
+	if res := job.Run(t.Context(), tasks.Env{JobID: "ping", ReplicaID: "web-1", RunSeq: 3}); res.Err != nil || res.Output != "3" {
+		t.Fatalf("run 3: %q, %v", res.Output, res.Err)
+	}
+}
