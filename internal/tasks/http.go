@@ -72,7 +72,8 @@ func (h HTTP) Run(ctx context.Context, env Env) Result {
 		// the run twice; it never resends a request whose body it cannot
 		// rewind. The body is empty: nothing more goes on the wire. The
 		// price: a run whose kept-alive connection failed before a byte
-		// went out fails too, instead of being sent on a new one.
+		// went out (or, over HTTP/2, was refused by a GOAWAY) fails too,
+		// instead of being sent on a new one.
 		req.Body, req.GetBody = sentOnce{}, nil
 	}
 	for k, v := range h.Headers {
