@@ -331,3 +331,35 @@ func TestHTTPSharedClientNeverSendsARunTwice(t *testing.T) {
 		t.Fatalf("run 3: %q, %v", res.Output, res.Err)
 	}
 }
+
+// Over HTTP/2 too, a bodiless run arrives without a body and succeeds
+// through the shared client.
+func TestHTTPSharedClientSendsABodilessRunOverHTTP2(t *testing.T) {
+	t.Parallel()
+	type seen struct {
+		proto  int
+		length int64
+		body   string
+	}
+	got := make(chan seen, 2)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got <- seen{r.ProtoMajor, r.ContentLength, string(b)}
+		io.WriteString(w, "ok")
+	}))
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	client := tasks.NewHTTPClient()
+	t.Cleanup(client.CloseIdleConnections)
+	client.Transport.(*http.Transport).TLSClientConfig = srv.Client().Transport.(*http.Transport).TLSClientConfig.Clone()
+	job := tasks.HTTP{URL: srv.URL, Client: client}
+	for seq := int64(1); seq <= 2; seq++ {
+		if res := job.Run(t.Context(), tasks.Env{JobID: "ping", ReplicaID: "web-1", RunSeq: seq}); res.Err != nil || res.Output != "ok" {
+			t.Fatalf("run %d: %q, %v", seq, res.Output, res.Err)
+		}
+		if s := <-got; s.proto != 2 || s.length > 0 || s.body != "" {
+			t.Fatalf("run %d arrived as %+v; want HTTP/2 with no body", seq, s)
+		}
+	}
+}
