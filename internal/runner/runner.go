@@ -666,10 +666,12 @@ func (r *Runner) finishAt(js *jobState, next, now time.Time) {
 	} else {
 		js.status.NextFireAt = nil
 	}
-	if js.duty != nil && js.dutyOver() && r.jobs[js.key()] == nil {
+	if js.duty != nil && js.dutyOver() {
 		// The run of a duty that moved away: its failure is not this
 		// replica's. A duty added again under the key has its own.
-		r.metrics.failing.forget(js.key())
+		if cur, ok := r.jobs[js.key()]; !ok || cur == js {
+			r.metrics.failing.forget(js.key())
+		}
 	}
 	r.putStatusAtLocked(js, now)
 }
