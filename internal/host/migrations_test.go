@@ -2,6 +2,7 @@ package host_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"testing"
@@ -188,5 +189,39 @@ func TestADrainWhileTheMigrationsAreAppliedStillDrains(t *testing.T) {
 	t.Logf("Start = %v", <-started)
 	if !applied(t, pool) {
 		t.Error("the migrations were not applied")
+	}
+}
+
+// A stop at once while the replica waits for the migration lock ends the
+// wait too: Wait says interrupted, and nothing was applied.
+func TestAStopNowWhileWaitingForTheMigrationLockEndsTheWait(t *testing.T) {
+	url := pgtest.NewEmptyDB(t)
+	pool := openPool(t, url)
+	holdMigrationLock(t, url, "forgotten-psql")
+	var logs syncBuffer
+	h, err := host.New(host.Options{ConnString: url, ID: "migration-stopped", Migrate: true, Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan error, 1)
+	go func() { started <- h.Start(context.Background()) }()
+	waitUntil(t, 30*time.Second, "the waiting log line", func() bool {
+		_, ok := logAttr(logs.String(), "waiting for the migration lock", "holder")
+		return ok
+	})
+	h.StopNow()
+	select {
+	case <-h.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the replica waiting for the migration lock did not end after StopNow")
+	}
+	if err := h.Wait(); !errors.Is(err, host.ErrInterrupted) {
+		t.Errorf("Wait = %v; want ErrInterrupted", err)
+	}
+	if err := <-started; err == nil {
+		t.Error("Start = nil; want it to say it stopped while waiting")
+	}
+	if applied(t, pool) {
+		t.Error("something was applied")
 	}
 }
