@@ -65,12 +65,14 @@ func (h HTTP) Run(ctx context.Context, env Env) Result {
 	if err != nil {
 		return Result{Err: fmt.Errorf("build http request: %w", err)}
 	}
-	if body == nil {
+	if body == nil && (method == http.MethodGet || method == http.MethodHead || method == http.MethodOptions) {
 		// A run is sent once. On a kept-alive connection that fails after
 		// the request went out, net/http sends a bodiless GET (HEAD,
 		// OPTIONS...) again on a new connection, and the server may get
 		// the run twice; it never resends a request whose body it cannot
-		// rewind. The body is empty: nothing more goes on the wire. The
+		// rewind. The body is empty: these methods send it as none (a
+		// bodiless POST, PUT... is never resent and keeps its
+		// Content-Length: 0; TRACE would go chunked). The
 		// price: a run whose kept-alive connection failed before a byte
 		// went out (or, over HTTP/2, was refused by a GOAWAY) fails too,
 		// instead of being sent on a new one.

@@ -363,3 +363,27 @@ func TestHTTPSharedClientSendsABodilessRunOverHTTP2(t *testing.T) {
 		}
 	}
 }
+
+// The empty body that keeps a GET from being sent twice is only a GET's
+// (HEAD's, OPTIONS'): a bodiless POST still goes with Content-Length: 0,
+// not chunked.
+func TestHTTPBodilessPostKeepsContentLengthZero(t *testing.T) {
+	t.Parallel()
+	got := make(chan http.Header, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := r.Header.Clone()
+		h.Set("X-Seen-Transfer-Encoding", strings.Join(r.TransferEncoding, ","))
+		h.Set("X-Seen-Content-Length", strconv.FormatInt(r.ContentLength, 10))
+		got <- h
+	}))
+	t.Cleanup(srv.Close)
+	client := tasks.NewHTTPClient()
+	t.Cleanup(client.CloseIdleConnections)
+	if res := (tasks.HTTP{Method: "POST", URL: srv.URL, Client: client}).Run(t.Context(), tasks.Env{JobID: "ping", ReplicaID: "web-1", RunSeq: 1}); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	h := <-got
+	if te, cl := h.Get("X-Seen-Transfer-Encoding"), h.Get("X-Seen-Content-Length"); te != "" || cl != "0" {
+		t.Fatalf("a bodiless POST arrived with Transfer-Encoding %q, Content-Length %s; want none and 0", te, cl)
+	}
+}
