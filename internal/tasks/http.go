@@ -65,18 +65,22 @@ func (h HTTP) Run(ctx context.Context, env Env) Result {
 	if err != nil {
 		return Result{Err: fmt.Errorf("build http request: %w", err)}
 	}
-	if body == nil && (method == http.MethodGet || method == http.MethodHead || method == http.MethodOptions) {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions:
 		// A run is sent once. On a kept-alive connection that fails after
-		// the request went out, net/http sends a bodiless GET (HEAD,
-		// OPTIONS...) again on a new connection, and the server may get
-		// the run twice; it never resends a request whose body it cannot
-		// rewind. The body is empty: these methods send it as none (a
-		// bodiless POST, PUT... is never resent and keeps its
-		// Content-Length: 0; TRACE would go chunked). The
-		// price: a run whose kept-alive connection failed before a byte
-		// went out (or, over HTTP/2, was refused by a GOAWAY) fails too,
-		// instead of being sent on a new one.
-		req.Body, req.GetBody = sentOnce{}, nil
+		// the request went out, net/http sends a GET (HEAD, OPTIONS) again
+		// on a new connection, and the server may get the run twice; it
+		// never resends a request whose body it cannot rewind. So such a
+		// request has no GetBody, and one without a body has an empty one,
+		// which these methods send as none (a POST, PUT... is never
+		// resent and keeps its Content-Length: 0). The price: a run whose
+		// kept-alive connection failed before a byte went out (or, over
+		// HTTP/2, was refused by a GOAWAY) fails too, instead of being
+		// sent on a new one.
+		req.GetBody = nil
+		if body == nil {
+			req.Body = sentOnce{}
+		}
 	}
 	for k, v := range h.Headers {
 		if strings.EqualFold(k, "Host") {

@@ -283,12 +283,18 @@ func eventually(t *testing.T, what string, cond func() bool) {
 // connection, so the server received the run twice.
 func TestHTTPSharedClientNeverSendsARunTwice(t *testing.T) {
 	t.Parallel()
+	for _, body := range []string{"", `{"query": "a GET with a body"}`} {
+		t.Run(strconv.Quote(body), func(t *testing.T) { testHTTPSharedClientNeverSendsARunTwice(t, body) })
+	}
+}
+
+func testHTTPSharedClientNeverSendsARunTwice(t *testing.T, reqBody string) {
 	var mu sync.Mutex
 	got := map[string]int{} // run seq -> requests received
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		seq := r.Header.Get(tasks.HeaderRunSeq)
 		mu.Lock()
-		if r.ContentLength != 0 || len(r.TransferEncoding) > 0 || r.Header.Get("Content-Length") != "" {
+		if reqBody == "" && (r.ContentLength != 0 || len(r.TransferEncoding) > 0 || r.Header.Get("Content-Length") != "") {
 			got["with a body"]++ // a GET without a body goes out without one
 		}
 		got[seq]++
@@ -308,7 +314,7 @@ func TestHTTPSharedClientNeverSendsARunTwice(t *testing.T) {
 
 	client := tasks.NewHTTPClient()
 	t.Cleanup(client.CloseIdleConnections)
-	job := tasks.HTTP{Method: "GET", URL: srv.URL, Client: client}
+	job := tasks.HTTP{Method: "GET", URL: srv.URL, Body: reqBody, Client: client}
 	if res := job.Run(t.Context(), tasks.Env{JobID: "ping", ReplicaID: "web-1", RunSeq: 1}); res.Err != nil {
 		t.Fatal(res.Err)
 	}
