@@ -161,7 +161,9 @@ func (c runCounter) Inc() {
 		label = installationJob
 	}
 	c.r.vec.WithLabelValues(label, c.outcome).Inc()
-	c.r.failing.set(c.job, c.key, jobs.Outcome(c.outcome).Failing())
+	if c.key != "" { // "": a run of a duty that has left this replica
+		c.r.failing.set(c.job, c.key, jobs.Outcome(c.outcome).Failing())
+	}
 }
 
 // failingSet is the failing gauge: a series for each job with a failing

@@ -183,7 +183,7 @@ func (r *Runner) run(js *jobState, sched jobs.Schedule, fire time.Time) {
 	}
 	run.FinishedAt, run.Outcome, run.Error, run.OutputTail = &ended, outcome, errText, output
 	r.o.Store.PutRun(run)
-	r.metrics.runs.WithLabelValues(id, js.key(), string(outcome)).Inc()
+	r.countRun(js, outcome)
 	r.metrics.duration.WithLabelValues(id).Observe(ended.Sub(started).Seconds())
 
 	overrun := ended.After(sched.Next(fire))
@@ -323,11 +323,31 @@ func (r *Runner) recordNoRun(js *jobState, sched jobs.Schedule, now time.Time, e
 	wasFailing := js.failing
 	js.failing = true
 	r.mu.Unlock()
-	r.metrics.runs.WithLabelValues(js.job.ID, js.key(), string(jobs.OutcomeFailed)).Inc()
+	r.countRun(js, jobs.OutcomeFailed)
 	if !wasFailing {
 		r.log.Error("runner: job could not start", "job_id", js.job.ID, "error", errText)
 	}
 	r.finish(js, sched.Next(now))
+}
+
+// countRun counts a run (or a tick that could not start one) of js and
+// sets its failing state. A duty's is checked and set under r.mu, so that
+// it cannot race its removal: the run of a duty that has left (its lease
+// ended, even if the cluster was taken again and a new duty has the same
+// key) is counted but leaves the failing state alone, which is no longer
+// its own.
+func (r *Runner) countRun(js *jobState, outcome jobs.Outcome) {
+	if js.duty == nil {
+		r.metrics.runs.WithLabelValues(js.job.ID, js.job.ID, string(outcome)).Inc()
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock() // lock order: r.mu, then the failing set's
+	key := js.key()
+	if js.dutyOver() {
+		key = "" // counted, not failing here
+	}
+	r.metrics.runs.WithLabelValues(js.job.ID, key, string(outcome)).Inc()
 }
 
 func (r *Runner) unlock(l Lock, js *jobState) {

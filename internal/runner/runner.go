@@ -667,7 +667,11 @@ func (r *Runner) finishAt(js *jobState, next, now time.Time) {
 		js.status.NextFireAt = nil
 	}
 	if js.duty != nil && js.dutyOver() {
-		r.metrics.failing.forget(js.key()) // the run of a duty that moved away: its failure is not this replica's
+		// The run of a duty that moved away: its failure is not this
+		// replica's. A duty added again under the key has its own.
+		if cur, ok := r.jobs[js.key()]; !ok || cur == js {
+			r.metrics.failing.forget(js.key())
+		}
 	}
 	r.putStatusAtLocked(js, now)
 }

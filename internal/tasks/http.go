@@ -65,6 +65,23 @@ func (h HTTP) Run(ctx context.Context, env Env) Result {
 	if err != nil {
 		return Result{Err: fmt.Errorf("build http request: %w", err)}
 	}
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions:
+		// A run is sent once. On a kept-alive connection that fails after
+		// the request went out, net/http sends a GET (HEAD, OPTIONS) again
+		// on a new connection, and the server may get the run twice; it
+		// never resends a request whose body it cannot rewind. So such a
+		// request has no GetBody, and one without a body has an empty one,
+		// which these methods send as none (a POST, PUT... is never
+		// resent and keeps its Content-Length: 0). The price: a run whose
+		// kept-alive connection failed before a byte went out (or, over
+		// HTTP/2, was refused by a GOAWAY) fails too, instead of being
+		// sent on a new one.
+		req.GetBody = nil
+		if body == nil {
+			req.Body = sentOnce{}
+		}
+	}
 	for k, v := range h.Headers {
 		if strings.EqualFold(k, "Host") {
 			req.Host = v
@@ -109,6 +126,14 @@ func (h HTTP) Run(ctx context.Context, env Env) Result {
 	return res
 }
 
+// sentOnce is the empty body of a request without one: a body with no
+// GetBody makes net/http never resend the request after it was written
+// (Request.isReplayable), and an empty one is sent as no body at all.
+type sentOnce struct{}
+
+func (sentOnce) Read([]byte) (int, error) { return 0, io.EOF }
+func (sentOnce) Close() error             { return nil }
+
 // The connections a replica's http: jobs keep open between runs
 // (NewHTTPClient): jobs that call one host often (a thousand jobs on one
 // service, or a job every second) send each run on the connection of the
@@ -119,9 +144,8 @@ func (h HTTP) Run(ctx context.Context, env Env) Result {
 // HTTPIdleTimeout is short on purpose. A server closes a connection idle
 // longer than its own keep-alive timeout (2 s for gunicorn, 5 s for
 // Node.js and Apache, 60-75 s for load balancers and nginx); a request
-// sent on it at that moment fails, and net/http resends only a request it
-// may replay (GET, HEAD, or one that wrote nothing), never a POST that a
-// job may not repeat. Closing our side first, after 1 s, leaves that race
+// sent on it at that moment fails, and Run makes net/http resend none
+// that it wrote (sentOnce): a job's run is never sent twice. Closing our side first, after 1 s, leaves that race
 // to servers with a keep-alive timeout under a second.
 const (
 	HTTPIdleTimeout      = time.Second

@@ -275,3 +275,121 @@ func eventually(t *testing.T, what string, cond func() bool) {
 		time.Sleep(10 * time.Millisecond) // polling with a deadline, not synchronisation
 	}
 }
+
+// A run whose request reached the server on a kept-alive connection that
+// the server then closes without an answer (a worker killed mid-request, a
+// restart) fails, as it did on a connection of its own, and is not sent a
+// second time. Before, net/http resent a GET (the default method) on a new
+// connection, so the server received the run twice.
+func TestHTTPSharedClientNeverSendsARunTwice(t *testing.T) {
+	t.Parallel()
+	for _, body := range []string{"", `{"query": "a GET with a body"}`} {
+		t.Run(strconv.Quote(body), func(t *testing.T) { testHTTPSharedClientNeverSendsARunTwice(t, body) })
+	}
+}
+
+func testHTTPSharedClientNeverSendsARunTwice(t *testing.T, reqBody string) {
+	var mu sync.Mutex
+	got := map[string]int{} // run seq -> requests received
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seq := r.Header.Get(tasks.HeaderRunSeq)
+		mu.Lock()
+		if reqBody == "" && (r.ContentLength != 0 || len(r.TransferEncoding) > 0 || r.Header.Get("Content-Length") != "") {
+			got["with a body"]++ // a GET without a body goes out without one
+		}
+		got[seq]++
+		first := got[seq] == 1
+		mu.Unlock()
+		if seq == "2" && first {
+			// Received, then the connection drops without a response.
+			conn, _, err := http.NewResponseController(w).Hijack()
+			if err == nil {
+				conn.Close()
+			}
+			return
+		}
+		io.WriteString(w, seq)
+	}))
+	t.Cleanup(srv.Close)
+
+	client := tasks.NewHTTPClient()
+	t.Cleanup(client.CloseIdleConnections)
+	job := tasks.HTTP{Method: "GET", URL: srv.URL, Body: reqBody, Client: client}
+	if res := job.Run(t.Context(), tasks.Env{JobID: "ping", ReplicaID: "web-1", RunSeq: 1}); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	res := job.Run(t.Context(), tasks.Env{JobID: "ping", ReplicaID: "web-1", RunSeq: 2})
+	mu.Lock()
+	n := got["2"]
+	mu.Unlock()
+	if n != 1 {
+		t.Fatalf("run 2 reached the server %d times (result %q, %v); want once", n, res.Output, res.Err)
+	}
+	if res.Err == nil {
+		t.Fatalf("run 2 succeeded (%q) although its connection closed without a response", res.Output)
+	}
+	t.Logf("run 2: %v", res.Err)
+	if n := got["with a body"]; n != 0 {
+		t.Errorf("%d GET runs arrived with a body or Content-Length; want none", n)
+	}
+	// The next run goes through (on a new connection).
+	if res := job.Run(t.Context(), tasks.Env{JobID: "ping", ReplicaID: "web-1", RunSeq: 3}); res.Err != nil || res.Output != "3" {
+		t.Fatalf("run 3: %q, %v", res.Output, res.Err)
+	}
+}
+
+// Over HTTP/2 too, a bodiless run arrives without a body and succeeds
+// through the shared client.
+func TestHTTPSharedClientSendsABodilessRunOverHTTP2(t *testing.T) {
+	t.Parallel()
+	type seen struct {
+		proto  int
+		length int64
+		body   string
+	}
+	got := make(chan seen, 2)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got <- seen{r.ProtoMajor, r.ContentLength, string(b)}
+		io.WriteString(w, "ok")
+	}))
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	client := tasks.NewHTTPClient()
+	t.Cleanup(client.CloseIdleConnections)
+	client.Transport.(*http.Transport).TLSClientConfig = srv.Client().Transport.(*http.Transport).TLSClientConfig.Clone()
+	job := tasks.HTTP{URL: srv.URL, Client: client}
+	for seq := int64(1); seq <= 2; seq++ {
+		if res := job.Run(t.Context(), tasks.Env{JobID: "ping", ReplicaID: "web-1", RunSeq: seq}); res.Err != nil || res.Output != "ok" {
+			t.Fatalf("run %d: %q, %v", seq, res.Output, res.Err)
+		}
+		if s := <-got; s.proto != 2 || s.length > 0 || s.body != "" {
+			t.Fatalf("run %d arrived as %+v; want HTTP/2 with no body", seq, s)
+		}
+	}
+}
+
+// The empty body that keeps a GET from being sent twice is only a GET's
+// (HEAD's, OPTIONS'): a bodiless POST still goes with Content-Length: 0,
+// not chunked.
+func TestHTTPBodilessPostKeepsContentLengthZero(t *testing.T) {
+	t.Parallel()
+	got := make(chan http.Header, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := r.Header.Clone()
+		h.Set("X-Seen-Transfer-Encoding", strings.Join(r.TransferEncoding, ","))
+		h.Set("X-Seen-Content-Length", strconv.FormatInt(r.ContentLength, 10))
+		got <- h
+	}))
+	t.Cleanup(srv.Close)
+	client := tasks.NewHTTPClient()
+	t.Cleanup(client.CloseIdleConnections)
+	if res := (tasks.HTTP{Method: "POST", URL: srv.URL, Client: client}).Run(t.Context(), tasks.Env{JobID: "ping", ReplicaID: "web-1", RunSeq: 1}); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	h := <-got
+	if te, cl := h.Get("X-Seen-Transfer-Encoding"), h.Get("X-Seen-Content-Length"); te != "" || cl != "0" {
+		t.Fatalf("a bodiless POST arrived with Transfer-Encoding %q, Content-Length %s; want none and 0", te, cl)
+	}
+}
