@@ -145,8 +145,9 @@ func (sentOnce) Close() error             { return nil }
 // longer than its own keep-alive timeout (2 s for gunicorn, 5 s for
 // Node.js and Apache, 60-75 s for load balancers and nginx); a request
 // sent on it at that moment fails, and Run makes net/http resend none
-// that it wrote (sentOnce): a job's run is never sent twice. Closing our side first, after 1 s, leaves that race
-// to servers with a keep-alive timeout under a second.
+// that it wrote (sentOnce): a job's run is never sent twice, so such a run
+// fails. Closing our side first, after 1 s, leaves that race to servers
+// with a keep-alive timeout under a second.
 const (
 	HTTPIdleTimeout      = time.Second
 	HTTPIdleConnsPerHost = 8 // idle connections kept to one host:port
