@@ -112,9 +112,13 @@ jobs:
 	case <-time.After(30 * time.Second):
 		t.Fatal("host did not stop")
 	}
-	// The drain recorded every run: none left running, none failed.
+	// The drain recorded every run: none left running, and none failed but
+	// by the job's own 1 ms statement_timeout, which can cancel its COMMIT
+	// on a loaded machine (it did in CI: "commit: ERROR: canceling
+	// statement due to statement timeout").
 	var running, failed int
-	if err := check.QueryRow(ctx, `SELECT count(*) FILTER (WHERE outcome = 'running'), count(*) FILTER (WHERE outcome <> 'succeeded' AND outcome <> 'running')
+	if err := check.QueryRow(ctx, `SELECT count(*) FILTER (WHERE outcome = 'running'),
+		count(*) FILTER (WHERE outcome <> 'succeeded' AND outcome <> 'running' AND coalesce(error, '') NOT LIKE '%canceling statement due to statement timeout%')
 		FROM studio_job_run WHERE job_id = 'poison'`).Scan(&running, &failed); err != nil {
 		t.Fatal(err)
 	}
