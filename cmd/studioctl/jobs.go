@@ -12,6 +12,7 @@ import (
 
 	"github.com/studioctl/studioctl/internal/jobs"
 	"github.com/studioctl/studioctl/internal/jobstore"
+	"github.com/studioctl/studioctl/internal/leases"
 	"github.com/studioctl/studioctl/internal/output"
 )
 
@@ -158,10 +159,15 @@ func newJobsListCmd(a *app, runF func(context.Context, *jobsStatusOptions) error
 func newJobsStatusCmd(a *app, runF func(context.Context, *jobsStatusOptions) error) *cobra.Command {
 	o := &jobsStatusOptions{deps: a.deps()}
 	cmd := &cobra.Command{
-		Use:   "status [ID] [--watch]",
+		Use:   "status [ID | ID@CLUSTER] [--watch]",
 		Short: "Show jobs; with an ID, one row per replica and the last runs",
+		Long: `Show every job merged across live replicas, like jobs list. With an ID: the
+merged job, one row per replica that reports it, and its last runs. A job
+with clusters: owned has one duty per cluster (keyed ID@CLUSTER): its ID
+shows every duty, ID@CLUSTER one duty and its runs for that cluster.`,
 		Example: `  studioctl jobs status
   studioctl jobs status nightly-report
+  studioctl jobs status compact@kafka-eu-1
   studioctl jobs status nightly-report --watch
   studioctl jobs status nightly-report -o json`,
 		Args: func(cmd *cobra.Command, args []string) error {
@@ -174,8 +180,8 @@ func newJobsStatusCmd(a *app, runF func(context.Context, *jobsStatusOptions) err
 			o.ID = ""
 			if len(args) == 1 {
 				o.ID = args[0]
-				if err := jobs.ValidateID(o.ID); err != nil {
-					return usageErrorf("job id: %v", err)
+				if err := validateJobOrDuty(o.ID); err != nil {
+					return err
 				}
 			}
 			if runF != nil {
@@ -186,6 +192,21 @@ func newJobsStatusCmd(a *app, runF func(context.Context, *jobsStatusOptions) err
 	}
 	o.watchFlags.add(cmd)
 	return withFormats(cmd, listFormats...)
+}
+
+// validateJobOrDuty checks a job id, or a per-cluster duty's
+// ID@CLUSTER (runner.DutyKey).
+func validateJobOrDuty(id string) error {
+	job, cluster, duty := strings.Cut(id, "@")
+	if err := jobs.ValidateID(job); err != nil {
+		return usageErrorf("job id: %v", err)
+	}
+	if duty {
+		if err := leases.ValidateCluster(cluster); err != nil {
+			return usageErrorf("cluster of %q: %v", id, err)
+		}
+	}
+	return nil
 }
 
 // jobsStatusRun prints every job, or one job in detail; once or, with
@@ -208,36 +229,43 @@ func jobsStatusRun(ctx context.Context, o *jobsStatusOptions) error {
 		if err != nil {
 			return listView{}, err
 		}
-		runs, err := jobstore.History(ctx, pool, views[0].ID, statusRecentRuns)
+		// A duty's runs are its job's, for its cluster (history rows keep
+		// the job's own id).
+		job, cluster, _ := strings.Cut(o.ID, "@")
+		runs, err := jobstore.RecentRuns(ctx, pool, job, cluster, statusRecentRuns)
 		if err != nil {
 			return listView{}, err
 		}
 		return listView{
-			print: func(p *output.Printer) error { return printJobDetail(o.deps, p, views[0], rows, now, runs) },
-			key:   jobDetailKey(views[0], rows, runs),
+			print: func(p *output.Printer) error { return printJobDetail(o.deps, p, views, rows, now, runs) },
+			key:   jobDetailKey(views, rows, runs),
 		}, nil
 	})
 }
 
 // jobDetailKey is what jobs status ID shows minus the times its status rows
 // are written at (every flush of the replica).
-func jobDetailKey(v jobstore.View, rows []jobstore.ReplicaStatus, runs []jobs.Run) any {
+func jobDetailKey(v []jobstore.View, rows []jobstore.ReplicaStatus, runs []jobs.Run) any {
 	rs := make([]jobstore.ReplicaStatus, 0, len(rows))
 	for _, r := range rows {
 		r.UpdatedAt, r.Since = time.Time{}, time.Time{}
 		rs = append(rs, r)
 	}
 	return struct {
-		View jobstore.View
+		View []jobstore.View
 		Rows []jobstore.ReplicaStatus
 		Runs []jobs.Run
 	}{v, rs, runs}
 }
 
-// printJobDetail is jobs status ID as a table: the merged job, one row per
-// replica, and the last runs.
-func printJobDetail(d deps, p *output.Printer, v jobstore.View, rows []jobstore.ReplicaStatus, now time.Time, runs []jobs.Run) error {
-	if err := p.Print(nil, jobColumns, [][]output.Cell{jobRow(p, v)}); err != nil {
+// printJobDetail is jobs status ID as a table: the merged job (of a
+// per-cluster job, each duty), one row per replica, and the last runs.
+func printJobDetail(d deps, p *output.Printer, views []jobstore.View, rows []jobstore.ReplicaStatus, now time.Time, runs []jobs.Run) error {
+	merged := make([][]output.Cell, 0, len(views))
+	for _, v := range views {
+		merged = append(merged, jobRow(p, v))
+	}
+	if err := p.Print(nil, jobColumns, merged); err != nil {
 		return err
 	}
 	fmt.Fprintln(d.IO.Out)
@@ -247,6 +275,9 @@ func printJobDetail(d deps, p *output.Printer, v jobstore.View, rows []jobstore.
 		replica := r.ReplicaID
 		if !r.Live {
 			replica += " (gone)"
+		}
+		if len(views) > 1 {
+			replica += " " + r.JobID // which duty
 		}
 		cells := jobRow(p, single)
 		cells[0] = output.Cell{Text: replica}

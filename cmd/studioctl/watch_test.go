@@ -86,12 +86,12 @@ func TestWatchKeysLeaveOutOnlyWhatMovesOnItsOwn(t *testing.T) {
 	row := jobstore.ReplicaStatus{Status: jobs.Status{JobID: "report", ReplicaID: "web-1", UpdatedAt: t0}, Live: true}
 	flushed := row
 	flushed.UpdatedAt = later
-	if keyOf(t, jobDetailKey(v, []jobstore.ReplicaStatus{row}, nil)) != keyOf(t, jobDetailKey(v, []jobstore.ReplicaStatus{flushed}, nil)) {
+	if keyOf(t, jobDetailKey([]jobstore.View{v}, []jobstore.ReplicaStatus{row}, nil)) != keyOf(t, jobDetailKey([]jobstore.View{v}, []jobstore.ReplicaStatus{flushed}, nil)) {
 		t.Error("a flush with nothing new changed the jobs status key")
 	}
 	paused := row
 	paused.Paused = true
-	if keyOf(t, jobDetailKey(v, []jobstore.ReplicaStatus{row}, nil)) == keyOf(t, jobDetailKey(v, []jobstore.ReplicaStatus{paused}, nil)) {
+	if keyOf(t, jobDetailKey([]jobstore.View{v}, []jobstore.ReplicaStatus{row}, nil)) == keyOf(t, jobDetailKey([]jobstore.View{v}, []jobstore.ReplicaStatus{paused}, nil)) {
 		t.Error("a pause left the jobs status key as it was")
 	}
 }

@@ -56,6 +56,10 @@ type Status struct {
 	Paused                 bool
 	UpdatedAt              time.Time
 	Since                  time.Time // when this replica started tracking the job (not stored)
+	// Timeout is the job's timeout when the reader knows it (not stored;
+	// 0: the default of the schedule). JudgeHealth uses it for a run in
+	// progress.
+	Timeout time.Duration
 }
 
 // LastCompletion is the later of the last finished run and the last skip:
@@ -73,9 +77,17 @@ func (s Status) LastCompletion() time.Time {
 
 // JudgeHealth says how a job is: paused, invalid-schedule, failing (last
 // outcome failed, timed out, lost its lock or was interrupted), stalled (no
-// completion within three intervals of the schedule in force), or ok.
-// since is when tracking began (a job that never completed is judged from
-// then).
+// completion within three intervals of the schedule in force, and no run
+// in progress), or ok. since is when tracking began (a job that never
+// completed is judged from then).
+//
+// A run in progress within its timeout is progress: the job is not
+// stalled while it goes on (a 30 s run every 2 s is not stalled 25 s into
+// it). The timeout is s.Timeout when the reader knows it (the
+// configuration), else the default of the schedule in force
+// (DefaultTimeout), since status rows do not store it. A run past it is
+// judged as if it were not running; doctor's stalled_jobs names such a run
+// with the configured timeout.
 func JudgeHealth(s Status, now time.Time) Health {
 	switch {
 	case s.Paused:
@@ -88,6 +100,15 @@ func JudgeHealth(s Status, now time.Time) Health {
 	sched, err := ParseSchedule(s.Schedule)
 	if err != nil {
 		return HealthOK
+	}
+	if s.Running && s.LastStartedAt != nil {
+		timeout := s.Timeout
+		if timeout <= 0 {
+			timeout = DefaultTimeout(sched)
+		}
+		if !now.After(s.LastStartedAt.Add(timeout)) {
+			return HealthOK
+		}
 	}
 	last := s.LastCompletion()
 	if last.IsZero() {

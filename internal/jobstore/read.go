@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/studioctl/studioctl/internal/jobs"
@@ -18,14 +19,20 @@ type ReplicaStatus struct {
 }
 
 // ReadStatus returns the status rows (of job, or of every job when job is
-// ""), with replica liveness and database now.
+// ""), with replica liveness and database now. The rows of a per-cluster
+// job are its duties' (job@cluster): job reads them all, job@cluster one
+// duty's.
 func ReadStatus(ctx context.Context, q Querier, job string) ([]ReplicaStatus, time.Time, error) {
 	// One statement: the rows, each replica's liveness, and database now.
 	sql := `SELECT ` + statusColumns + `, ` + liveness.LiveSQL("r") + `, now()
 FROM studio_job_status s LEFT JOIN studio_replica r ON r.id = s.replica_id`
 	args := []any{}
-	if job != "" {
+	switch {
+	case strings.Contains(job, "@"):
 		sql += ` WHERE s.job_id = $1`
+		args = append(args, job)
+	case job != "":
+		sql += ` WHERE ` + jobRowsSQL("s", 1)
 		args = append(args, job)
 	}
 	rows, err := q.Query(ctx, sql+` ORDER BY s.job_id, s.replica_id`, args...)
@@ -109,6 +116,10 @@ func Merge(rows []ReplicaStatus, now time.Time) []View {
 			v.Overruns += r.Overruns
 			v.SkippedElsewhere += r.SkippedElsewhere
 			v.Paused = v.Paused || r.Paused
+			if r.Running && r.LastStartedAt != nil && (merged.LastStartedAt == nil || r.LastStartedAt.After(*merged.LastStartedAt)) {
+				// A run in progress within its timeout is not stalled.
+				merged.Running, merged.LastStartedAt = true, r.LastStartedAt
+			}
 			if r.InvalidSchedule != "" {
 				v.InvalidSchedule = r.InvalidSchedule
 			}

@@ -129,7 +129,7 @@ type Change struct {
 }
 
 // ErrUnchanged: the setting already had the values asked for, so nothing
-// was written, audited or signalled.
+// was written or audited (the job.settings signal is still sent).
 var ErrUnchanged = errors.New("already so; nothing changed")
 
 // ApplyChange writes an operator override, its audit row and a job.settings
@@ -141,7 +141,8 @@ var ErrUnchanged = errors.New("already so; nothing changed")
 // after are a change that really happened. A change that would leave the
 // setting as it is writes nothing and returns the setting with
 // ErrUnchanged: of 20 concurrent `jobs pause X`, one pauses and is audited,
-// the other 19 change nothing.
+// the other 19 change nothing. It still sends the job.settings signal, so
+// that a repeated `jobs resume` makes every replica read the row again.
 func ApplyChange(ctx context.Context, q Querier, job string, c Change) (jobs.Setting, error) {
 	if c.Pause == nil && c.Schedule == nil {
 		return jobs.Setting{}, fmt.Errorf("change job %q: nothing to change", job)
@@ -186,6 +187,15 @@ ON CONFLICT (job_id) DO NOTHING`, job); err != nil {
 		if was.UpdatedBy == "" {
 			// The row was ours, just inserted: the default values.
 			was.UpdatedAt = time.Time{}
+		}
+		// Nothing to write or audit, but the signal still goes: a setting
+		// changed in SQL without one, or a signal lost, is then applied by
+		// every replica at once (issue 20), not at its next settings poll.
+		if err := tx.Rollback(ctx); err != nil {
+			return jobs.Setting{}, fmt.Errorf("change job %q: %w", job, err)
+		}
+		if err := bus.Notify(ctx, q, bus.Signal(bus.KindJobSettings, job)); err != nil {
+			return jobs.Setting{}, fmt.Errorf("change job %q: %w", job, err)
 		}
 		return was, fmt.Errorf("job %q: %w", job, ErrUnchanged)
 	}

@@ -30,6 +30,10 @@ type Recorder interface {
 	// LoadStatus reads the status rows a previous process with the same
 	// replica id left.
 	LoadStatus(ctx context.Context) (map[string]jobs.Status, error)
+	// RetireUndeclared removes the status rows of this replica id but those
+	// of the jobs jobIDs and of the duties of the per-cluster jobs
+	// perCluster, and returns the job ids of the rows it removed.
+	RetireUndeclared(ctx context.Context, jobIDs, perCluster []string) ([]string, error)
 	NextSeq(ctx context.Context) (int64, error)
 	PutRun(jobs.Run)
 	PutStatus(jobs.Status)

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -438,6 +439,21 @@ func (m *memStore) LoadStatus(context.Context) (map[string]jobs.Status, error) {
 	out := map[string]jobs.Status{}
 	for k, v := range m.status {
 		out[k] = v
+	}
+	return out, nil
+}
+
+func (m *memStore) RetireUndeclared(_ context.Context, jobIDs, perCluster []string) ([]string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []string
+	for k := range m.status {
+		base, _, duty := strings.Cut(k, "@")
+		if slices.Contains(jobIDs, k) || (duty && slices.Contains(perCluster, base)) {
+			continue
+		}
+		delete(m.status, k)
+		out = append(out, k)
 	}
 	return out, nil
 }

@@ -248,14 +248,36 @@ func randomInitialDelay(j jobs.Job) time.Duration {
 	return time.Duration(rand.Int64N(int64(j.Schedule.Every)))
 }
 
-// Start reads the status rows a previous process with the same replica id
-// left (so counters carry on), schedules every job and starts the timer
+// Start removes the status rows a previous process with the same replica
+// id left of jobs this configuration does not declare, reads the others
+// (so counters carry on), schedules every job and starts the timer
 // goroutine. It fails for real when the status cannot be read, and then
 // nothing runs.
 func (r *Runner) Start(ctx context.Context) error {
 	baseCtx, err := r.StartInit(ctx)
 	if err != nil {
 		return fmt.Errorf("start runner: %w", err)
+	}
+	// Jobs belong to the current configuration: the rows of jobs it no
+	// longer declares go first, so every row of a live replica is a job it
+	// hosts (docs/control.md, "Jobs removed from the configuration").
+	r.mu.Lock()
+	declared := make([]string, 0, len(r.jobs))
+	for id := range r.jobs {
+		declared = append(declared, id)
+	}
+	perCluster := make([]string, 0, len(r.clusters.templates))
+	for _, j := range r.clusters.templates {
+		perCluster = append(perCluster, j.ID)
+	}
+	r.mu.Unlock()
+	removed, err := r.o.Store.RetireUndeclared(ctx, declared, perCluster)
+	if err != nil {
+		r.StartFailed()
+		return fmt.Errorf("start runner: %w", err)
+	}
+	if len(removed) > 0 {
+		r.log.Info("runner: removed the status of jobs the configuration no longer declares", "jobs", removed)
 	}
 	prior, err := r.o.Store.LoadStatus(ctx)
 	if err != nil {
