@@ -144,15 +144,24 @@ func checkUnknownHolders(ctx context.Context, e *env) Result {
 }
 
 // checkCrashedReplicas: a replica whose heartbeat stopped without a
-// recorded stop, within CrashWindow.
+// recorded stop, within CrashWindow; or one restarted under the same id
+// after such an end (the registration records it, migration 00008).
 func checkCrashedReplicas(ctx context.Context, e *env) Result {
 	infos, err := replicas.List(ctx, e.pool)
 	if err != nil {
 		return failed(err)
 	}
-	var crashed, ids []string
+	var crashed, ids, restarted []string
 	older, live := 0, 0
 	for _, in := range infos {
+		// A crash that a restart under the same id took over: the row is
+		// live again, but the incarnation changed without a recorded stop
+		// (migration 00008).
+		if in.Live && in.LastCrashAt != nil && in.LastCrashAge <= CrashWindow {
+			crashed = append(crashed, fmt.Sprintf("%s on %s: restarted %s ago after a crash (incarnation %s: last heartbeat %s ago, no stop recorded)",
+				in.ID, in.Host, ago(in.Uptime), shortIncarnation(in.LastCrashIncarnation), ago(in.LastCrashAge)))
+			restarted = append(restarted, in.ID)
+		}
 		switch {
 		case in.Live:
 			live++
@@ -165,8 +174,12 @@ func checkCrashedReplicas(ctx context.Context, e *env) Result {
 		}
 	}
 	if len(crashed) > 0 {
+		hint := fmt.Sprintf("read that host's log for why %s died before its restart; the crash counts here for 24h after it", restarted[0])
+		if len(ids) > 0 {
+			hint = "read that host's log for why it died; release its stale locks (stale_locks); then studioctl replicas forget " + ids[0]
+		}
 		return Result{Status: Fail, Detail: fmt.Sprintf("%s in the last 24h: %s", plural(len(crashed), "crashed replica", "crashed replicas"), list(crashed)),
-			Hint: fmt.Sprintf("read that host's log for why it died; release its stale locks (stale_locks); then studioctl replicas forget %s", ids[0])}
+			Hint: hint}
 	}
 	detail := fmt.Sprintf("no crash in the last 24h (%s)", plural(live, "live replica", "live replicas"))
 	if older > 0 {
@@ -241,4 +254,13 @@ func checkLeases(ctx context.Context, e *env) Result {
 		detail += fmt.Sprintf(" (%d moving to the replica placement picks)", moving)
 	}
 	return Result{Status: OK, Detail: detail}
+}
+
+// shortIncarnation is the first block of an incarnation uuid, enough to
+// tell two apart in a detail.
+func shortIncarnation(u string) string {
+	if b, _, ok := strings.Cut(u, "-"); ok {
+		return b
+	}
+	return u
 }

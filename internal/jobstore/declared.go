@@ -38,8 +38,9 @@ RETURNING s.job_id`
 
 // RetireUndeclared removes this replica id's status rows of jobs its
 // configuration no longer declares: every row but those of jobIDs and of
-// the duties of the per-cluster jobs perCluster. It returns the job ids of
-// the rows it removed. Their run history stays (jobs history), and goes
+// the duties of the per-cluster jobs perCluster, and marks the rest not
+// running and without a next fire (an earlier process wrote them). It
+// returns the job ids of the rows it removed. Their run history stays (jobs history), and goes
 // as housekeeping's retention says.
 func (s *Store) RetireUndeclared(ctx context.Context, jobIDs, perCluster []string) ([]string, error) {
 	return RetireUndeclared(ctx, s.q, s.replicaID, jobIDs, perCluster)
@@ -68,6 +69,15 @@ func RetireUndeclared(ctx context.Context, q Querier, replica string, jobIDs, pe
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("remove status of jobs no longer configured: %w", err)
+	}
+	// What remains was written by an earlier process: none of its runs goes
+	// on (the registration closed them) and none of its timers is armed.
+	// The runner writes its own rows next; a duty of a cluster this process
+	// does not own keeps its row, not running and with no next fire, as a
+	// duty that moved away does (docs/leases.md).
+	if _, err := q.Exec(ctx, `UPDATE studio_job_status SET running = false, next_fire_at = NULL
+WHERE replica_id = $1 AND (running OR next_fire_at IS NOT NULL)`, replica); err != nil {
+		return nil, fmt.Errorf("reset the status an earlier process left: %w", err)
 	}
 	return out, nil
 }

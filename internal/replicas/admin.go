@@ -52,22 +52,36 @@ type Info struct {
 	// ClockOffset is database time minus the replica's clock, in seconds,
 	// as its heartbeat last measured it (nil: not yet, or an older version).
 	ClockOffset *float64
+	// LastCrashAt is the last heartbeat of an earlier incarnation of this id
+	// that ended without a recorded stop (a crash the restart took over; nil:
+	// none recorded), LastCrashAge its age in database time, and
+	// LastCrashIncarnation that incarnation (migration 00008).
+	LastCrashAt          *time.Time
+	LastCrashAge         time.Duration
+	LastCrashIncarnation string
 }
 
 var selectSQL = `SELECT r.id, r.host, r.pid, r.version, r.http_addr, r.state, r.started_at, r.heartbeat_at, r.stopped_at,
   EXTRACT(EPOCH FROM (now() - r.heartbeat_at))::float8, EXTRACT(EPOCH FROM (now() - r.started_at))::float8,
   (SELECT count(*) FROM studio_job_run j WHERE j.replica_id = r.id AND j.outcome = 'running')::int, ` + liveness.LiveSQL("r") + `,
-  r.clock_offset_seconds
+  r.clock_offset_seconds, r.last_crash_at, coalesce(EXTRACT(EPOCH FROM (now() - r.last_crash_at))::float8, 0),
+  coalesce(r.last_crash_incarnation::text, '')
 FROM studio_replica r`
 
 func scan(rows pgx.Rows) ([]Info, error) {
 	var out []Info
 	for rows.Next() {
 		var in Info
-		var age, uptime float64
+		var age, uptime, crashAge float64
 		var state string
-		if err := rows.Scan(&in.ID, &in.Host, &in.PID, &in.Version, &in.HTTPAddr, &state, &in.StartedAt, &in.HeartbeatAt, &in.StoppedAt, &age, &uptime, &in.RunsInFlight, &in.Live, &in.ClockOffset); err != nil {
+		if err := rows.Scan(&in.ID, &in.Host, &in.PID, &in.Version, &in.HTTPAddr, &state, &in.StartedAt, &in.HeartbeatAt, &in.StoppedAt, &age, &uptime, &in.RunsInFlight, &in.Live, &in.ClockOffset,
+			&in.LastCrashAt, &crashAge, &in.LastCrashIncarnation); err != nil {
 			return nil, err
+		}
+		if in.LastCrashAt != nil {
+			t := in.LastCrashAt.UTC()
+			in.LastCrashAt = &t
+			in.LastCrashAge = time.Duration(crashAge * float64(time.Second)).Round(time.Millisecond)
 		}
 		in.State = State(state)
 		in.StartedAt, in.HeartbeatAt = in.StartedAt.UTC(), in.HeartbeatAt.UTC()

@@ -134,8 +134,9 @@ type Registry struct {
 	incarn     uuid.UUID
 	epoch      time.Time // local monotonic reference for heartbeat stamps
 
-	mu   sync.Mutex // guards conn: the heartbeat goroutine and SetState share it
-	conn *pgx.Conn
+	mu      sync.Mutex // guards conn: the heartbeat goroutine and SetState share it
+	conn    *pgx.Conn
+	restart Restart // what Register found; r.mu
 
 	startstop.Base
 	registered atomic.Bool   // Register succeeded
@@ -204,14 +205,48 @@ func (r *Registry) dropConnLocked() {
 
 // registerSQL inserts the row, or takes over the id of a replica that is
 // stopped or gone. It affects no row when the id belongs to a live replica.
+// Taking over the row of an incarnation that ended without a recorded stop
+// (a crash: state not stopped) keeps that incarnation and its last
+// heartbeat in last_crash_incarnation and last_crash_at, so doctor's
+// crashed_replicas still counts the crash (migration 00008); the statement
+// returns them when it did.
 var registerSQL = `
+WITH prev AS (SELECT p.state, p.incarnation, p.heartbeat_at FROM studio_replica p WHERE p.id = $1)
 INSERT INTO studio_replica AS r (id, incarnation, host, pid, version, http_addr, state, started_at, heartbeat_at, stopped_at)
 VALUES ($1, $2, $3, $4, $5, $6, 'starting', now(), now(), NULL)
 ON CONFLICT (id) DO UPDATE SET incarnation = EXCLUDED.incarnation, host = EXCLUDED.host, pid = EXCLUDED.pid,
   version = EXCLUDED.version, http_addr = EXCLUDED.http_addr, state = 'starting', started_at = now(),
-  heartbeat_at = now(), stopped_at = NULL, clock_offset_seconds = NULL
+  heartbeat_at = now(), stopped_at = NULL, clock_offset_seconds = NULL,
+  last_crash_at = CASE WHEN r.state <> 'stopped' THEN r.heartbeat_at ELSE r.last_crash_at END,
+  last_crash_incarnation = CASE WHEN r.state <> 'stopped' THEN r.incarnation ELSE r.last_crash_incarnation END
 WHERE NOT ` + liveness.LiveSQL("r") + `
-RETURNING now(), pg_notify($7, $8)`
+RETURNING now(), pg_notify($7, $8),
+  (SELECT p.incarnation FROM prev p WHERE p.state <> 'stopped'), (SELECT p.heartbeat_at FROM prev p WHERE p.state <> 'stopped')`
+
+// closeRunsSQL marks interrupted the runs that earlier incarnations of
+// replica $1 left running: at registration no run of this incarnation has
+// started, and the id is this process's, so every running row of it is of a
+// process that is gone. $2 is the reason recorded in error.
+const closeRunsSQL = `UPDATE studio_job_run SET outcome = 'interrupted', finished_at = now(), error = $2
+WHERE replica_id = $1 AND outcome = 'running' RETURNING seq`
+
+// closeRunsEventsSQL writes the run events of the runs closeRunsSQL
+// closed, as housekeeping does for a gone replica's (docs/events.md).
+const closeRunsEventsSQL = `SELECT studio_event_runs(array_agg(studio_event_run_data(r) ORDER BY r.seq), '{}')
+FROM studio_job_run r WHERE r.seq = ANY($1)`
+
+// Restart is what a registration found of the previous process with the
+// same id.
+type Restart struct {
+	// Crashed: the previous incarnation ended without a recorded stop.
+	Crashed bool
+	// Incarnation and LastHeartbeat are the crashed incarnation's.
+	Incarnation   uuid.UUID
+	LastHeartbeat time.Time
+	// Interrupted are the seqs of the runs it left running, now marked
+	// interrupted.
+	Interrupted []int64
+}
 
 // stateSignal is the payload of the replica.state signal the registry
 // sends, in the same statement, with every state change of its row, so a
@@ -243,8 +278,11 @@ func (r *Registry) Register(ctx context.Context) error {
 		return fmt.Errorf("register replica %q: %w", r.o.ID, err)
 	}
 	var dbNow time.Time
+	var crashedInc *uuid.UUID
+	var crashedBeat *time.Time
 	t0 := r.o.Clock.Now()
-	err = conn.QueryRow(ctx, registerSQL, r.o.ID, r.incarn, r.o.Host, os.Getpid(), r.o.Version, r.o.HTTPAddr, bus.Channel, signal).Scan(&dbNow, nil)
+	err = conn.QueryRow(ctx, registerSQL, r.o.ID, r.incarn, r.o.Host, os.Getpid(), r.o.Version, r.o.HTTPAddr, bus.Channel, signal).
+		Scan(&dbNow, nil, &crashedInc, &crashedBeat)
 	t1 := r.o.Clock.Now()
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		r.dropConnLocked()
@@ -258,7 +296,54 @@ func (r *Registry) Register(ctx context.Context) error {
 	}
 	r.lastBeat.Store(int64(time.Since(r.epoch)))
 	r.registered.Store(true)
+	if crashedInc != nil && crashedBeat != nil {
+		r.restart.Crashed, r.restart.Incarnation, r.restart.LastHeartbeat = true, *crashedInc, crashedBeat.UTC()
+		r.log.Warn("replicas: the previous process with this id ended without a recorded stop (a crash); doctor counts it in crashed_replicas",
+			"previous_incarnation", *crashedInc, "last_heartbeat", crashedBeat.UTC())
+	}
+	// The runs earlier incarnations left running are over: no process runs
+	// them any more.
+	seqs, err := r.closeRunsLocked(ctx, conn)
+	if err != nil {
+		r.dropConnLocked()
+		return fmt.Errorf("register replica %q: %w", r.o.ID, err)
+	}
+	r.restart.Interrupted = seqs
+	if len(seqs) > 0 {
+		r.log.Warn("replicas: runs an earlier process with this id left running were marked interrupted", "runs", len(seqs), "seqs", seqs)
+	}
 	return nil
+}
+
+// closeRunsLocked marks interrupted the runs earlier incarnations of this
+// id left running, with their events, in one transaction. r.mu held.
+func (r *Registry) closeRunsLocked(ctx context.Context, conn *pgx.Conn) ([]int64, error) {
+	reason := fmt.Sprintf("replica %s restarted (incarnation %s) while the run was going: the run was interrupted", r.o.ID, r.incarn)
+	var seqs []int64
+	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, closeRunsSQL, r.o.ID, reason)
+		if err != nil {
+			return err
+		}
+		seqs, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil || len(seqs) == 0 {
+			return err
+		}
+		_, err = tx.Exec(ctx, closeRunsEventsSQL, seqs)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("mark runs of earlier incarnations interrupted: %w", err)
+	}
+	return seqs, nil
+}
+
+// Restarted says what Register found of the previous process with this id:
+// whether it crashed, and the runs it left running (now interrupted).
+func (r *Registry) Restarted() Restart {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.restart
 }
 
 // SetState records a state change; stopped also sets stopped_at. It fails

@@ -1,0 +1,19 @@
+-- A crash followed by a restart under the same replica id (issue 20): the
+-- new process takes the row over, and with it the only trace that the
+-- previous incarnation died without a recorded stop. Registration now keeps
+-- that trace here, so doctor's crashed_replicas counts the crash for 24h
+-- although the replica is live again (internal/replicas, Register).
+--
+-- last_crash_at is the last heartbeat of the incarnation that ended
+-- without a recorded stop, last_crash_incarnation that incarnation; both
+-- stay until the next such restart (or the row is forgotten).
+
+-- +goose Up
+ALTER TABLE studio_replica
+    ADD COLUMN last_crash_at          timestamptz NULL,
+    ADD COLUMN last_crash_incarnation uuid        NULL;
+
+-- +goose Down
+ALTER TABLE studio_replica
+    DROP COLUMN last_crash_incarnation,
+    DROP COLUMN last_crash_at;
