@@ -70,6 +70,36 @@ func (c *SettingsCache) Get(ctx context.Context, job string) (jobs.Setting, erro
 	return c.all[job], nil
 }
 
+// Refresh reads every setting again (the runner's fallback poll: a
+// setting changed in SQL without a job.settings signal, or a signal lost)
+// and returns the ids of the jobs whose setting differs from the cached
+// one: changed, added or removed. A cache not loaded yet is loaded, and
+// reports no change (nothing read it before).
+func (c *SettingsCache) Refresh(ctx context.Context) ([]string, error) {
+	all, err := loadSettings(ctx, c.q, "", nil)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var changed []string
+	if c.loaded {
+		// A job without a row has the zero setting.
+		for id, s := range all {
+			if old := c.all[id]; old.Schedule != s.Schedule || old.Paused != s.Paused {
+				changed = append(changed, id)
+			}
+		}
+		for id, old := range c.all {
+			if _, ok := all[id]; !ok && (old.Schedule != "" || old.Paused) {
+				changed = append(changed, id)
+			}
+		}
+	}
+	c.all, c.loaded, c.stale = all, true, map[string]bool{}
+	return changed, nil
+}
+
 // Invalidate marks one job's setting for reloading.
 func (c *SettingsCache) Invalidate(job string) {
 	c.mu.Lock()

@@ -45,6 +45,9 @@ type Settings interface {
 	Get(ctx context.Context, job string) (jobs.Setting, error)
 	Invalidate(job string)
 	InvalidateAll()
+	// Refresh reads every setting again and returns the ids of the jobs
+	// whose setting changed (the fallback poll).
+	Refresh(ctx context.Context) ([]string, error)
 }
 
 // Schedules is the installation-wide schedule of installation jobs

@@ -495,6 +495,9 @@ func (m *memStore) set(s jobs.Setting) {
 func (m *memStore) Invalidate(string) {}
 func (m *memStore) InvalidateAll()    {}
 
+// Refresh reports no change: tests of the memory store signal the runner.
+func (m *memStore) Refresh(context.Context) ([]string, error) { return nil, nil }
+
 // history is job's runs, oldest first.
 func (m *memStore) history(id string) []jobs.Run {
 	m.mu.Lock()

@@ -31,6 +31,10 @@ const (
 	lockStatementTimeout = 5 * time.Second
 	// settingsTimeout bounds reading an operator setting at a fire.
 	settingsTimeout = 5 * time.Second
+	// DefaultSettingsPollEvery is how often a replica reads every operator
+	// setting again, besides the job.settings signal: a setting changed in
+	// SQL without a NOTIFY, or a signal lost, applies within it.
+	DefaultSettingsPollEvery = 10 * time.Second
 	// errorTail is how much of an error is kept in status and history.
 	errorTail = 2048
 )
@@ -77,6 +81,9 @@ type Options struct {
 	// per-job series (0: DefaultPerJobLimit). docs/metrics.md.
 	PerJobMetrics      string
 	PerJobMetricsLimit int
+	// SettingsPollEvery is how often the operator settings are read again
+	// (default DefaultSettingsPollEvery; negative: never, for tests).
+	SettingsPollEvery time.Duration
 	// TimerResolution is the shortest wait of the timer goroutine: jobs due
 	// within it of each other fire on one wake-up, each at most that late.
 	// Default DefaultTimerResolution on the real clock (nil, clock.Real,
@@ -177,6 +184,9 @@ func New(o Options) (*Runner, error) {
 	}
 	if o.InitialDelay == nil {
 		o.InitialDelay = randomInitialDelay
+	}
+	if o.SettingsPollEvery == 0 {
+		o.SettingsPollEvery = DefaultSettingsPollEvery
 	}
 	r := &Runner{o: o, log: o.Logger, jobs: map[string]*jobState{}, wake: make(chan struct{}, 1),
 		work: make(chan fireWork), workersQuit: make(chan struct{}), resolution: o.TimerResolution}
@@ -327,6 +337,9 @@ func (r *Runner) Start(ctx context.Context) error {
 	}
 	r.mu.Unlock()
 	if !r.Go(func() { r.timerLoop(baseCtx) }) {
+		return fmt.Errorf("start runner: %w", startstop.ErrStopped)
+	}
+	if r.o.SettingsPollEvery > 0 && !r.Go(func() { r.pollSettings(baseCtx) }) {
 		return fmt.Errorf("start runner: %w", startstop.ErrStopped)
 	}
 	r.MarkStarted()
@@ -502,56 +515,119 @@ func (r *Runner) Trigger(id string) bool {
 	return true
 }
 
+// pollSettings reads every operator setting again every
+// SettingsPollEvery and applies those that changed, as a job.settings
+// signal would: the bus wakes, rows decide, and a row changed without a
+// signal is not missed.
+func (r *Runner) pollSettings(ctx context.Context) {
+	t := time.NewTicker(r.o.SettingsPollEvery)
+	defer t.Stop()
+	failing := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		pctx, cancel := context.WithTimeout(ctx, settingsTimeout)
+		changed, err := r.o.Settings.Refresh(pctx)
+		cancel()
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return
+		case err != nil:
+			if !failing {
+				r.log.Warn("runner: reading the job settings failed; the next poll tries again", "error", err)
+				failing = true
+			}
+			continue
+		case failing:
+			r.log.Info("runner: reading the job settings recovered")
+			failing = false
+		}
+		for _, id := range changed {
+			r.log.Info("runner: a job setting changed without a signal; applying it", "job_id", id)
+			r.applySettings(id)
+		}
+	}
+}
+
 // SettingsChanged re-reads job's operator setting and reschedules it when it
-// is waiting (the bus's job.settings signal).
+// is waiting (the bus's job.settings signal). For a per-cluster job, each
+// duty.
 func (r *Runner) SettingsChanged(id string) {
 	r.o.Settings.Invalidate(id)
+	r.applySettings(id)
+}
+
+// applySettings reads job id's setting (from the cache) and applies it to
+// the job, or to every duty of a per-cluster job.
+func (r *Runner) applySettings(id string) {
 	r.mu.Lock()
-	js, ok := r.jobs[id]
-	if !ok || r.stopping || r.runsCtx == nil {
+	var targets []*jobState
+	if js, ok := r.jobs[id]; ok {
+		targets = append(targets, js)
+	} else if r.isTemplate(id) {
+		for c := range r.clusters.owned {
+			if js, ok := r.jobs[DutyKey(id, c)]; ok {
+				targets = append(targets, js)
+			}
+		}
+	}
+	if len(targets) == 0 || r.stopping || r.runsCtx == nil {
 		r.mu.Unlock()
 		return
 	}
-	r.runWG.Add(1)
+	r.runWG.Add(len(targets))
 	r.mu.Unlock()
-	go func() {
-		defer r.runWG.Done()
-		ctx, cancel := context.WithTimeout(r.runsCtx, settingsTimeout)
-		defer cancel()
-		sched, paused, invalid, err := r.settings(ctx, js)
-		if err != nil {
-			r.log.Warn("runner: read job setting", "job_id", id, "error", err)
-			return
+	for _, js := range targets {
+		go r.applySettingsTo(js)
+	}
+}
+
+// applySettingsTo is applySettings for one job or duty; it is counted in
+// runWG.
+func (r *Runner) applySettingsTo(js *jobState) {
+	defer r.runWG.Done()
+	id := js.key()
+	ctx, cancel := context.WithTimeout(r.runsCtx, settingsTimeout)
+	defer cancel()
+	sched, paused, invalid, err := r.settings(ctx, js)
+	if err != nil {
+		r.log.Warn("runner: read job setting", "job_id", id, "error", err)
+		return
+	}
+	// A shared job's new schedule applies from the last end anywhere.
+	var sharedEnd time.Time
+	sharedOK := false
+	if js.shared {
+		sharedEnd, sharedOK = r.lastEnd(ctx, js)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if js.dutyOver() || r.jobs[id] != js {
+		return // a duty whose lease ended meanwhile
+	}
+	js.sched = sched
+	js.status.Schedule, js.status.Paused, js.status.InvalidSchedule = sched.String(), paused, invalid
+	if js.queued && !js.running && !js.forced {
+		base := js.lastEnd
+		if sharedOK {
+			base = sharedEnd
 		}
-		// A shared job's new schedule applies from the last end anywhere.
-		var sharedEnd time.Time
-		sharedOK := false
-		if js.shared {
-			sharedEnd, sharedOK = r.lastEnd(ctx, js)
+		if base.IsZero() {
+			base = r.started
 		}
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		js.sched = sched
-		js.status.Schedule, js.status.Paused, js.status.InvalidSchedule = sched.String(), paused, invalid
-		if js.queued && !js.running && !js.forced {
-			base := js.lastEnd
-			if sharedOK {
-				base = sharedEnd
-			}
-			if base.IsZero() {
-				base = r.started
-			}
-			next := sched.Next(base)
-			if invalid != "" {
-				next = r.now()
-			}
-			if now := r.now(); next.Before(now) {
-				next = now
-			}
-			r.push(js, next)
+		next := sched.Next(base)
+		if invalid != "" {
+			next = r.now()
 		}
-		r.putStatusLocked(js)
-	}()
+		if now := r.now(); next.Before(now) {
+			next = now
+		}
+		r.push(js, next)
+	}
+	r.putStatusLocked(js)
 }
 
 // ResyncSettings drops every cached setting and rereads the shared
