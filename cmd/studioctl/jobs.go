@@ -49,6 +49,7 @@ Jobs are declared in the config file:
         # http: {method: POST, url: "http://127.0.0.1:9000/tasks/report", headers: {}, body: ""}`)
 	cmd.AddCommand(newJobsListCmd(a, nil), newJobsStatusCmd(a, nil), newJobsHistoryCmd(a, nil),
 		newJobsPauseCmd(a, true, nil), newJobsPauseCmd(a, false, nil), newJobsSetCmd(a, nil), newJobsTriggerCmd(a, nil))
+	cmd.AddCommand(newJobsForgetCmd(a, nil))
 	return cmd
 }
 
@@ -444,11 +445,30 @@ func jobChangeRun(ctx context.Context, o *jobChangeOptions) error {
 		sched = "as configured"
 	}
 	if unchanged {
-		// A repeat is not an error, and not audited: nothing changed.
+		// A repeat is not an error, and not audited: nothing changed (the
+		// replicas are still signalled to read the row again).
 		fmt.Fprintf(o.IO.Out, "job %q: already paused=%t, schedule %s; nothing changed\n", o.ID, s.Paused, sched)
-		return nil
+	} else {
+		fmt.Fprintf(o.IO.Out, "job %q: paused=%t, schedule %s (every replica applies it at its next fire)\n", o.ID, s.Paused, sched)
 	}
-	fmt.Fprintf(o.IO.Out, "job %q: paused=%t, schedule %s (every replica applies it at its next fire)\n", o.ID, s.Paused, sched)
+	return warnNoLiveHost(ctx, o.deps, o.ID)
+}
+
+// warnNoLiveHost warns on stderr when no live replica declares job: a
+// setting is stored, but nothing applies it until a replica with the job
+// starts.
+func warnNoLiveHost(ctx context.Context, d deps, job string) error {
+	pool, err := d.DB(ctx)
+	if err != nil {
+		return err
+	}
+	live, err := jobstore.LiveDeclarers(ctx, pool, job)
+	if err != nil {
+		return err
+	}
+	if len(live) == 0 {
+		fmt.Fprintf(d.IO.Err, "warning: no live replica declares job %q: the setting is stored and applies when a replica with the job in its configuration starts\n", job)
+	}
 	return nil
 }
 
@@ -577,6 +597,14 @@ func jobsTriggerRun(ctx context.Context, o *jobChangeOptions) error {
 	}
 	if err := jobstore.Known(ctx, pool, o.ID); err != nil {
 		return err
+	}
+	// A trigger that nothing can run says so, before it asks.
+	live, err := jobstore.LiveDeclarers(ctx, pool, o.ID)
+	if err != nil {
+		return err
+	}
+	if len(live) == 0 {
+		return fmt.Errorf("trigger job %q: %w: no live replica declares it in its configuration; start one that does, then try again", o.ID, jobstore.ErrNoLiveHost)
 	}
 	ok, err := o.IO.confirm(fmt.Sprintf("trigger job %q?", o.ID), o.Yes)
 	if err != nil || !ok {

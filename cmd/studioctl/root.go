@@ -78,7 +78,8 @@ func exitCode(err error) int {
 	switch {
 	case err == nil:
 		return exitOK
-	case errors.Is(err, locks.ErrRefused), errors.Is(err, replicas.ErrLive), errors.Is(err, embedded.ErrInUse), errors.Is(err, leases.ErrRefused):
+	case errors.Is(err, locks.ErrRefused), errors.Is(err, replicas.ErrLive), errors.Is(err, embedded.ErrInUse), errors.Is(err, leases.ErrRefused),
+		errors.Is(err, jobstore.ErrDeclared):
 		return exitRefused
 	case errors.Is(err, locks.ErrNotFound), errors.Is(err, replicas.ErrNotFound), errors.Is(err, jobstore.ErrUnknownJob), errors.Is(err, leases.ErrNotFound):
 		return exitNotFound

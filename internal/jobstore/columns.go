@@ -99,7 +99,8 @@ func (s textScanner[T]) Scan(src any) error {
 	return nil
 }
 
-// statusTable is every stored column of jobs.Status (Since is not stored).
+// statusTable is every stored column of jobs.Status (Since and Timeout are
+// not stored).
 // replica_id comes first: the upsert sends it once, as $1.
 var statusTable = []statusColumn{
 	textCol("replica_id", false, func(s *jobs.Status) *string { return &s.ReplicaID }),
