@@ -174,9 +174,11 @@ func checkCrashedReplicas(ctx context.Context, e *env) Result {
 		}
 	}
 	if len(crashed) > 0 {
-		hint := fmt.Sprintf("read that host's log for why %s died before its restart; the crash counts here for 24h after it", restarted[0])
+		var hint string
 		if len(ids) > 0 {
 			hint = "read that host's log for why it died; release its stale locks (stale_locks); then studioctl replicas forget " + ids[0]
+		} else {
+			hint = fmt.Sprintf("read that host's log for why %s died before its restart; the crash counts here for 24h after it", restarted[0])
 		}
 		return Result{Status: Fail, Detail: fmt.Sprintf("%s in the last 24h: %s", plural(len(crashed), "crashed replica", "crashed replicas"), list(crashed)),
 			Hint: hint}
