@@ -53,6 +53,9 @@ GRANT USAGE ON SEQUENCE studio_audit_seq_seq, studio_request_seq_seq TO studio_o
 GRANT INSERT, UPDATE ON studio_job_setting TO studio_operator;
 -- replicas forget.
 GRANT DELETE ON studio_replica TO studio_operator;
+-- jobs forget: the status rows replicas that no longer run a job left, and
+-- its setting once none is left.
+GRANT DELETE ON studio_job_status, studio_job_setting TO studio_operator;
 
 -- The replica: `studioctl run` with database.migrate: off (the owner migrates).
 GRANT SELECT, INSERT, UPDATE ON shedlock TO studio_replica;

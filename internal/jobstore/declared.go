@@ -10,9 +10,11 @@ package jobstore
 // forget` (Forget), refused while a live replica declares the job.
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 
@@ -112,8 +114,7 @@ var ErrDeclared = errors.New("refused: a live replica declares the job")
 // Forgotten is what Forget removed.
 type Forgotten struct {
 	Job string
-	// Rows are the status rows removed: "replica job" pairs, as
-	// replica/job_id.
+	// Rows are the status rows removed, by replica and job id.
 	Rows []ForgottenRow
 	// Settings: the job's operator setting (studio_job_setting) was removed
 	// too, since no replica declares the job any more.
@@ -145,41 +146,32 @@ func Forget(ctx context.Context, q Querier, job, replica, actor, reason string) 
 		return f, fmt.Errorf("forget job %q: %w", job, err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
-	// The rows are locked first: a replica that starts meanwhile and
-	// writes its own row of the job waits, and is then judged live below
-	// (read committed: the check reads after the lock).
-	rows, err := tx.Query(ctx, `SELECT s.replica_id, s.job_id, coalesce(`+liveness.LiveSQL("r")+`, false)
-FROM studio_job_status s LEFT JOIN studio_replica r ON r.id = s.replica_id
-WHERE `+jobRowsSQL("s", 1)+`
-ORDER BY s.replica_id, s.job_id FOR UPDATE OF s`, job)
+	live, err := LiveDeclarers(ctx, tx, job)
 	if err != nil {
-		return f, fmt.Errorf("forget job %q: %w", job, err)
-	}
-	var live []string
-	for rows.Next() {
-		var r ForgottenRow
-		var isLive bool
-		if err := rows.Scan(&r.ReplicaID, &r.JobID, &isLive); err != nil {
-			rows.Close()
-			return f, fmt.Errorf("forget job %q: %w", job, err)
-		}
-		if isLive {
-			if len(live) == 0 || live[len(live)-1] != r.ReplicaID {
-				live = append(live, r.ReplicaID)
-			}
-			continue
-		}
-		if replica == "" || r.ReplicaID == replica {
-			f.Rows = append(f.Rows, r)
-		}
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return f, fmt.Errorf("forget job %q: %w", job, err)
+		return f, err
 	}
 	if len(live) > 0 {
 		return f, fmt.Errorf("forget job %q: %w: %s %v hosts it; remove the job from that configuration and restart the replica (it then drops the job itself), or stop it first",
 			job, ErrDeclared, map[bool]string{true: "live replica", false: "live replicas"}[len(live) == 1], live)
+	}
+	// One conditional statement: only rows of replicas that are not live
+	// when it runs (a replica that starts meanwhile keeps its rows, and
+	// removes those it does not declare itself), so no row lock, and no
+	// UPDATE privilege, is needed.
+	rows, err := tx.Query(ctx, `DELETE FROM studio_job_status s
+WHERE `+jobRowsSQL("s", 1)+` AND ($2 = '' OR s.replica_id = $2)
+  AND NOT EXISTS (SELECT 1 FROM studio_replica r WHERE r.id = s.replica_id AND `+liveness.LiveSQL("r")+`)
+RETURNING s.replica_id, s.job_id`, job, replica)
+	if err != nil {
+		return f, fmt.Errorf("forget job %q: %w", job, err)
+	}
+	f.Rows, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (ForgottenRow, error) {
+		var r ForgottenRow
+		err := row.Scan(&r.ReplicaID, &r.JobID)
+		return r, err
+	})
+	if err != nil {
+		return f, fmt.Errorf("forget job %q: %w", job, err)
 	}
 	if len(f.Rows) == 0 {
 		where := "no replica has left a status row of it"
@@ -188,13 +180,14 @@ ORDER BY s.replica_id, s.job_id FOR UPDATE OF s`, job)
 		}
 		return f, fmt.Errorf("job %q: %w (%s)", job, ErrUnknownJob, where)
 	}
-	reps, ids := make([]string, 0, len(f.Rows)), make([]string, 0, len(f.Rows))
+	slices.SortFunc(f.Rows, func(a, b ForgottenRow) int {
+		return cmp.Or(cmp.Compare(a.ReplicaID, b.ReplicaID), cmp.Compare(a.JobID, b.JobID))
+	})
+	reps := make([]string, 0, len(f.Rows))
 	for _, r := range f.Rows {
-		reps, ids = append(reps, r.ReplicaID), append(ids, r.JobID)
-	}
-	if _, err := tx.Exec(ctx, `DELETE FROM studio_job_status s USING unnest($1::text[], $2::text[]) AS d(replica_id, job_id)
-WHERE s.replica_id = d.replica_id AND s.job_id = d.job_id`, reps, ids); err != nil {
-		return f, fmt.Errorf("forget job %q: %w", job, err)
+		if len(reps) == 0 || reps[len(reps)-1] != r.ReplicaID {
+			reps = append(reps, r.ReplicaID)
+		}
 	}
 	// No row of the job left anywhere: its setting goes too.
 	tag, err := tx.Exec(ctx, `DELETE FROM studio_job_setting WHERE job_id = $1
@@ -203,7 +196,7 @@ AND NOT EXISTS (SELECT 1 FROM studio_job_status s WHERE `+jobRowsSQL("s", 1)+`)`
 		return f, fmt.Errorf("forget job %q: %w", job, err)
 	}
 	f.Settings = tag.RowsAffected() > 0
-	detail := map[string]any{"rows": len(f.Rows), "replicas": distinct(reps), "setting_removed": f.Settings}
+	detail := map[string]any{"rows": len(f.Rows), "replicas": reps, "setting_removed": f.Settings}
 	if replica != "" {
 		detail["replica"] = replica
 	}
@@ -218,18 +211,6 @@ AND NOT EXISTS (SELECT 1 FROM studio_job_status s WHERE `+jobRowsSQL("s", 1)+`)`
 		return f, fmt.Errorf("forget job %q: %w", job, err)
 	}
 	return f, nil
-}
-
-func distinct(ss []string) []string {
-	var out []string
-	seen := map[string]bool{}
-	for _, s := range ss {
-		if !seen[s] {
-			seen[s] = true
-			out = append(out, s)
-		}
-	}
-	return out
 }
 
 // RecentRuns returns the last limit runs of job, newest first, as History
