@@ -7,13 +7,22 @@
 -- last_crash_at is the last heartbeat of the incarnation that ended
 -- without a recorded stop, last_crash_incarnation that incarnation; both
 -- stay until the next such restart (or the row is forgotten).
+--
+-- Adding a nullable column is a catalog change only, but it takes the
+-- table's ACCESS EXCLUSIVE lock, and every heartbeat queues behind a wait
+-- for it: as in 00007, lock_timeout bounds that wait to 5 s (well inside
+-- the 15 s after which a replica counts as gone); behind a long
+-- transaction the migration fails, rolls back whole and runs again at the
+-- next start or `migrate up`.
 
 -- +goose Up
+SET LOCAL lock_timeout = '5s';
 ALTER TABLE studio_replica
     ADD COLUMN last_crash_at          timestamptz NULL,
     ADD COLUMN last_crash_incarnation uuid        NULL;
 
 -- +goose Down
+SET LOCAL lock_timeout = '5s';
 ALTER TABLE studio_replica
     DROP COLUMN last_crash_incarnation,
     DROP COLUMN last_crash_at;
