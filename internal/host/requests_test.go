@@ -326,6 +326,7 @@ var operatorGrants = []string{
 	`GRANT USAGE ON SEQUENCE studio_request_seq_seq, studio_audit_seq_seq TO %s`,
 	`GRANT INSERT, UPDATE ON studio_job_setting TO %s`,
 	`GRANT DELETE ON studio_replica TO %s`,
+	`GRANT DELETE ON studio_job_status, studio_job_setting TO %s`,
 }
 
 // A role with exactly the documented grants can drain, trigger, pause,
@@ -359,7 +360,8 @@ func TestOperatorRoleWithTheDocumentedGrantsCanDrainTriggerChangeAndForget(t *te
 	for _, sql := range []string{
 		`INSERT INTO studio_replica (id, incarnation, host, pid, version, state) VALUES ('live', gen_random_uuid(), 'h', 1, 'v', 'ready')`,
 		`INSERT INTO studio_replica (id, incarnation, host, pid, version, state, heartbeat_at) VALUES ('gone', gen_random_uuid(), 'h', 1, 'v', 'ready', now() - interval '1 minute')`,
-		`INSERT INTO studio_job_status (replica_id, job_id, scope) VALUES ('live', 'manual', 'installation'), ('live', 'each', 'instance')`,
+		`INSERT INTO studio_job_status (replica_id, job_id, scope) VALUES ('live', 'manual', 'installation'), ('live', 'each', 'instance'), ('gone', 'retired', 'instance')`,
+		`INSERT INTO studio_job_setting (job_id, paused) VALUES ('retired', true)`,
 	} {
 		if _, err := admin.Exec(ctx, sql); err != nil {
 			t.Fatal(err)
@@ -380,11 +382,14 @@ func TestOperatorRoleWithTheDocumentedGrantsCanDrainTriggerChangeAndForget(t *te
 			t.Errorf("change %+v: %v", c, err)
 		}
 	}
+	if f, err := jobstore.Forget(ctx, op, "retired", "", "op", ""); err != nil || !f.Settings {
+		t.Errorf("jobs forget: %+v, %v", f, err)
+	}
 	if _, err := replicas.Forget(ctx, op, "gone", "op", ""); err != nil {
 		t.Errorf("forget: %v", err)
 	}
-	if n := count(t, admin, `SELECT count(*) FROM studio_audit WHERE actor = 'op'`); n != 7 {
-		t.Errorf("%d audit rows, want 7", n)
+	if n := count(t, admin, `SELECT count(*) FROM studio_audit WHERE actor = 'op'`); n != 8 {
+		t.Errorf("%d audit rows, want 8", n)
 	}
 	if n := count(t, admin, `SELECT count(*) FROM studio_request WHERE requested_by = 'op'`); n != 3 {
 		t.Errorf("%d request rows, want 3", n)
