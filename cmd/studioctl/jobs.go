@@ -31,8 +31,10 @@ merged across live replicas, and change studio_job_setting, the operator
 overrides that every replica reads at each fire (without a restart).
 
 Health: ok; failing (the last run failed, timed out, lost its lock or was
-interrupted); stalled (no completion, run or skip, within three intervals);
-invalid-schedule (an override the parser rejects); paused.
+interrupted); stalled (no completion, run or skip, within three intervals,
+and no run in progress within its timeout); invalid-schedule (an override
+the parser rejects); paused; retired (no live replica declares the job: its
+last state as the stopped or gone replicas left it; jobs forget removes it).
 
 Jobs are declared in the config file:
 
@@ -64,7 +66,7 @@ func healthTone(h jobs.Health) output.Tone {
 	switch h {
 	case jobs.HealthOK:
 		return output.Good
-	case jobs.HealthPaused:
+	case jobs.HealthPaused, jobs.HealthRetired:
 		return output.Dim
 	case jobs.HealthStalled:
 		return output.Warn

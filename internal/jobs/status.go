@@ -30,6 +30,10 @@ const (
 	HealthStalled         Health = "stalled"
 	HealthInvalidSchedule Health = "invalid-schedule"
 	HealthPaused          Health = "paused"
+	// HealthRetired: no live replica declares the job (its replicas stopped
+	// or are gone, or it was removed from their configuration). Readers
+	// show its last state as it was; it is never stalled or failing.
+	HealthRetired Health = "retired"
 )
 
 // Status is one replica's view of one job (a studio_job_status row).

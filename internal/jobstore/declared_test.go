@@ -235,3 +235,22 @@ func TestARunInProgressWithinItsTimeoutIsNotStalled(t *testing.T) {
 		t.Errorf("a run 6m into a 5m default timeout: health %s, want stalled", v.Health)
 	}
 }
+
+func TestAJobNoLiveReplicaDeclaresIsRetiredNeverStalledOrFailing(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	hourAgo := now.Add(-time.Hour)
+	gone := jobstore.ReplicaStatus{Live: false, Status: jobs.Status{ReplicaID: "web-2", JobID: "broken-import", Schedule: "every 10s",
+		LastStartedAt: &hourAgo, LastFinishedAt: &hourAgo, LastOutcome: jobs.OutcomeFailed, Failures: 12}}
+	v := jobstore.Merge([]jobstore.ReplicaStatus{gone}, now)[0]
+	if v.Health != jobs.HealthRetired || v.Replicas != 0 || v.LastOutcome != jobs.OutcomeFailed || v.Failures != 12 {
+		t.Errorf("a job only a gone replica reports: health %s, replicas %d, outcome %s, failures %d; want retired, 0, its last state",
+			v.Health, v.Replicas, v.LastOutcome, v.Failures)
+	}
+	// A live replica declaring it makes it judged again.
+	live := gone
+	live.Live, live.ReplicaID = true, "web-1"
+	if v := jobstore.Merge([]jobstore.ReplicaStatus{gone, live}, now)[0]; v.Health != jobs.HealthFailing {
+		t.Errorf("with a live replica: health %s, want failing", v.Health)
+	}
+}

@@ -84,7 +84,8 @@ type View struct {
 
 // Merge builds one View per job from status rows. Rows of replicas that are
 // not live are used only when no live replica reports the job (so a job
-// whose every replica is gone still shows its last state).
+// whose every replica is gone still shows its last state); such a job's
+// health is retired, never stalled or failing.
 func Merge(rows []ReplicaStatus, now time.Time) []View {
 	byJob := map[string][]ReplicaStatus{}
 	for _, r := range rows {
@@ -157,6 +158,11 @@ func Merge(rows []ReplicaStatus, now time.Time) []View {
 			}
 		}
 		v.Health = jobs.JudgeHealth(merged, now)
+		if v.Replicas == 0 {
+			// No live replica declares it: nothing is late or failing
+			// now, whatever its last state says (issue 20).
+			v.Health = jobs.HealthRetired
+		}
 		out = append(out, v)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
