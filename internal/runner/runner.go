@@ -546,7 +546,7 @@ func (r *Runner) pollSettings(ctx context.Context) {
 			failing = false
 		}
 		for _, id := range changed {
-			r.log.Info("runner: a job setting changed without a signal; applying it", "job_id", id)
+			r.log.Info("runner: the settings poll found a job setting changed; applying it", "job_id", id)
 			r.applySettings(id)
 		}
 	}
