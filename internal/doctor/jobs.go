@@ -101,10 +101,12 @@ func checkFailingJobs(ctx context.Context, e *env) Result {
 	switch {
 	case len(invalid) > 0:
 		detail := plural(len(invalid), "job does not run", "jobs do not run") + ", its schedule override is invalid: " + list(invalid)
+		hint := "studioctl jobs set ID --every D (or --cron) replaces the override; jobs status ID shows it"
 		if len(failing) > 0 {
 			detail += "; failing: " + list(failing)
+			hint += "; for the failing ones, " + outputHint(failingIDs)
 		}
-		return Result{Status: Fail, Detail: detail, Hint: "studioctl jobs set ID --every D (or --cron) replaces the override; jobs status ID shows it"}
+		return Result{Status: Fail, Detail: detail, Hint: hint}
 	case len(failing) > 0:
 		return Result{Status: Warn, Detail: plural(len(failing), "job failing", "jobs failing") + ": " + list(failing),
 			Hint: outputHint(failingIDs)}
