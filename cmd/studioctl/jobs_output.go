@@ -91,7 +91,7 @@ func jobsOutputRun(ctx context.Context, o *jobsOutputOptions) error {
 	if err != nil {
 		return err
 	}
-	r, err := jobstore.RunOf(ctx, pool, o.ID, o.Cluster, o.Seq)
+	r, err := jobstore.RunOf(ctx, pool, jobstore.RunQuery{Job: o.ID, Cluster: o.Cluster, Seq: o.Seq})
 	if err != nil {
 		return err
 	}

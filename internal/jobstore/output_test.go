@@ -47,7 +47,7 @@ func TestRunOfReturnsOneRunWithItsOutput(t *testing.T) {
 		{"a per-cluster job's newest run on one cluster", "sync", "c1", 0, c1, "c1 is down\n"},
 		{"a seq with its own cluster", "sync", "c1", c1, c1, "c1 is down\n"},
 	} {
-		r, err := jobstore.RunOf(ctx, pool, tc.job, tc.cluster, tc.seq)
+		r, err := jobstore.RunOf(ctx, pool, jobstore.RunQuery{Job: tc.job, Cluster: tc.cluster, Seq: tc.seq})
 		if err != nil || r.Seq != tc.want || r.OutputTail != tc.tail {
 			t.Errorf("%s: RunOf(%q, %q, %d) = seq %d, tail %q, %v; want seq %d, tail %q", tc.name, tc.job, tc.cluster, tc.seq, r.Seq, r.OutputTail, err, tc.want, tc.tail)
 		}
@@ -65,18 +65,26 @@ func TestRunOfReturnsOneRunWithItsOutput(t *testing.T) {
 		{"a seq of another cluster", "sync", "c2", c1, jobstore.ErrUnknownRun, `is a run of job "sync@c1", not of "sync@c2"`},
 		{"a cluster without runs", "sync", "c9", 0, jobstore.ErrUnknownRun, `job "sync@c9"`},
 	} {
-		_, err := jobstore.RunOf(ctx, pool, tc.job, tc.cluster, tc.seq)
+		_, err := jobstore.RunOf(ctx, pool, jobstore.RunQuery{Job: tc.job, Cluster: tc.cluster, Seq: tc.seq})
 		if !errors.Is(err, tc.is) || !strings.Contains(err.Error(), tc.says) {
 			t.Errorf("%s: RunOf(%q, %q, %d) error = %v; want %v saying %q", tc.name, tc.job, tc.cluster, tc.seq, err, tc.is, tc.says)
 		}
 	}
 
-	r, _ := jobstore.RunOf(ctx, pool, "quiet", "", 0)
+	r, _ := jobstore.RunOf(ctx, pool, jobstore.RunQuery{Job: "quiet"})
 	if err := jobstore.NoOutputError(r); !errors.Is(err, jobstore.ErrNoOutput) || !strings.Contains(err.Error(), "printed nothing") {
 		t.Errorf("NoOutputError(finished run) = %v", err)
 	}
-	r, _ = jobstore.RunOf(ctx, pool, "sync", "", 0)
+	r, _ = jobstore.RunOf(ctx, pool, jobstore.RunQuery{Job: "sync"})
 	if err := jobstore.NoOutputError(r); !errors.Is(err, jobstore.ErrNoOutput) || !strings.Contains(err.Error(), "still running") {
 		t.Errorf("NoOutputError(running run) = %v", err)
+	}
+	// Ended: the newest run that has ended, past one still going.
+	if r, err := jobstore.RunOf(ctx, pool, jobstore.RunQuery{Job: "sync", Ended: true}); err != nil || r.Seq != c1 {
+		t.Errorf("RunOf(sync, ended) = seq %d, %v; want %d", r.Seq, err, c1)
+	}
+	if _, err := jobstore.RunOf(ctx, pool, jobstore.RunQuery{Job: "sync", Cluster: "c2", Ended: true}); !errors.Is(err, jobstore.ErrUnknownRun) ||
+		!strings.Contains(err.Error(), "none has ended") {
+		t.Errorf("RunOf(sync@c2, ended) error = %v, want none has ended", err)
 	}
 }

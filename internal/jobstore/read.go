@@ -244,14 +244,25 @@ var ErrNoOutput = errors.New("no output stored")
 // runColumnsSQL are the columns RunOf scans, in scanRun's order.
 const runColumnsSQL = `seq, job_id, replica_id, coalesce(cluster, ''), started_at, finished_at, outcome, coalesce(error, ''), coalesce(output_tail, '')`
 
-// RunOf returns one run of job, output tail included: the run seq, or
-// with seq 0 the job's newest (by start time, then seq), ended or still
-// going. cluster, when not "", narrows to one cluster's runs of a
-// clusters: owned job. A seq of another job or cluster, an unknown seq and
-// a job without runs are ErrUnknownRun; a job no replica reported and
-// without runs is ErrUnknownJob. The tail is what the replica stored,
-// scrubbed of secrets before it was written.
-func RunOf(ctx context.Context, q Querier, job, cluster string, seq int64) (jobs.Run, error) {
+// RunQuery picks one run for RunOf.
+type RunQuery struct {
+	Job string
+	// Cluster, when not "", narrows to one cluster's runs of a clusters:
+	// owned job.
+	Cluster string
+	// Seq is the run; 0 picks the job's newest (by start time, then seq).
+	Seq int64
+	// Ended, with Seq 0, picks the newest run that has ended.
+	Ended bool
+}
+
+// RunOf returns one run, output tail included (see RunQuery). A seq of
+// another job or cluster, an unknown seq and a job without runs are
+// ErrUnknownRun; a job no replica reported and without runs is
+// ErrUnknownJob. The tail is what the replica stored, scrubbed of secrets
+// before it was written.
+func RunOf(ctx context.Context, q Querier, rq RunQuery) (jobs.Run, error) {
+	job, cluster, seq := rq.Job, rq.Cluster, rq.Seq
 	name := job
 	if cluster != "" {
 		name += "@" + cluster
@@ -261,7 +272,8 @@ func RunOf(ctx context.Context, q Querier, job, cluster string, seq int64) (jobs
 		row = q.QueryRow(ctx, `SELECT `+runColumnsSQL+` FROM studio_job_run WHERE seq = $1`, seq)
 	} else {
 		row = q.QueryRow(ctx, `SELECT `+runColumnsSQL+` FROM studio_job_run
-WHERE job_id = $1 AND ($2 = '' OR cluster = $2) ORDER BY started_at DESC, seq DESC LIMIT 1`, job, cluster)
+WHERE job_id = $1 AND ($2 = '' OR cluster = $2) AND (NOT $3 OR finished_at IS NOT NULL)
+ORDER BY started_at DESC, seq DESC LIMIT 1`, job, cluster, rq.Ended)
 	}
 	r, err := scanRun(row)
 	switch {
@@ -278,6 +290,9 @@ WHERE job_id = $1 AND ($2 = '' OR cluster = $2) ORDER BY started_at DESC, seq DE
 			if kerr := Known(ctx, q, job); kerr != nil {
 				return jobs.Run{}, kerr
 			}
+		}
+		if rq.Ended {
+			return jobs.Run{}, fmt.Errorf("job %q: %w: none has ended", name, ErrUnknownRun)
 		}
 		return jobs.Run{}, fmt.Errorf("job %q: %w: it has none recorded", name, ErrUnknownRun)
 	case err != nil:
