@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -112,7 +113,9 @@ func doctorRun(ctx context.Context, o *doctorOptions) error {
 	results := doctor.Run(ctx, opts)
 	p := o.Printer()
 	if p.Terminal() && !p.Structured() {
-		printDoctorTerminal(p, o.IO.Out, results, terminalWidth(o.Getenv, o.IO.Out))
+		if err := printDoctorTerminal(p, o.IO.Out, results, terminalWidth(o.Getenv, o.IO.Out)); err != nil {
+			return err
+		}
 	} else {
 		rows := make([][]output.Cell, 0, len(results))
 		for _, r := range results {
@@ -183,7 +186,7 @@ func terminalWidth(getenv func(string) string, w io.Writer) int {
 // detail cut to fit the width, then every check that is not ok with its
 // whole detail and hint, wrapped. A check whose line already shows all
 // it has to say (a skip without hint) is not repeated.
-func printDoctorTerminal(p *output.Printer, w io.Writer, results []doctor.Result, width int) {
+func printDoctorTerminal(p *output.Printer, w io.Writer, results []doctor.Result, width int) error {
 	const gap = 3 // output's column gap
 	nameW, statusW := len("CHECK"), len("STATUS")
 	for _, r := range results {
@@ -201,16 +204,20 @@ func printDoctorTerminal(p *output.Printer, w io.Writer, results []doctor.Result
 			more = append(more, r)
 		}
 	}
-	p.Print(nil, cols, rows)
+	if err := p.Print(nil, cols, rows); err != nil {
+		return err
+	}
+	bw := bufio.NewWriter(w)
 	for _, r := range more {
-		fmt.Fprintf(w, "\n%s: %s\n", r.Check, p.Paint(doctorTone(r.Status), string(r.Status)))
+		fmt.Fprintf(bw, "\n%s: %s\n", r.Check, p.Paint(doctorTone(r.Status), string(r.Status)))
 		for _, l := range output.Wrap(output.Safe(r.Detail), width, "  ", "  ") {
-			fmt.Fprintln(w, l)
+			fmt.Fprintln(bw, l)
 		}
 		if r.Hint != "" {
 			for _, l := range output.Wrap(output.Safe(r.Hint), width, "  hint: ", "        ") {
-				fmt.Fprintln(w, l)
+				fmt.Fprintln(bw, l)
 			}
 		}
 	}
+	return bw.Flush()
 }

@@ -64,7 +64,9 @@ func TestDoctorOnATerminalFitsTheWidthAndExplainsWhatIsNotOK(t *testing.T) {
 	for _, width := range []int{80, 60, 40} {
 		var out bytes.Buffer
 		p := output.New(&out, output.Table, output.Options{Terminal: true, NoColor: true})
-		printDoctorTerminal(p, &out, results, width)
+		if err := printDoctorTerminal(p, &out, results, width); err != nil {
+			t.Fatal(err)
+		}
 		text := out.String()
 		for _, l := range strings.Split(strings.TrimSuffix(text, "\n"), "\n") {
 			if output.Width(l) > width {
