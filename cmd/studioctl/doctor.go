@@ -1,14 +1,19 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
 	"github.com/studioctl/studioctl/internal/config"
 	"github.com/studioctl/studioctl/internal/db"
@@ -36,17 +41,7 @@ func newDoctorCmd(a *app, runF func(context.Context, *doctorOptions) error) *cob
 	cmd := &cobra.Command{
 		Use:   "doctor",
 		Short: "Check the database, the schema, the clock, the bus, locks, replicas, leases and jobs",
-		Long: `Run every health check and print one line each: ok, warn or fail, a one-line
-detail, and a hint saying what to do. It reads only; it changes nothing.
-
-Checks, in order: database, schema, clock, tls, bus, shedlock_table,
-stale_locks, unknown_holders, crashed_replicas, starting_replicas, leases,
-failing_jobs, stalled_jobs, near_timeout (docs/doctor.md says what each
-looks at, its thresholds and why it warns or fails). When the database is
-unreachable, database fails and the checks that need it say skip.
-
-It exits 1 when any check fails, 0 otherwise (warnings included). -o json
-prints an array of objects with the keys check, status, detail and hint.`,
+		Long:  doctorLong(),
 		Example: `  studioctl doctor
   studioctl doctor -o json | jq -r '.[] | select(.status != "ok") | .check'`,
 		Args: noArgs,
@@ -116,12 +111,19 @@ func doctorRun(ctx context.Context, o *doctorOptions) error {
 		return ctx.Err()
 	}
 	results := doctor.Run(ctx, opts)
-	rows := make([][]output.Cell, 0, len(results))
-	for _, r := range results {
-		rows = append(rows, []output.Cell{{Text: r.Check}, {Text: string(r.Status), Tone: doctorTone(r.Status)}, {Text: r.Detail}, {Text: r.Hint}})
-	}
-	if err := o.Printer().Print(results, doctorColumns, rows); err != nil {
-		return err
+	p := o.Printer()
+	if p.Terminal() && !p.Structured() {
+		if err := printDoctorTerminal(p, o.IO.Out, results, terminalWidth(o.Getenv, o.IO.Out)); err != nil {
+			return err
+		}
+	} else {
+		rows := make([][]output.Cell, 0, len(results))
+		for _, r := range results {
+			rows = append(rows, []output.Cell{{Text: r.Check}, {Text: string(r.Status), Tone: doctorTone(r.Status)}, {Text: r.Detail}, {Text: r.Hint}})
+		}
+		if err := p.Print(results, doctorColumns, rows); err != nil {
+			return err
+		}
 	}
 	if failed := doctor.Failed(results); len(failed) > 0 {
 		n := "1 check"
@@ -131,4 +133,91 @@ func doctorRun(ctx context.Context, o *doctorOptions) error {
 		return fmt.Errorf("doctor: %s failed: %s", n, strings.Join(failed, ", "))
 	}
 	return nil
+}
+
+// doctorLong is doctor's help; the checks are listed from doctor.Names, so
+// the list cannot miss one.
+func doctorLong() string {
+	names := doctor.Names()
+	list := strings.Join(output.Wrap(fmt.Sprintf("Checks, in order (%d): %s.", len(names), strings.Join(names, ", ")), 76, "", ""), "\n")
+	return `Run every health check and report each: ok, warn or fail, a one-line
+detail, and a hint saying what to do. It reads only; it changes nothing.
+
+` + list + `
+docs/doctor.md says what each looks at, its thresholds and why it warns or
+fails. When the database is unreachable, database fails and the checks that
+need it say skip.
+
+On a terminal: one line per check (its name, status and the start of its
+detail, cut to the width: COLUMNS, else the terminal's), then the whole
+detail and the hint of every check that is not ok, wrapped to that width.
+Piped: one tab-separated line per check with the columns CHECK, STATUS,
+DETAIL and HINT. -o json prints an array of objects with the keys check,
+status, detail and hint.
+
+It exits 1 when any check fails, 0 otherwise (warnings included).`
+}
+
+// Terminal widths for doctor: the fallback when neither COLUMNS nor the
+// terminal says, and the narrowest it lays out for.
+const (
+	defaultTerminalWidth = 80
+	minTerminalWidth     = 40
+)
+
+// terminalWidth is the width to lay out for: COLUMNS when it is a number,
+// else the size of the terminal w is, else 80.
+func terminalWidth(getenv func(string) string, w io.Writer) int {
+	width := 0
+	if n, err := strconv.Atoi(strings.TrimSpace(getenv("COLUMNS"))); err == nil && n > 0 {
+		width = n
+	} else if f, ok := w.(*os.File); ok {
+		if n, _, err := term.GetSize(int(f.Fd())); err == nil && n > 0 {
+			width = n
+		}
+	}
+	if width == 0 {
+		width = defaultTerminalWidth
+	}
+	return max(width, minTerminalWidth)
+}
+
+// printDoctorTerminal is doctor on a terminal: one line per check, its
+// detail cut to fit the width, then every check that is not ok with its
+// whole detail and hint, wrapped. A check whose line already shows all
+// it has to say (a skip without hint) is not repeated.
+func printDoctorTerminal(p *output.Printer, w io.Writer, results []doctor.Result, width int) error {
+	const gap = 3 // output's column gap
+	nameW, statusW := len("CHECK"), len("STATUS")
+	for _, r := range results {
+		nameW = max(nameW, output.Width(r.Check))
+	}
+	detailW := max(width-nameW-statusW-2*gap, 10)
+	cols := []output.Column{{Header: "CHECK"}, {Header: "STATUS"}, {Header: "DETAIL"}}
+	rows := make([][]output.Cell, 0, len(results))
+	var more []doctor.Result
+	for _, r := range results {
+		detail := output.Safe(r.Detail)
+		short := output.Truncate(detail, detailW)
+		rows = append(rows, []output.Cell{{Text: r.Check}, {Text: string(r.Status), Tone: doctorTone(r.Status)}, {Text: short}})
+		if r.Status != doctor.OK && (short != detail || r.Hint != "") {
+			more = append(more, r)
+		}
+	}
+	if err := p.Print(nil, cols, rows); err != nil {
+		return err
+	}
+	bw := bufio.NewWriter(w)
+	for _, r := range more {
+		fmt.Fprintf(bw, "\n%s: %s\n", r.Check, p.Paint(doctorTone(r.Status), string(r.Status)))
+		for _, l := range output.Wrap(output.Safe(r.Detail), width, "  ", "  ") {
+			fmt.Fprintln(bw, l)
+		}
+		if r.Hint != "" {
+			for _, l := range output.Wrap(output.Safe(r.Hint), width, "  hint: ", "        ") {
+				fmt.Fprintln(bw, l)
+			}
+		}
+	}
+	return bw.Flush()
 }

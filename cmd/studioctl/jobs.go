@@ -52,6 +52,7 @@ Jobs are declared in the config file:
 	cmd.AddCommand(newJobsListCmd(a, nil), newJobsStatusCmd(a, nil), newJobsHistoryCmd(a, nil),
 		newJobsPauseCmd(a, true, nil), newJobsPauseCmd(a, false, nil), newJobsSetCmd(a, nil), newJobsTriggerCmd(a, nil))
 	cmd.AddCommand(newJobsForgetCmd(a, nil))
+	cmd.AddCommand(newJobsOutputCmd(a, nil))
 	return cmd
 }
 
@@ -305,11 +306,32 @@ type runJSON struct {
 	DurationSeconds *float64   `json:"duration_seconds" yaml:"duration_seconds"`
 	Outcome         string     `json:"outcome" yaml:"outcome"`
 	Error           *string    `json:"error" yaml:"error"`
+	// OutputTail is the whole stored tail of the task's output (scrubbed
+	// of secrets when stored), null when it printed nothing.
+	OutputTail *string `json:"output_tail" yaml:"output_tail"`
 }
 
 var runColumns = []output.Column{
 	{Header: "SEQ"}, {Header: "REPLICA"}, {Header: "CLUSTER"}, {Header: "STARTED"}, {Header: "DURATION"},
-	{Header: "OUTCOME"}, {Header: "ERROR"},
+	{Header: "OUTCOME"}, {Header: "ERROR"}, {Header: "OUTPUT", Wide: true},
+}
+
+// outputCellRunes bounds the OUTPUT column of -o wide: the last line of
+// the output, cut; jobs output JOB SEQ prints all of it.
+const outputCellRunes = 60
+
+// outputCell is a one-line glimpse of a run's output: its last non-blank
+// line, cut to outputCellRunes.
+func outputCell(tail string) string {
+	lines := strings.Split(strings.TrimRight(tail, " \t\r\n"), "\n")
+	last := strings.TrimSpace(lines[len(lines)-1])
+	if r := []rune(last); len(r) > outputCellRunes {
+		last = string(r[:outputCellRunes-3]) + "..."
+	}
+	if len(lines) > 1 && last != "" {
+		last = "... " + last
+	}
+	return last
 }
 
 func printRuns(p *output.Printer, runs []jobs.Run) error {
@@ -322,6 +344,9 @@ func printRuns(p *output.Printer, runs []jobs.Run) error {
 		}
 		if r.Error != "" {
 			j.Error = &r.Error
+		}
+		if r.OutputTail != "" {
+			j.OutputTail = &r.OutputTail
 		}
 		dur := ""
 		if r.FinishedAt != nil {
@@ -336,7 +361,7 @@ func printRuns(p *output.Printer, runs []jobs.Run) error {
 		}
 		rows = append(rows, []output.Cell{
 			{Text: strconv.FormatInt(r.Seq, 10)}, {Text: r.ReplicaID}, {Text: r.Cluster}, {Text: p.Time(r.StartedAt)}, {Text: dur},
-			{Text: string(r.Outcome), Tone: outcomeTone(r.Outcome)}, {Text: errText},
+			{Text: string(r.Outcome), Tone: outcomeTone(r.Outcome)}, {Text: errText}, {Text: outputCell(r.OutputTail)},
 		})
 	}
 	return p.Print(data, runColumns, rows)
@@ -362,8 +387,13 @@ whatever their outcome; beyond those, its runs that failed, timed out, lost
 their lock or were interrupted in the last 7 days (the newest 100 of them);
 and every run still going. Nothing finished is kept past 90 days, so the runs
 of a job removed from the config go in the end. Older runs are counted in the
-status counters (jobs status), not listed here.`,
+status counters (jobs status), not listed here.
+
+-o wide adds OUTPUT, the last line of each run's output; -o json and -o yaml
+hold the whole stored tail in output_tail. studioctl jobs output ID [SEQ]
+prints one run's tail as it was stored.`,
 		Example: `  studioctl jobs history nightly-report
+  studioctl jobs history nightly-report -o wide
   studioctl jobs history nightly-report --limit 100 -o json`,
 		Args: exactArgs("id"),
 		RunE: func(cmd *cobra.Command, args []string) error {

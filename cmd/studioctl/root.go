@@ -83,6 +83,8 @@ func exitCode(err error) int {
 		return exitRefused
 	case errors.Is(err, locks.ErrNotFound), errors.Is(err, replicas.ErrNotFound), errors.Is(err, jobstore.ErrUnknownJob), errors.Is(err, leases.ErrNotFound):
 		return exitNotFound
+	case errors.Is(err, jobstore.ErrUnknownRun), errors.Is(err, jobstore.ErrNoOutput):
+		return exitNotFound
 	case errors.As(err, &ue), errors.As(err, &ce), errors.Is(err, locks.ErrInvalid), errors.Is(err, output.ErrFormat), errors.Is(err, leases.ErrInvalid),
 		errors.Is(err, jobs.ErrSchedule), jobs.IsConfigError(err),
 		errors.Is(err, migrate.ErrNewerSchema):

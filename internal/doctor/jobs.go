@@ -77,7 +77,7 @@ func checkFailingJobs(ctx context.Context, e *env) Result {
 	if err != nil {
 		return failed(err)
 	}
-	var failing, invalid []string
+	var failing, invalid, failingIDs []string
 	hosted, paused := 0, 0
 	for _, v := range s.views {
 		if v.Replicas == 0 {
@@ -86,11 +86,12 @@ func checkFailingJobs(ctx context.Context, e *env) Result {
 		hosted++
 		switch v.Health {
 		case jobs.HealthFailing:
-			what := fmt.Sprintf("%s (%d failures", v.ID, v.Failures)
+			what := fmt.Sprintf("%s (%s", v.ID, plural(int(v.Failures), "failure", "failures"))
 			if v.LastError != "" {
 				what += ", last error: " + shorten(v.LastError, 60)
 			}
 			failing = append(failing, what+")")
+			failingIDs = append(failingIDs, v.ID)
 		case jobs.HealthInvalidSchedule:
 			invalid = append(invalid, fmt.Sprintf("%s (%s)", v.ID, shorten(v.InvalidSchedule, 60)))
 		case jobs.HealthPaused:
@@ -100,19 +101,33 @@ func checkFailingJobs(ctx context.Context, e *env) Result {
 	switch {
 	case len(invalid) > 0:
 		detail := plural(len(invalid), "job does not run", "jobs do not run") + ", its schedule override is invalid: " + list(invalid)
+		hint := "studioctl jobs set ID --every D (or --cron) replaces the override; jobs status ID shows it"
 		if len(failing) > 0 {
 			detail += "; failing: " + list(failing)
+			hint += "; for the failing ones, " + outputHint(failingIDs)
 		}
-		return Result{Status: Fail, Detail: detail, Hint: "studioctl jobs set ID --every D (or --cron) replaces the override; jobs status ID shows it"}
+		return Result{Status: Fail, Detail: detail, Hint: hint}
 	case len(failing) > 0:
 		return Result{Status: Warn, Detail: plural(len(failing), "job failing", "jobs failing") + ": " + list(failing),
-			Hint: "studioctl jobs status ID shows where and why; studioctl jobs history ID the runs and their output"}
+			Hint: outputHint(failingIDs)}
 	}
 	detail := fmt.Sprintf("%s on live replicas, none failing", plural(hosted, "job", "jobs"))
 	if paused > 0 {
 		detail += fmt.Sprintf(" (%d paused)", paused)
 	}
 	return Result{Status: OK, Detail: detail}
+}
+
+// outputHint names the commands that show why jobs fail: jobs output
+// prints a run's stored output (a per-cluster duty's id, job@cluster, as
+// it is), jobs history lists the runs.
+func outputHint(ids []string) string {
+	if len(ids) == 1 {
+		return fmt.Sprintf("studioctl jobs output %s prints the output of its last run; studioctl jobs history %s lists its runs",
+			ids[0], baseID(ids[0]))
+	}
+	return fmt.Sprintf("studioctl jobs output ID prints the output of a job's last run (studioctl jobs output %s); studioctl jobs history ID lists its runs",
+		ids[0])
 }
 
 // runningSQL lists the runs still running on live replicas, with their age

@@ -673,8 +673,10 @@ func (h *Host) routes() http.Handler {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(h.metrics, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /v1/jobs", h.serveJobs)
 	mux.Handle("GET /v1/events", h.stream)
-	mux.Handle("GET /{$}", statuspage.New(statuspage.Options{DB: h.pool, LockTable: h.o.LockTable, ReplicaID: h.o.ID, Logger: h.log,
-		Scrub: func(err error) error { return db.Scrub(err, h.o.ConnString) }})) // docs/status-page.md
+	page := statuspage.New(statuspage.Options{DB: h.pool, LockTable: h.o.LockTable, ReplicaID: h.o.ID, Logger: h.log,
+		Scrub: func(err error) error { return db.Scrub(err, h.o.ConnString) }})
+	mux.Handle("GET /{$}", page) // docs/status-page.md
+	mux.Handle("GET "+statuspage.OutputPath, page.Output())
 	return mux
 }
 

@@ -2,10 +2,13 @@ package jobstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/studioctl/studioctl/internal/jobs"
 	"github.com/studioctl/studioctl/internal/liveness"
@@ -245,4 +248,106 @@ func (v View) JSON() ViewJSON {
 		Runs: v.Runs, Failures: v.Failures, Timeouts: v.Timeouts, LockLost: v.LockLost, Overruns: v.Overruns,
 		SkippedElsewhere: v.SkippedElsewhere, InvalidSchedule: optString(v.InvalidSchedule), Paused: v.Paused,
 	}
+}
+
+// ErrUnknownRun: no run with that seq, or none of that job (a not-found
+// error, exit 4 in the CLI).
+var ErrUnknownRun = errors.New("no such run")
+
+// ErrNoOutput: the run stored no output: its task printed nothing, or it is
+// still going (the tail is stored when it ends).
+var ErrNoOutput = errors.New("no output stored")
+
+// runColumnsSQL are the columns RunOf scans, in scanRun's order.
+const runColumnsSQL = `seq, job_id, replica_id, coalesce(cluster, ''), started_at, finished_at, outcome, coalesce(error, ''), coalesce(output_tail, '')`
+
+// RunQuery picks one run for RunOf.
+type RunQuery struct {
+	Job string
+	// Cluster, when not "", narrows to one cluster's runs of a clusters:
+	// owned job.
+	Cluster string
+	// Seq is the run; 0 picks the job's newest (by start time, then seq).
+	Seq int64
+	// Ended, with Seq 0, picks the newest run that has ended.
+	Ended bool
+}
+
+// RunOf returns one run, output tail included (see RunQuery). A seq of
+// another job or cluster, an unknown seq and a job without runs are
+// ErrUnknownRun; a job no replica reported and without runs is
+// ErrUnknownJob. The tail is what the replica stored, scrubbed of secrets
+// before it was written.
+func RunOf(ctx context.Context, q Querier, rq RunQuery) (jobs.Run, error) {
+	job, cluster, seq := rq.Job, rq.Cluster, rq.Seq
+	name := job
+	if cluster != "" {
+		name += "@" + cluster
+	}
+	var row pgx.Row
+	if seq != 0 {
+		row = q.QueryRow(ctx, `SELECT `+runColumnsSQL+` FROM studio_job_run WHERE seq = $1`, seq)
+	} else {
+		row = q.QueryRow(ctx, `SELECT `+runColumnsSQL+` FROM studio_job_run
+WHERE job_id = $1 AND ($2 = '' OR cluster = $2) AND (NOT $3 OR finished_at IS NOT NULL)
+ORDER BY started_at DESC, seq DESC LIMIT 1`, job, cluster, rq.Ended)
+	}
+	r, err := scanRun(row)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows) && seq != 0:
+		return jobs.Run{}, fmt.Errorf("run %d: %w (housekeeping may have removed it; jobs history %s lists the runs kept)", seq, ErrUnknownRun, job)
+	case errors.Is(err, pgx.ErrNoRows):
+		var ran bool
+		if cluster != "" {
+			if err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM studio_job_run WHERE job_id = $1)`, job).Scan(&ran); err != nil {
+				return jobs.Run{}, fmt.Errorf("read runs of job %q: %w", job, err)
+			}
+		}
+		if !ran {
+			if kerr := Known(ctx, q, job); kerr != nil {
+				return jobs.Run{}, kerr
+			}
+		}
+		if rq.Ended {
+			return jobs.Run{}, fmt.Errorf("job %q: %w: none has ended", name, ErrUnknownRun)
+		}
+		return jobs.Run{}, fmt.Errorf("job %q: %w: it has none recorded", name, ErrUnknownRun)
+	case err != nil:
+		return jobs.Run{}, fmt.Errorf("read run of job %q: %w", name, err)
+	}
+	if r.JobID != job || cluster != "" && r.Cluster != cluster {
+		of := r.JobID
+		if r.Cluster != "" {
+			of += "@" + r.Cluster
+		}
+		return jobs.Run{}, fmt.Errorf("run %d is a run of job %q, not of %q: %w", seq, of, name, ErrUnknownRun)
+	}
+	return r, nil
+}
+
+func scanRun(row pgx.Row) (jobs.Run, error) {
+	var r jobs.Run
+	var outcome string
+	if err := row.Scan(&r.Seq, &r.JobID, &r.ReplicaID, &r.Cluster, &r.StartedAt, &r.FinishedAt, &outcome, &r.Error, &r.OutputTail); err != nil {
+		return jobs.Run{}, err
+	}
+	r.Outcome = jobs.Outcome(outcome)
+	r.StartedAt = r.StartedAt.UTC()
+	if r.FinishedAt != nil {
+		t := r.FinishedAt.UTC()
+		r.FinishedAt = &t
+	}
+	return r, nil
+}
+
+// NoOutputError says why run r has no output to show, wrapping ErrNoOutput.
+func NoOutputError(r jobs.Run) error {
+	name := r.JobID
+	if r.Cluster != "" {
+		name += "@" + r.Cluster
+	}
+	if r.Outcome == jobs.OutcomeRunning {
+		return fmt.Errorf("run %d of job %q is still running: %w yet (its output is stored when it ends)", r.Seq, name, ErrNoOutput)
+	}
+	return fmt.Errorf("run %d of job %q (%s): %w: its task printed nothing", r.Seq, name, r.Outcome, ErrNoOutput)
 }

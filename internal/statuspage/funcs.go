@@ -29,6 +29,7 @@ var funcs = template.FuncMap{
 		}
 		return *t
 	},
+	"outputHref": outputHref,
 	"runDuration": func(r jobs.Run) time.Duration {
 		if r.FinishedAt == nil {
 			return 0

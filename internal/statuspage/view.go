@@ -21,7 +21,7 @@ type view struct {
 
 	Replicas []replicaRow
 	Jobs     []jobRow
-	Runs     []jobs.Run
+	Runs     []runRow
 	Leases   []leases.Info
 	Locks    []locks.Info
 
@@ -42,12 +42,20 @@ type jobRow struct {
 	jobstore.View
 }
 
+// runRow is a run and whether it stored output (the page links to it; the
+// text itself is read on demand, from Handler.Output).
+type runRow struct {
+	jobs.Run
+	HasOutput bool
+}
+
 // latestRunsSQL reads the newest runs of every job, newest start first.
 // Not by seq: each replica numbers its runs from a block of seqs of its
 // own (jobstore.Store.NextSeq), so seqs do not follow time across
 // replicas. The started_at index (migrations/00002) keeps it cheap however
 // long the history is.
-const latestRunsSQL = `SELECT seq, job_id, replica_id, coalesce(cluster, ''), started_at, finished_at, outcome, coalesce(error, '')
+const latestRunsSQL = `SELECT seq, job_id, replica_id, coalesce(cluster, ''), started_at, finished_at, outcome, coalesce(error, ''),
+  output_tail IS NOT NULL
 FROM studio_job_run ORDER BY started_at DESC, seq DESC LIMIT $1`
 
 // load reads everything in one READ ONLY, REPEATABLE READ transaction: the
@@ -129,17 +137,17 @@ func (h *Handler) load(ctx context.Context) (*view, error) {
 	return v, nil
 }
 
-func latestRuns(ctx context.Context, q Querier, limit int) ([]jobs.Run, error) {
+func latestRuns(ctx context.Context, q Querier, limit int) ([]runRow, error) {
 	rows, err := q.Query(ctx, latestRunsSQL, limit)
 	if err != nil {
 		return nil, fmt.Errorf("read latest runs: %w", err)
 	}
 	defer rows.Close()
-	var out []jobs.Run
+	var out []runRow
 	for rows.Next() {
-		var r jobs.Run
+		var r runRow
 		var outcome string
-		if err := rows.Scan(&r.Seq, &r.JobID, &r.ReplicaID, &r.Cluster, &r.StartedAt, &r.FinishedAt, &outcome, &r.Error); err != nil {
+		if err := rows.Scan(&r.Seq, &r.JobID, &r.ReplicaID, &r.Cluster, &r.StartedAt, &r.FinishedAt, &outcome, &r.Error, &r.HasOutput); err != nil {
 			return nil, fmt.Errorf("read latest runs: %w", err)
 		}
 		r.Outcome = jobs.Outcome(outcome)
