@@ -223,7 +223,7 @@ from the binaries on the machine and says so on stderr.`,
 	pf.String("database-url", "", "PostgreSQL URL or keyword/value string (env STUDIO_DATABASE_URL)")
 	pf.StringP("output", "o", "table", "output format: table|wide|json|yaml, as the command allows")
 	pf.Bool("no-color", false, "disable colour (also NO_COLOR)")
-	pf.String("actor", "", "who to record in the audit log (default $USER@host)")
+	pf.String("actor", "", "who to record in the audit log (default user@host: $USER, else $LOGNAME, else the uid's name)")
 
 	root.AddCommand(
 		newRunCmd(a, nil),
@@ -336,7 +336,7 @@ func (a *app) printer() *output.Printer {
 	return output.New(a.stdout, a.format, output.Options{Terminal: a.stdoutTTY, NoColor: noColor, Now: a.now})
 }
 
-// actor is --actor, or $USER@host from the injected environment.
+// actor is --actor, or the default actor (audit.DefaultActor) from the injected environment.
 func (a *app) actor() string {
 	if a.cfg.Actor != "" {
 		return a.cfg.Actor
