@@ -22,6 +22,7 @@ import (
 	"github.com/studioctl/studioctl/internal/config"
 	"github.com/studioctl/studioctl/internal/db"
 	"github.com/studioctl/studioctl/internal/embedded"
+	"github.com/studioctl/studioctl/internal/host"
 	"github.com/studioctl/studioctl/internal/jobs"
 	"github.com/studioctl/studioctl/internal/jobstore"
 	"github.com/studioctl/studioctl/internal/leases"
@@ -82,6 +83,10 @@ func exitCode(err error) int {
 		return exitRefused
 	case errors.Is(err, locks.ErrNotFound), errors.Is(err, replicas.ErrNotFound), errors.Is(err, jobstore.ErrUnknownJob), errors.Is(err, leases.ErrNotFound):
 		return exitNotFound
+	case errors.Is(err, host.ErrInterrupted):
+		// A replica stopped at once by a second signal did not drain:
+		// exit 1, deliberately (run --help, docs/replica-start.md).
+		return exitFailure
 	case errors.As(err, &ue), errors.As(err, &ce), errors.Is(err, locks.ErrInvalid), errors.Is(err, output.ErrFormat), errors.Is(err, leases.ErrInvalid),
 		errors.Is(err, jobs.ErrSchedule), jobs.IsConfigError(err),
 		errors.Is(err, migrate.ErrNewerSchema):
@@ -114,6 +119,9 @@ type app struct {
 	sessionPool *pgxpool.Pool
 	// migrated: connString already applied the migrations (embedded default).
 	migrated bool
+	// embeddedBanner: connString says which embedded database it uses
+	// (run only: docs/embedded.md).
+	embeddedBanner bool
 }
 
 // Main runs studioctl with os.Args and returns the exit code.
@@ -205,7 +213,8 @@ status and history, the replica registry and cluster leases.
 
 With no database configured (no --database-url, STUDIO_DATABASE_URL, PG*
 variables or config file entry), studioctl runs a local PostgreSQL of its own
-from the binaries on the machine and says so on stderr.`,
+from the binaries on the machine: the command that starts it says so on
+stderr, and run names it (docs/embedded.md).`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
 		// An unknown command is a usage error from this validator, not a
@@ -239,13 +248,21 @@ from the binaries on the machine and says so on stderr.`,
 		a.newConfigCmd(),
 		newVersionCmd(a, nil),
 	)
-	// Every verb's help names the -o formats it prints.
+	// --version prints what the version command prints, with no
+	// configuration or database read (cobra handles it before any hook).
+	root.Version = versionLine()
+	root.SetVersionTemplate("{{.Version}}\n")
+	// Every verb's help names the -o formats it prints; every list verb
+	// answers to ls too.
 	var describe func(*cobra.Command)
 	describe = func(c *cobra.Command) {
 		for _, sub := range c.Commands() {
 			describe(sub)
 		}
-		if c.HasSubCommands() || !c.Runnable() || c == root {
+		if c.Name() == "list" && !slices.Contains(c.Aliases, "ls") {
+			c.Aliases = append(c.Aliases, "ls")
+		}
+		if c.HasSubCommands() || !c.Runnable() || c == root || c.Annotations[noOutputAnnotation] != "" {
 			return
 		}
 		long := c.Long
@@ -279,6 +296,9 @@ func (a *app) load(cmd *cobra.Command) error {
 	}
 	allowed := commandFormats(cmd)
 	if !slices.Contains(allowed, f) {
+		if pf.Changed("output") && cmd.Annotations[noOutputAnnotation] != "" {
+			return usageErrorf("-o/--output %s: %q prints nothing on stdout (its logs go to stderr)", f, cmd.CommandPath())
+		}
 		if pf.Changed("output") {
 			return usageErrorf("-o/--output %s: %q does not print %s; it allows %s", f, cmd.CommandPath(), f, joinFormats(allowed))
 		}
@@ -292,6 +312,17 @@ func (a *app) load(cmd *cobra.Command) error {
 
 // formatsAnnotation names the -o values a command allows, comma-separated.
 const formatsAnnotation = "studioctl/output-formats"
+
+// noOutputAnnotation marks a command that prints nothing on stdout (run:
+// its logs go to stderr): its help names no -o formats.
+const noOutputAnnotation = "studioctl/no-output"
+
+// withoutOutput declares that cmd prints nothing -o could shape.
+func withoutOutput(cmd *cobra.Command) *cobra.Command {
+	withFormats(cmd, output.Table)
+	cmd.Annotations[noOutputAnnotation] = "true"
+	return cmd
+}
 
 // withFormats declares the -o values cmd allows; a command that declares
 // none allows only the table (its plain text).
@@ -375,9 +406,13 @@ func (a *app) connString(ctx context.Context) (string, error) {
 	if started {
 		fmt.Fprintf(a.stderr, "started the embedded database in %s\n", e.Dir)
 	}
-	// url holds the password: only its redacted form is shown.
-	fmt.Fprintf(a.stderr, "using the embedded database %s, password in %s (set database.url or STUDIO_DATABASE_URL to use another)\n",
-		db.Redact(url), e.PasswordFile())
+	// Only run says which database it uses (docs/embedded.md): above
+	// every table it was noise. url holds the password: only its redacted
+	// form is shown.
+	if a.embeddedBanner {
+		fmt.Fprintf(a.stderr, "using the embedded database %s, password in %s (set database.url or STUDIO_DATABASE_URL to use another)\n",
+			db.Redact(url), e.PasswordFile())
+	}
 	pool, err := db.Open(ctx, url)
 	if err != nil {
 		return "", err
