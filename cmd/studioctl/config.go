@@ -48,8 +48,8 @@ environment variables, the config file and defaults, with each default
 resolved to the value in use: actor (user@host), embedded.dir (the folder),
 database.url (the configured URL, the PG* variables' target, or the embedded
 database's URL when it runs). replica.id without a value is a new random id
-at every start, <host>-<6 hex digits>: it is shown as that pattern, not as
-an id it will not have. Passwords are replaced by xxxxx. Each key's
+at every start, <host>-<6 hex digits>: it is shown as <host>-?????? (...),
+not as an id it will not have. Passwords are replaced by xxxxx. Each key's
 environment variable is STUDIO_ plus the key in upper case with "." turned
 into "_" (database.url: STUDIO_DATABASE_URL).
 
@@ -82,7 +82,7 @@ func configShowRun(ctx context.Context, o *configShowOptions) error {
 	c.Actor = o.Actor()
 	c.Embedded.Dir = e.Dir
 	if c.Replica.ID == "" {
-		c.Replica.ID = replicas.DefaultIDHost() + "-<6 random hex digits, new at every start>"
+		c.Replica.ID = replicas.DefaultIDHost() + "-?????? (6 random hex digits, new at every start)"
 	}
 	shown := configView(c)
 	if o.Jobs {

@@ -272,6 +272,7 @@ stderr, and run names it (docs/embedded.md).`,
 		c.Long = long + "\n\nOutput (-o): " + joinFormats(commandFormats(c)) + "."
 	}
 	describe(root)
+	a.addCompletions(root)
 	// Every command's help ends with the exit codes.
 	root.SetHelpTemplate(root.HelpTemplate() + "\n" + exitCodesHelp + "\n")
 	return root
@@ -288,6 +289,9 @@ func (a *app) load(cmd *cobra.Command) error {
 	}
 	cfg, _, err := config.Load(a.configFile, a.getenv, bind)
 	if err != nil {
+		if cmd.Name() == cobra.ShellCompRequestCmd {
+			return nil // completion is silent: it completes no names then
+		}
 		return err
 	}
 	f, err := output.ParseFormat(cfg.Output)
