@@ -61,8 +61,8 @@ type Querier interface {
 
 // Options configure a Service.
 type Options struct {
-	ID     string  // this replica's id (studio_replica.id), the owner it writes
-	DB     Querier // the shared database
+	ID string  // this replica's id (studio_replica.id), the owner it writes
+	DB Querier // the shared database
 	// Logger is the replica's logger, which names it (replica_id): the
 	// service adds only service=leases, so no line carries a key twice.
 	Logger *slog.Logger
