@@ -2,13 +2,19 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"gopkg.in/yaml.v3"
 
 	"github.com/studioctl/studioctl/internal/config"
 	"github.com/studioctl/studioctl/internal/db"
+	"github.com/studioctl/studioctl/internal/embedded"
+	"github.com/studioctl/studioctl/internal/jobs"
+	"github.com/studioctl/studioctl/internal/leases"
 	"github.com/studioctl/studioctl/internal/output"
+	"github.com/studioctl/studioctl/internal/replicas"
 )
 
 func (a *app) newConfigCmd() *cobra.Command {
@@ -17,24 +23,44 @@ func (a *app) newConfigCmd() *cobra.Command {
 	return cmd
 }
 
-// configShowOptions are the dependencies of config show.
+// configShowOptions are the flags and dependencies of config show.
 type configShowOptions struct {
 	deps
+	// Jobs: also print the jobs and clusters of the config file as parsed.
+	Jobs bool
 	// Config is the loaded configuration; Format the -o value.
 	Config func() *config.Config
 	Format func() output.Format
+	// PGEnv: a PG* variable configures the database (database.url unset).
+	PGEnv func() bool
+	// Embedded is the embedded database this invocation would use.
+	Embedded func() *embedded.Embedded
 }
 
 func newConfigShowCmd(a *app, runF func(context.Context, *configShowOptions) error) *cobra.Command {
-	o := &configShowOptions{deps: a.deps(), Config: func() *config.Config { return a.cfg }, Format: func() output.Format { return a.format }}
-	return withFormats(&cobra.Command{
-		Use:   "show",
+	o := &configShowOptions{deps: a.deps(), Config: func() *config.Config { return a.cfg }, Format: func() output.Format { return a.format },
+		PGEnv: a.pgEnv, Embedded: a.embedded}
+	cmd := &cobra.Command{
+		Use:   "show [--jobs]",
 		Short: "Print the effective configuration, secrets redacted",
 		Long: `Print the configuration this invocation would use, after flags, STUDIO_*
-environment variables, the config file and defaults. Passwords are replaced
-by xxxxx. Each key's environment variable is STUDIO_ plus the key in upper
-case with "." turned into "_" (database.url: STUDIO_DATABASE_URL).`,
-		Example: "  studioctl config show\n  STUDIO_REPLICA_ID=web-1 studioctl config show -o json",
+environment variables, the config file and defaults, with each default
+resolved to the value in use: actor (user@host), embedded.dir (the folder),
+database.url (the configured URL, the PG* variables' target, or the embedded
+database's URL when it runs). replica.id without a value is a new random id
+at every start, <host>-<6 hex digits>: it is shown as <host>-?????? (...),
+not as an id it will not have. Passwords are replaced by xxxxx. Each key's
+environment variable is STUDIO_ plus the key in upper case with "." turned
+into "_" (database.url: STUDIO_DATABASE_URL).
+
+--jobs adds the jobs and clusters of the config file as run would parse
+them: each job's id, scope, schedule, timeout (the default when none is
+set), task kind, lock and clusters. A job configuration error is reported
+as run reports it (exit 2). Commands, SQL text, URLs and env values are not
+printed.
+
+It starts no database and connects to none.`,
+		Example: "  studioctl config show\n  studioctl config show --jobs --config studio.yaml\n  STUDIO_REPLICA_ID=web-1 studioctl config show -o json",
 		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if runF != nil {
@@ -42,15 +68,30 @@ case with "." turned into "_" (database.url: STUDIO_DATABASE_URL).`,
 			}
 			return configShowRun(cmd.Context(), o)
 		},
-	}, output.Table, output.YAML, output.JSON)
+	}
+	cmd.Flags().BoolVar(&o.Jobs, "jobs", false, "also print the jobs and clusters of the config file as parsed")
+	return withFormats(cmd, output.Table, output.YAML, output.JSON)
 }
 
 // configShowRun prints the effective configuration (YAML unless -o json).
-func configShowRun(_ context.Context, o *configShowOptions) error {
+func configShowRun(ctx context.Context, o *configShowOptions) error {
 	c := *o.Config()
-	c.Database.URL = db.Redact(c.Database.URL)
+	e := o.Embedded()
+	c.Database.URL = databaseInUse(ctx, c.Database.URL, o.PGEnv(), o.Getenv, e)
 	c.Database.ListenURL = db.Redact(c.Database.ListenURL)
+	c.Actor = o.Actor()
+	c.Embedded.Dir = e.Dir
+	if c.Replica.ID == "" {
+		c.Replica.ID = replicas.DefaultIDHost() + "-?????? (6 random hex digits, new at every start)"
+	}
 	shown := configView(c)
+	if o.Jobs {
+		js, cs, err := parsedJobs(c.File)
+		if err != nil {
+			return err
+		}
+		shown["jobs"], shown["clusters"] = js, cs
+	}
 	if o.Format() == output.JSON {
 		return o.Printer().Print(shown, nil, nil)
 	}
@@ -60,6 +101,78 @@ func configShowRun(_ context.Context, o *configShowOptions) error {
 		return err
 	}
 	return enc.Close()
+}
+
+// databaseInUse is the database this invocation would use, password
+// redacted: the configured URL, the target of the PG* variables, or the
+// embedded database's URL when it runs (a description of it otherwise:
+// config show starts nothing).
+func databaseInUse(ctx context.Context, url string, pgEnv bool, getenv func(string) string, e *embedded.Embedded) string {
+	if url != "" {
+		return db.Redact(url)
+	}
+	if pgEnv {
+		var kv []string
+		for _, k := range []struct{ env, key string }{{"PGHOST", "host"}, {"PGHOSTADDR", "hostaddr"}, {"PGPORT", "port"},
+			{"PGDATABASE", "dbname"}, {"PGUSER", "user"}, {"PGPASSWORD", "password"}, {"PGSERVICE", "service"}} {
+			if v := getenv(k.env); v != "" {
+				kv = append(kv, k.key+"="+v)
+			}
+		}
+		return db.Redact(strings.Join(kv, " "))
+	}
+	st, err := e.Status(ctx)
+	if err == nil && st.Running && st.URL != "" {
+		return db.Redact(st.URL)
+	}
+	return fmt.Sprintf("(the embedded database in %s, not running: the first command that needs it starts it)", e.Dir)
+}
+
+// jobView is one job as config show --jobs prints it.
+type jobView struct {
+	ID       string  `json:"id" yaml:"id"`
+	Scope    string  `json:"scope" yaml:"scope"`
+	Schedule string  `json:"schedule" yaml:"schedule"`
+	Timeout  string  `json:"timeout" yaml:"timeout"`
+	Task     string  `json:"task" yaml:"task"`
+	Lock     *string `json:"lock" yaml:"lock"`         // installation jobs: the lock name
+	Clusters *string `json:"clusters" yaml:"clusters"` // "owned": once per owned cluster
+	Missed   string  `json:"missed" yaml:"missed"`
+	Line     int     `json:"line" yaml:"line"`
+}
+
+// parsedJobs parses the jobs and clusters of file as run does.
+func parsedJobs(file string) ([]jobView, []string, error) {
+	views, clusters := []jobView{}, []string{}
+	if file == "" {
+		return views, clusters, nil
+	}
+	list, err := jobs.LoadFile(file)
+	if err != nil {
+		return nil, nil, &usageError{err: err}
+	}
+	cs, err := leases.LoadFile(file)
+	if err != nil {
+		return nil, nil, &usageError{err: err}
+	}
+	if cs != nil {
+		clusters = cs
+	}
+	for _, j := range list {
+		v := jobView{ID: j.ID, Scope: string(j.Scope), Schedule: j.Schedule.String(), Timeout: j.TimeoutFor(j.Schedule).String(),
+			Task: j.Spec.Kind(), Missed: string(j.Missed), Line: j.Line}
+		if v.Missed == "" {
+			v.Missed = string(jobs.MissedRunOnce) // the default
+		}
+		if j.Scope == jobs.ScopeInstallation {
+			v.Lock = optionalString(j.LockName())
+		}
+		if j.PerCluster {
+			v.Clusters = optionalString("owned")
+		}
+		views = append(views, v)
+	}
+	return views, clusters, nil
 }
 
 // configView is the shape config show prints: the file's own key names.

@@ -31,6 +31,9 @@ type eventsOptions struct {
 	ConnString func(context.Context) (string, error)
 	// ListenURLSet: database.listen_url is set (ConnString is it).
 	ListenURLSet bool
+	// Raw prints the bus messages themselves (stream frames, run-seq
+	// batches, signals) instead of the events.
+	Raw bool
 }
 
 // eventJSON is one bus message as events -o json prints it: the message's
@@ -43,21 +46,26 @@ type eventJSON struct {
 func newEventsCmd(a *app, runF func(context.Context, *eventsOptions) error) *cobra.Command {
 	o := &eventsOptions{deps: a.deps(), ConnString: a.sessionConnString}
 	cmd := &cobra.Command{
-		Use:   "events [--follow] [--wait D] [--count N] [--since ID]",
-		Short: "Print every message on the bus",
-		Long: `Listen on the bus (LISTEN studio) and print every message: stream frames,
-run-seq batches and signals (docs/bus.md describes the format). Without
---follow it listens for --wait (default 5s) and exits; with --follow it runs
-until interrupted. --count stops after N messages. -o json prints one JSON
-object per line.
+		Use:   "events [--follow] [--wait D] [--count N] [--since ID] [--raw]",
+		Short: "Print the installation's events as they commit",
+		Long: `Print the installation's event stream, as GET /v1/events serves it
+(docs/events.md): each event's id, time, name and data, decoded. Without
+--since it starts at the newest event and prints each new one as it
+commits; --since ID first prints the events after ID, read from
+studio_event (at most 1,000, else a resync line and the newest id); --since
+0 starts at the oldest kept. Without --follow it stops after --wait
+(default 5s); with --follow it runs until interrupted. --count stops after N
+events. -o json prints one JSON object per line.
 
---since ID prints the installation's event stream instead, as GET
-/v1/events serves it (docs/events.md): the events after ID, read from
-studio_event (at most 1,000, else a resync line and the newest id), then
-each new one as it commits; --since 0 starts at the oldest kept.`,
+--raw prints the bus messages themselves instead (LISTEN studio, docs/bus.md):
+the stream's frames, run-seq batches and signals, as they arrive. A frame
+of the events stream only announces a committed event and carries no data
+(the database marks it truncated): the data is in studio_event, which the
+default output reads, so nothing is lost.`,
 		Example: `  studioctl events --follow
-  studioctl events --follow -o json | jq .kind
-  studioctl events --follow --since 1234`,
+  studioctl events --follow --since 1234
+  studioctl events --follow -o json | jq .event
+  studioctl events --follow --raw`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.ListenURLSet = a.cfg.Database.ListenURL != ""
@@ -71,6 +79,8 @@ each new one as it commits; --since 0 starts at the oldest kept.`,
 				o.Since = -1
 			} else if o.Since < 0 {
 				return usageErrorf("--since: must be an event id (0 or more), got %d", o.Since)
+			} else if o.Raw {
+				return usageErrorf("--since and --raw: the bus keeps no messages to replay; --since reads the event stream")
 			}
 			if runF != nil {
 				return runF(cmd.Context(), o)
@@ -80,8 +90,9 @@ each new one as it commits; --since 0 starts at the oldest kept.`,
 	}
 	cmd.Flags().BoolVarP(&o.Follow, "follow", "f", false, "keep listening until interrupted")
 	cmd.Flags().DurationVar(&o.Wait, "wait", 5*time.Second, "without --follow, how long to listen")
-	cmd.Flags().IntVar(&o.Count, "count", 0, "stop after this many messages (0: no limit)")
-	cmd.Flags().Int64Var(&o.Since, "since", -1, "print the event stream after this event id (docs/events.md)")
+	cmd.Flags().IntVar(&o.Count, "count", 0, "stop after this many events (or messages with --raw; 0: no limit)")
+	cmd.Flags().Int64Var(&o.Since, "since", -1, "first print the events after this event id (docs/events.md)")
+	cmd.Flags().BoolVar(&o.Raw, "raw", false, "print the bus messages themselves (frames, run-seq batches, signals: docs/bus.md)")
 	return withFormats(cmd, output.Table, output.JSON)
 }
 
@@ -105,7 +116,7 @@ func eventsRun(ctx context.Context, o *eventsOptions) error {
 		return sharedSessionsError(o.ListenURLSet, "events listens on the bus (LISTEN)")
 	}
 	p := o.Printer()
-	if o.Since >= 0 {
+	if !o.Raw {
 		return followStream(ctx, o, p, cfg, cs)
 	}
 	msgs := make(chan bus.Message, 1024)
@@ -156,7 +167,11 @@ func printEvent(o *eventsOptions, p *output.Printer, m bus.Message) error {
 		what = fmt.Sprintf("seqs    %v", m.Seqs)
 	case "frame":
 		what = fmt.Sprintf("frame   stream=%s id=%s event=%s bytes=%d", m.Stream, m.ID, m.Event, len(m.Data))
-		if m.Truncated {
+		switch {
+		case m.Truncated && m.Stream == stream.BusStream:
+			// An announcement without data, by design (docs/events.md).
+			what += " (data in studio_event)"
+		case m.Truncated:
 			what += " truncated"
 		}
 	default:
@@ -176,9 +191,9 @@ type streamLine struct {
 	Data  json.RawMessage `json:"data" yaml:"data"`
 }
 
-// followStream prints the event stream after o.Since: the replay, then
-// each event as the bus announces it, through the same hub a replica's
-// /v1/events uses.
+// followStream prints the event stream after o.Since (from the newest
+// when it is negative): the replay, then each event as the bus announces
+// it, through the same hub a replica's /v1/events uses.
 func followStream(ctx context.Context, o *eventsOptions, p *output.Printer, cfg *pgx.ConnConfig, cs string) error {
 	pool, err := o.DB(ctx)
 	if err != nil {
@@ -202,6 +217,7 @@ func followStream(ctx context.Context, o *eventsOptions, p *output.Printer, cfg 
 	}
 	defer l.Stop()
 	n, last := 0, o.Since
+	fromNow := last < 0
 	print := func(e stream.Event) (bool, error) {
 		var err error
 		if p.Structured() {
@@ -221,9 +237,14 @@ func followStream(ctx context.Context, o *eventsOptions, p *output.Printer, cfg 
 		// client is; like one, it resumes after the last event it printed.
 		// So does one whose ids went back under it (stream.ErrReset): its
 		// last id then gets a resync.
-		sub, err := hub.Subscribe(ctx, last, false)
+		sub, err := hub.Subscribe(ctx, max(last, 0), fromNow)
 		if err != nil {
 			return err
+		}
+		if fromNow {
+			// From here on it resumes after what it printed, as --since.
+			fromNow, last = false, sub.Cursor
+			fmt.Fprintf(o.IO.Err, "following the event stream after event %d (the newest)\n", last)
 		}
 		stop, err := printSub(ctx, o, sub, timeout, print)
 		sub.Close()

@@ -38,6 +38,17 @@ type replicaJSON struct {
 	Crashed             bool       `json:"crashed" yaml:"crashed"`
 	Leases              int        `json:"leases" yaml:"leases"` // cluster leases it owns (cluster_lease)
 	ClockOffsetSeconds  *float64   `json:"clock_offset_seconds" yaml:"clock_offset_seconds"`
+	// HTTPAddr is where it serves its probes, metrics and page, as -o wide
+	// shows it; null when it recorded none.
+	HTTPAddr *string `json:"http_addr" yaml:"http_addr"`
+}
+
+// optionalString is s, or nil (null in JSON and YAML) when s is empty.
+func optionalString(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }
 
 var replicaColumns = []output.Column{
@@ -70,6 +81,7 @@ func printReplicas(p *output.Printer, infos []replicas.Info, leaseCount map[stri
 			HeartbeatAgeSeconds: in.HeartbeatAge.Seconds(), Gone: in.Gone, Crashed: in.Crashed,
 			Leases:             leaseCount[in.ID],
 			ClockOffsetSeconds: in.ClockOffset,
+			HTTPAddr:           optionalString(in.HTTPAddr),
 		})
 		state, tone := replicaState(in)
 		uptime := ""

@@ -22,6 +22,7 @@ import (
 	"github.com/studioctl/studioctl/internal/config"
 	"github.com/studioctl/studioctl/internal/db"
 	"github.com/studioctl/studioctl/internal/embedded"
+	"github.com/studioctl/studioctl/internal/host"
 	"github.com/studioctl/studioctl/internal/jobs"
 	"github.com/studioctl/studioctl/internal/jobstore"
 	"github.com/studioctl/studioctl/internal/leases"
@@ -85,6 +86,10 @@ func exitCode(err error) int {
 		return exitNotFound
 	case errors.Is(err, jobstore.ErrUnknownRun), errors.Is(err, jobstore.ErrNoOutput):
 		return exitNotFound
+	case errors.Is(err, host.ErrInterrupted):
+		// A replica stopped at once by a second signal did not drain:
+		// exit 1, deliberately (run --help, docs/replica-start.md).
+		return exitFailure
 	case errors.As(err, &ue), errors.As(err, &ce), errors.Is(err, locks.ErrInvalid), errors.Is(err, output.ErrFormat), errors.Is(err, leases.ErrInvalid),
 		errors.Is(err, jobs.ErrSchedule), jobs.IsConfigError(err),
 		errors.Is(err, migrate.ErrNewerSchema):
@@ -117,6 +122,9 @@ type app struct {
 	sessionPool *pgxpool.Pool
 	// migrated: connString already applied the migrations (embedded default).
 	migrated bool
+	// embeddedBanner: connString says which embedded database it uses
+	// (run only: docs/embedded.md).
+	embeddedBanner bool
 }
 
 // Main runs studioctl with os.Args and returns the exit code.
@@ -208,7 +216,8 @@ status and history, the replica registry and cluster leases.
 
 With no database configured (no --database-url, STUDIO_DATABASE_URL, PG*
 variables or config file entry), studioctl runs a local PostgreSQL of its own
-from the binaries on the machine and says so on stderr.`,
+from the binaries on the machine: the command that starts it says so on
+stderr, and run names it (docs/embedded.md).`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
 		// An unknown command is a usage error from this validator, not a
@@ -226,7 +235,7 @@ from the binaries on the machine and says so on stderr.`,
 	pf.String("database-url", "", "PostgreSQL URL or keyword/value string (env STUDIO_DATABASE_URL)")
 	pf.StringP("output", "o", "table", "output format: table|wide|json|yaml, as the command allows")
 	pf.Bool("no-color", false, "disable colour (also NO_COLOR)")
-	pf.String("actor", "", "who to record in the audit log (default $USER@host)")
+	pf.String("actor", "", "who to record in the audit log (default user@host: $USER, else $LOGNAME, else the uid's name)")
 
 	root.AddCommand(
 		newRunCmd(a, nil),
@@ -242,13 +251,21 @@ from the binaries on the machine and says so on stderr.`,
 		a.newConfigCmd(),
 		newVersionCmd(a, nil),
 	)
-	// Every verb's help names the -o formats it prints.
+	// --version prints what the version command prints, with no
+	// configuration or database read (cobra handles it before any hook).
+	root.Version = versionLine()
+	root.SetVersionTemplate("{{.Version}}\n")
+	// Every verb's help names the -o formats it prints; every list verb
+	// answers to ls too.
 	var describe func(*cobra.Command)
 	describe = func(c *cobra.Command) {
 		for _, sub := range c.Commands() {
 			describe(sub)
 		}
-		if c.HasSubCommands() || !c.Runnable() || c == root {
+		if c.Name() == "list" && !slices.Contains(c.Aliases, "ls") {
+			c.Aliases = append(c.Aliases, "ls")
+		}
+		if c.HasSubCommands() || !c.Runnable() || c == root || c.Annotations[noOutputAnnotation] != "" {
 			return
 		}
 		long := c.Long
@@ -258,6 +275,7 @@ from the binaries on the machine and says so on stderr.`,
 		c.Long = long + "\n\nOutput (-o): " + joinFormats(commandFormats(c)) + "."
 	}
 	describe(root)
+	a.addCompletions(root)
 	// Every command's help ends with the exit codes.
 	root.SetHelpTemplate(root.HelpTemplate() + "\n" + exitCodesHelp + "\n")
 	return root
@@ -274,6 +292,9 @@ func (a *app) load(cmd *cobra.Command) error {
 	}
 	cfg, _, err := config.Load(a.configFile, a.getenv, bind)
 	if err != nil {
+		if cmd.Name() == cobra.ShellCompRequestCmd {
+			return nil // completion is silent: it completes no names then
+		}
 		return err
 	}
 	f, err := output.ParseFormat(cfg.Output)
@@ -282,6 +303,9 @@ func (a *app) load(cmd *cobra.Command) error {
 	}
 	allowed := commandFormats(cmd)
 	if !slices.Contains(allowed, f) {
+		if pf.Changed("output") && cmd.Annotations[noOutputAnnotation] != "" {
+			return usageErrorf("-o/--output %s: %q prints nothing on stdout (its logs go to stderr)", f, cmd.CommandPath())
+		}
 		if pf.Changed("output") {
 			return usageErrorf("-o/--output %s: %q does not print %s; it allows %s", f, cmd.CommandPath(), f, joinFormats(allowed))
 		}
@@ -295,6 +319,17 @@ func (a *app) load(cmd *cobra.Command) error {
 
 // formatsAnnotation names the -o values a command allows, comma-separated.
 const formatsAnnotation = "studioctl/output-formats"
+
+// noOutputAnnotation marks a command that prints nothing on stdout (run:
+// its logs go to stderr): its help names no -o formats.
+const noOutputAnnotation = "studioctl/no-output"
+
+// withoutOutput declares that cmd prints nothing -o could shape.
+func withoutOutput(cmd *cobra.Command) *cobra.Command {
+	withFormats(cmd, output.Table)
+	cmd.Annotations[noOutputAnnotation] = "true"
+	return cmd
+}
 
 // withFormats declares the -o values cmd allows; a command that declares
 // none allows only the table (its plain text).
@@ -339,7 +374,7 @@ func (a *app) printer() *output.Printer {
 	return output.New(a.stdout, a.format, output.Options{Terminal: a.stdoutTTY, NoColor: noColor, Now: a.now})
 }
 
-// actor is --actor, or $USER@host from the injected environment.
+// actor is --actor, or the default actor (audit.DefaultActor) from the injected environment.
 func (a *app) actor() string {
 	if a.cfg.Actor != "" {
 		return a.cfg.Actor
@@ -378,9 +413,13 @@ func (a *app) connString(ctx context.Context) (string, error) {
 	if started {
 		fmt.Fprintf(a.stderr, "started the embedded database in %s\n", e.Dir)
 	}
-	// url holds the password: only its redacted form is shown.
-	fmt.Fprintf(a.stderr, "using the embedded database %s, password in %s (set database.url or STUDIO_DATABASE_URL to use another)\n",
-		db.Redact(url), e.PasswordFile())
+	// Only run says which database it uses (docs/embedded.md): above
+	// every table it was noise. url holds the password: only its redacted
+	// form is shown.
+	if a.embeddedBanner {
+		fmt.Fprintf(a.stderr, "using the embedded database %s, password in %s (set database.url or STUDIO_DATABASE_URL to use another)\n",
+			db.Redact(url), e.PasswordFile())
+	}
 	pool, err := db.Open(ctx, url)
 	if err != nil {
 		return "", err

@@ -16,7 +16,6 @@ import (
 	"github.com/studioctl/studioctl/internal/jobs"
 	"github.com/studioctl/studioctl/internal/leases"
 	"github.com/studioctl/studioctl/internal/locks"
-	"github.com/studioctl/studioctl/internal/output"
 	"github.com/studioctl/studioctl/internal/replicas"
 	"github.com/studioctl/studioctl/internal/tasks"
 )
@@ -48,7 +47,7 @@ type runOptions struct {
 
 func newRunCmd(a *app, runF func(context.Context, *runOptions) error) *cobra.Command {
 	o := &runOptions{deps: a.deps(), Version: buildVersion()}
-	return withFormats(&cobra.Command{
+	return withoutOutput(&cobra.Command{
 		Use:   "run",
 		Short: "Host a replica: registry heartbeat, bus, probes, drain",
 		Long: `Host one replica against the configured database. It registers in
@@ -59,7 +58,9 @@ port and logs it).
 
 SIGTERM, SIGINT or SIGHUP, or "studioctl replicas drain ID", drains it: state
 draining (readiness fails), wait drain.delay (default 5s), stop, state
-stopped, exit 0. A second signal stops it at once.
+stopped, exit 0. A second signal stops it at once: the drain delay is cut,
+runs in progress are recorded interrupted, state stopped is still written,
+and it exits 1 (it did not drain).
 
 It runs the jobs declared under jobs: in the config file (see
 "studioctl jobs --help"), and the built-in studio-housekeeping job. A job
@@ -85,7 +86,8 @@ the pool keeps no session state. Without it, run refuses such a pooler
 A replica whose id belongs to a live replica refuses to start (exit 2). If
 another process takes its id over while it runs, it stops at once and exits 1.
 A closed stdout or stderr does not stop it (SIGPIPE is handled).
-Logs go to stderr: text on a terminal, JSON otherwise.`,
+Logs go to stderr: text on a terminal, JSON otherwise; it prints nothing
+on stdout, so it takes no -o.`,
 		Example: `  studioctl run
   STUDIO_REPLICA_ID=web-1 STUDIO_REPLICA_LISTEN=127.0.0.1:8081 studioctl run`,
 		Args: noArgs,
@@ -93,6 +95,7 @@ Logs go to stderr: text on a terminal, JSON otherwise.`,
 			o.Config = a.cfg
 			o.Logger = a.logger()
 			o.PGEnv = a.pgEnv()
+			a.embeddedBanner = true
 			o.ConnString = func(ctx context.Context) (string, bool, error) {
 				cs, err := a.connString(ctx)
 				return cs, a.migrated, err
@@ -103,7 +106,7 @@ Logs go to stderr: text on a terminal, JSON otherwise.`,
 			}
 			return runRun(cmd.Context(), o)
 		},
-	}, output.Table)
+	})
 }
 
 // processSignals subscribes to this process's drain signals. The first

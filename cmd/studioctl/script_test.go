@@ -71,6 +71,13 @@ func TestScripts(t *testing.T) {
 				return err
 			}
 			env.Setenv("REPO", repo)
+			// THISHOST is the host name, for goldens that show the
+			// default actor (user@host).
+			host, err := os.Hostname()
+			if err != nil {
+				return err
+			}
+			env.Setenv("THISHOST", host)
 			return nil
 		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){

@@ -46,6 +46,12 @@ func newVersionCmd(a *app, runF func(context.Context, *versionOptions) error) *c
 
 // versionRun prints the version, the platform and the Go version.
 func versionRun(_ context.Context, o *versionOptions) error {
-	_, err := fmt.Fprintf(o.IO.Out, "studioctl %s %s/%s %s\n", buildVersion(), runtime.GOOS, runtime.GOARCH, runtime.Version())
+	_, err := fmt.Fprintln(o.IO.Out, versionLine())
 	return err
+}
+
+// versionLine is what version and --version print: the version, the
+// platform and the Go version.
+func versionLine() string {
+	return fmt.Sprintf("studioctl %s %s/%s %s", buildVersion(), runtime.GOOS, runtime.GOARCH, runtime.Version())
 }

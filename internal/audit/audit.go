@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/user"
+	"strconv"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -19,7 +21,7 @@ type Execer interface {
 
 // Entry is one audited change.
 type Entry struct {
-	Actor  string         // who: $USER@host unless --actor
+	Actor  string         // who: user@host (DefaultActor) unless --actor
 	Action string         // what: "locks.release", "replicas.forget", ...
 	Target string         // on what: a lock name, a replica id, ...
 	Reason string         // why, as the operator said
@@ -73,19 +75,36 @@ func Insert(ctx context.Context, q Queryer, e Entry) (int64, error) {
 	return seq, nil
 }
 
-// DefaultActor is $USER@host, with USER (else LOGNAME) read through getenv,
-// so a command reads only the environment it was given.
+// DefaultActor is user@host: USER, else LOGNAME, read through getenv so a
+// command reads only the environment it was given; else the name of this
+// process's uid (a root shell or a container sets neither variable); else
+// uid:N. Never "unknown" when the uid has a name.
 func DefaultActor(getenv func(string) string) string {
-	u := getenv("USER")
-	if u == "" {
-		u = getenv("LOGNAME")
-	}
-	if u == "" {
-		u = "unknown"
-	}
 	h, err := os.Hostname()
 	if err != nil || h == "" {
 		h = "localhost"
 	}
-	return u + "@" + h
+	return actorName(getenv, os.Getuid(), lookupUserName) + "@" + h
+}
+
+// actorName is the user part of the default actor; lookup names a uid.
+func actorName(getenv func(string) string, uid int, lookup func(uid int) (string, error)) string {
+	for _, k := range []string{"USER", "LOGNAME"} {
+		if u := getenv(k); u != "" {
+			return u
+		}
+	}
+	if name, err := lookup(uid); err == nil && name != "" {
+		return name
+	}
+	return "uid:" + strconv.Itoa(uid)
+}
+
+// lookupUserName is the user name of uid from the user database.
+func lookupUserName(uid int) (string, error) {
+	u, err := user.LookupId(strconv.Itoa(uid))
+	if err != nil {
+		return "", err
+	}
+	return u.Username, nil
 }

@@ -282,6 +282,15 @@ func Load(file string, getenv func(string) string, flags []FlagBinding) (*Config
 		return nil, nil, err
 	}
 	if path != "" {
+		// The file's syntax first: viper's message names the line where
+		// the enclosing block began, not the bad one.
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, nil, &Error{Msg: fmt.Sprintf("config file %s: %v", path, err)}
+		}
+		if err := checkSyntax(path, b); err != nil {
+			return nil, nil, err
+		}
 		v.SetConfigFile(path)
 		v.SetConfigType("yaml")
 		if err := v.ReadInConfig(); err != nil {

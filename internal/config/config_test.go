@@ -508,3 +508,31 @@ func TestMetricsPerJobIsAutoOnOrOffWithAWholeNumberLimit(t *testing.T) {
 		})
 	}
 }
+
+func TestAYAMLSyntaxErrorNamesTheFileAndTheLineThatIsWrong(t *testing.T) {
+	tests := []struct {
+		name string
+		file string
+		want string // file:line
+	}{
+		{"a list item's key indented one space short on line 4", "jobs:\n  - id: a\n    every: 1s\n   command: x\n", "c.yaml:4:"},
+		{"a second list item indented short on line 5", "replica:\n  id: x\njobs:\n  - id: a\n   every: 1s\n", "c.yaml:5:"},
+		{"a key indented too deep on line 5", "replica:\n  id: x\ndrain:\n delay: 1s\n  x: 2\n", "c.yaml:5:"},
+		{"a tab on line 4", "a: 1\nb: 2\nc:\n\t- x\n", "c.yaml:4:"},
+		{"an unclosed flow list on line 2", "replica:\n  id: [x\n  listen: y\n", "c.yaml:2:"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			path := writeFile(t, dir, "c.yaml", tt.file)
+			_, _, err := config.Load(path, noEnv, nil)
+			var ce *config.Error
+			if !errors.As(err, &ce) {
+				t.Fatalf("Load: got %v, want a *config.Error", err)
+			}
+			if !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), "yaml syntax error: ") {
+				t.Errorf("error %q: want it to name %q and say yaml syntax error", err, tt.want)
+			}
+		})
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -129,6 +130,12 @@ type run struct {
 	cancel context.CancelCauseFunc
 	// stopView ends the observer and waits for it.
 	stopView func()
+
+	// execMu orders the narration of executions with the faults': an
+	// execution is told before a kill that came after it (narrateExecutions).
+	execMu sync.Mutex
+	// execLast is the last demo_execution id narrated.
+	execLast int64
 }
 
 // Run runs the demo and returns its report. The error is ErrOverlap when an
@@ -373,7 +380,6 @@ func (r *run) play(ctx context.Context) error {
 func (r *run) observe(ctx context.Context) {
 	var prev snapshot
 	first := true
-	var lastID int64
 	t := time.NewTicker(viewEvery)
 	defer t.Stop()
 	for {
@@ -389,9 +395,7 @@ func (r *run) observe(ctx context.Context) {
 				}
 			}
 			prev, first = snap, false
-			execs, next := r.executions(ctx, lastID)
-			lastID = next
-			r.scr.show(snap, execs)
+			r.scr.show(snap, r.narrateExecutions(ctx))
 		}
 		select {
 		case <-ctx.Done():
@@ -401,33 +405,37 @@ func (r *run) observe(ctx context.Context) {
 	}
 }
 
-// executions counts the installation jobs' executions per replica, and
-// reports every one that started since the row after lastID.
-func (r *run) executions(ctx context.Context, lastID int64) (map[string]map[string]int, int64) {
+// narrateExecutions counts the installation jobs' executions per replica,
+// and tells every one that started since the last it told. The faults call
+// it right after a kill and before they tell it, so an execution that began
+// before the kill is never told after it.
+func (r *run) narrateExecutions(ctx context.Context) map[string]map[string]int {
+	r.execMu.Lock()
+	defer r.execMu.Unlock()
 	out := map[string]map[string]int{}
 	total := map[string]int{}
 	rows, err := r.pool.Query(ctx, `SELECT id, job_id, replica FROM demo_execution WHERE job_id = ANY($1) ORDER BY id`, installationJobs)
 	if err != nil {
-		return out, lastID
+		return out
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var id int64
 		var job, rep string
 		if rows.Scan(&id, &job, &rep) != nil {
-			return out, lastID
+			return out
 		}
 		if out[job] == nil {
 			out[job] = map[string]int{}
 		}
 		out[job][rep]++
 		total[job]++
-		if id > lastID {
+		if id > r.execLast {
 			r.scr.event(fmt.Sprintf("job %s: %s started execution %d", job, rep, total[job]))
-			lastID = id
+			r.execLast = id
 		}
 	}
-	return out, lastID
+	return out
 }
 
 // waitFor polls cond until it holds, ctx is done or d has passed.

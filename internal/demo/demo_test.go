@@ -147,6 +147,20 @@ func TestDemoWithFaultsReportsNoOverlapAndItsIncidents(t *testing.T) {
 	if rep.Takeover == nil || *rep.Takeover <= 0 || rep.Handover == nil || *rep.Handover < 0 {
 		t.Errorf("takeover %v, handover %v: want both measured", rep.Takeover, rep.Handover)
 	}
+	// The narration is in the order things happened: the killed replica
+	// starts nothing after the kill, so nothing it started is told after
+	// the kill line (it used to be, 0.3 s late, by the live view's poll).
+	var victim string
+	for _, r := range rep.Replicas {
+		if r.Fate == "killed" {
+			victim = r.ID
+		}
+	}
+	if _, after, ok := strings.Cut(stderr.String(), "kill -9 "+victim+" "); !ok {
+		t.Errorf("no kill -9 %s line in the narration", victim)
+	} else if strings.Contains(after, victim+" started execution") {
+		t.Errorf("an execution of %s is told after its kill:\n%s", victim, after)
+	}
 	for _, want := range []string{"kill -9", "is stale", "$ PGPASSFILE=", "locks release " + MainJob, "replicas drain", "replicas list"} {
 		if !strings.Contains(stderr.String(), want) {
 			t.Errorf("the narration on stderr does not say %q", want)

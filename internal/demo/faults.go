@@ -78,6 +78,8 @@ ORDER BY e.id DESC LIMIT 1`, MainJob, fmt.Sprintf("%d milliseconds", midRun.Mill
 	}
 	r.kids.kill(p)
 	r.fates[victim] = "killed"
+	// What the victim started before the kill is told before the kill.
+	r.narrateExecutions(ctx)
 	r.scr.say("kill -9 %s (pid %d): it was %s into an execution of %s and holds its lock; it gets no chance to release it",
 		victim, p.cmd.Process.Pid, time.Duration(ranFor*float64(time.Second)).Round(time.Millisecond), MainJob)
 	r.incident(Incident{Step: "kill", At: killAt, Replica: victim, Command: fmt.Sprintf("kill -9 %d", p.cmd.Process.Pid),
@@ -175,6 +177,7 @@ func (r *run) drain(ctx context.Context) error {
 	r.fates[victim] = "drained"
 	args := []string{"replicas", "drain", victim, "--reason", "demo: planned maintenance", "--yes"}
 	line := r.commandLine(args...)
+	r.narrateExecutions(ctx)
 	r.scr.say("%s owns the leases of %s; asking it to drain (it stops taking work, releases its leases, waits drain.delay and exits)", victim, strings.Join(moved, ", "))
 	drainAt, err := r.dbNow(ctx)
 	if err != nil {

@@ -32,6 +32,38 @@ type snapshot struct {
 	jobs     []jobstore.View
 	locks    []locks.Info
 	leases   []leases.Info
+	// counts are each job's finished runs, from its run records: the
+	// status rows of a replica that left no longer count, and the live
+	// view's RUNS must not go down.
+	counts map[string]runCounts
+}
+
+// runCounts are a job's finished runs, failures and timeouts, counted as
+// the status rows count them.
+type runCounts struct{ runs, failures, timeouts int64 }
+
+// countsSQL counts the finished runs of every job (a per-cluster duty
+// under its job's id) from studio_job_run.
+const countsSQL = `SELECT split_part(job_id, '@', 1), count(*), count(*) FILTER (WHERE outcome <> 'succeeded'),
+  count(*) FILTER (WHERE outcome = 'timed_out')
+FROM studio_job_run WHERE outcome <> 'running' GROUP BY 1`
+
+func readCounts(ctx context.Context, pool *pgxpool.Pool) (map[string]runCounts, error) {
+	rows, err := pool.Query(ctx, countsSQL)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]runCounts{}
+	for rows.Next() {
+		var id string
+		var c runCounts
+		if err := rows.Scan(&id, &c.runs, &c.failures, &c.timeouts); err != nil {
+			return nil, err
+		}
+		out[id] = c
+	}
+	return out, rows.Err()
 }
 
 func readSnapshot(ctx context.Context, pool *pgxpool.Pool, admin *locks.Admin) (snapshot, error) {
@@ -49,6 +81,9 @@ func readSnapshot(ctx context.Context, pool *pgxpool.Pool, admin *locks.Admin) (
 		return s, err
 	}
 	if s.leases, err = leases.List(ctx, pool); err != nil {
+		return s, err
+	}
+	if s.counts, err = readCounts(ctx, pool); err != nil {
 		return s, err
 	}
 	return s, nil
@@ -213,7 +248,8 @@ func (s *screen) render(snap snapshot, execs map[string]map[string]int) string {
 		if v.LastOutcome != "" {
 			last = fmt.Sprintf("%s on %s", v.LastOutcome, v.LastReplica)
 		}
-		line("%-14s %-12s %s %5d %5d %5d   %s", v.ID, v.Scope, st.Render(fmt.Sprintf("%-9s", v.Health)), v.Runs, v.Failures, v.Timeouts, last)
+		c := snap.counts[v.ID] // from the records, not the live replicas' rows
+		line("%-14s %-12s %s %5d %5d %5d   %s", v.ID, v.Scope, st.Render(fmt.Sprintf("%-9s", v.Health)), c.runs, c.failures, c.timeouts, last)
 	}
 	line("%s", s.title.Render(fmt.Sprintf("%-14s %-10s %-7s %-7s %s", "LOCK", "LOCKED BY", "STATE", "HOLDER", "UNTIL")))
 	for _, l := range snap.locks {

@@ -11,6 +11,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/studioctl/studioctl/internal/config"
 	"github.com/studioctl/studioctl/internal/locks"
 	"github.com/studioctl/studioctl/internal/tasks"
 )
@@ -34,6 +35,10 @@ func (e *ConfigError) Error() string {
 	if e.Line > 0 {
 		where = fmt.Sprintf("%s:%d", e.File, e.Line)
 	}
+	if e.Field == "yaml" && e.Job == "" {
+		// Not valid YAML: there is no job to name yet.
+		return fmt.Sprintf("%s: yaml: %s", where, e.Msg)
+	}
 	return fmt.Sprintf("%s: %s: %s: %s", where, job, e.Field, e.Msg)
 }
 
@@ -51,6 +56,9 @@ func LoadFile(path string) ([]Job, error) {
 func Parse(file string, b []byte) ([]Job, error) {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(b, &doc); err != nil {
+		if line, msg, ok := config.SyntaxLine(b, err); ok {
+			return nil, &ConfigError{File: file, Line: line, Field: "yaml", Msg: "syntax error: " + msg}
+		}
 		return nil, &ConfigError{File: file, Field: "yaml", Msg: err.Error()}
 	}
 	if len(doc.Content) == 0 {

@@ -387,7 +387,7 @@ func TestParseReportsMalformedYAML(t *testing.T) {
 	t.Parallel()
 	_, err := jobs.Parse(configFile, []byte("jobs:\n  - id: report\n   scope: [\n"))
 	var ce *jobs.ConfigError
-	if !errors.As(err, &ce) || ce.File != configFile || ce.Field != "yaml" || !strings.HasPrefix(err.Error(), "studio.yaml: job: yaml: ") {
+	if !errors.As(err, &ce) || ce.File != configFile || ce.Field != "yaml" || !strings.HasPrefix(err.Error(), "studio.yaml:3: yaml: syntax error: ") {
 		t.Fatalf("Parse = %v, want a ConfigError of field yaml naming the file", err)
 	}
 }
@@ -417,5 +417,17 @@ func TestLoadFileNamesThePathInErrors(t *testing.T) {
 	_, err = jobs.LoadFile(missing)
 	if !errors.Is(err, os.ErrNotExist) || jobs.IsConfigError(err) || !strings.Contains(err.Error(), missing) {
 		t.Errorf("LoadFile(missing) = %v, want a not-exist error naming %s", err, missing)
+	}
+}
+
+func TestParseNamesTheLineOfAYAMLSyntaxErrorNotWhereItsBlockBegan(t *testing.T) {
+	t.Parallel()
+	_, err := jobs.Parse("studio.yaml", []byte("jobs:\n  - id: report\n    scope: instance\n   every: 1m\n"))
+	var ce *jobs.ConfigError
+	if !errors.As(err, &ce) {
+		t.Fatalf("Parse: got %v, want a *ConfigError", err)
+	}
+	if ce.Line != 4 || ce.Field != "yaml" || !strings.HasPrefix(ce.Msg, "syntax error: ") {
+		t.Errorf("got %+v (%v), want line 4, field yaml, a syntax error", *ce, err)
 	}
 }

@@ -426,6 +426,9 @@ func LoadFile(path string) ([]string, error) {
 func ParseConfig(file string, b []byte) ([]string, error) {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(b, &doc); err != nil {
+		if line, msg, ok := config.SyntaxLine(b, err); ok {
+			return nil, &config.Error{Msg: fmt.Sprintf("%s:%d: clusters: yaml syntax error: %s", file, line, msg)}
+		}
 		return nil, &config.Error{Msg: fmt.Sprintf("%s: clusters: %v", file, err)}
 	}
 	if len(doc.Content) == 0 || doc.Content[0].Kind != yaml.MappingNode {

@@ -61,8 +61,10 @@ type Querier interface {
 
 // Options configure a Service.
 type Options struct {
-	ID     string  // this replica's id (studio_replica.id), the owner it writes
-	DB     Querier // the shared database
+	ID string  // this replica's id (studio_replica.id), the owner it writes
+	DB Querier // the shared database
+	// Logger is the replica's logger, which names it (replica_id): the
+	// service adds only service=leases, so no line carries a key twice.
 	Logger *slog.Logger
 
 	// Signal sends leases.rebalance after a release and when this replica
@@ -134,7 +136,7 @@ func New(o Options) *Service {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Service{o: o, t: o.timing.orDefault(), log: o.Logger.With("service", "leases", "replica_id", o.ID),
+	s := &Service{o: o, t: o.timing.orDefault(), log: o.Logger.With("service", "leases"),
 		wake: make(chan struct{}, 1), held: map[string]*held{}}
 	if s.o.Signal == nil {
 		s.o.Signal = func(ctx context.Context) error {

@@ -80,6 +80,14 @@ func ValidateID(id string) error {
 // DefaultID is <host>-<6 random hex>, the host name lower-cased, with any
 // other character turned into "-" and cut so the id passes ValidateID.
 func DefaultID() string {
+	b := make([]byte, 3)
+	rand.Read(b)
+	return DefaultIDHost() + "-" + hex.EncodeToString(b)
+}
+
+// DefaultIDHost is the <host> part of DefaultID: the same on every start,
+// unlike the random part.
+func DefaultIDHost() string {
 	h, err := os.Hostname()
 	if err != nil {
 		h = ""
@@ -99,9 +107,7 @@ func DefaultID() string {
 	if h == "" || !idPattern.MatchString(h) {
 		h = "replica"
 	}
-	b := make([]byte, 3)
-	rand.Read(b)
-	return h + "-" + hex.EncodeToString(b)
+	return h
 }
 
 // Options configure a Registry.
