@@ -19,7 +19,7 @@ import (
 var newBin *replicaproc.Binary
 
 // old is the studioctl of the earlier commit, built by TestMain beside the
-// new one; the test fails with oldErr when it could not be built.
+// new one; the test fails with old.err when it could not be built.
 var old struct {
 	done   chan struct{} // closed when the build has ended
 	bin    *replicaproc.Binary

@@ -3,6 +3,7 @@ package e2eupgrade
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 	"github.com/studioctl/studioctl/internal/db"
 	"github.com/studioctl/studioctl/internal/pgtest"
 	"github.com/studioctl/studioctl/internal/replicaproc"
+	"github.com/studioctl/studioctl/migrations"
 )
 
 const (
@@ -27,8 +29,9 @@ const (
 	// oldVersion and newVersion are the newest migrations of the two
 	// binaries.
 	oldVersion, newVersion = 6, 7
-	// exitConfig is run's exit code for a start it refuses (docs/replica-start.md).
-	exitConfig = 2
+	// exitUsage is run's exit code for a start it refuses before it
+	// registers, a schema newer than it knows included (docs/replica-start.md).
+	exitUsage = 2
 )
 
 // schema is the workload's own record: one row per execution of a job,
@@ -71,14 +74,16 @@ const config = `jobs:
 // 00007 while they run. The old ones keep running their jobs beside it,
 // the installation job never on two replicas at once; an old replica that
 // restarts meanwhile is refused (exit 2, naming the newer migration); the
-// last old one stopped, the new one runs everything.
+// last old one stopped, the new one runs everything. Then the rollback:
+// the new one stopped and 00007 undone by hand, the old binary starts
+// again.
 func TestOldReplicasRunBesideANewOneThatMigrated(t *testing.T) {
-	start := time.Now()
 	<-old.done
 	if old.err != nil {
 		t.Fatalf("build the old studioctl: %v", old.err)
 	}
 	t.Logf("old studioctl: commit %s, built in %s", old.commit, old.took.Round(time.Millisecond))
+	start := time.Now()
 
 	dbURL := pgtest.NewEmptyDB(t)
 	pool := testPool(t, dbURL)
@@ -124,8 +129,8 @@ func TestOldReplicasRunBesideANewOneThatMigrated(t *testing.T) {
 		t.Fatalf("old-2 exited %d on SIGTERM, want 0", code)
 	}
 	again := startReplica(old.bin, "old-2", false)
-	if code := again.WaitExit(t, replicaproc.ReadyTimeout); code != exitConfig {
-		t.Fatalf("old-2 restarted on the migrated database exited %d, want %d:\n%s", code, exitConfig, again.Stderr())
+	if code := again.WaitExit(t, replicaproc.ReadyTimeout); code != exitUsage {
+		t.Fatalf("old-2 restarted on the migrated database exited %d, want %d:\n%s", code, exitUsage, again.Stderr())
 	}
 	const refusal = "the database schema is newer than this studioctl: the database has migration 00007 applied, this binary knows migrations up to 00006; run a studioctl at least as new as the one that migrated it"
 	if !strings.Contains(again.Stderr(), refusal) {
@@ -153,10 +158,59 @@ func TestOldReplicasRunBesideANewOneThatMigrated(t *testing.T) {
 		t.Fatalf("new-1 exited %d on SIGTERM, want 0", code)
 	}
 
+	// Phase 5: the rollback of docs/upgrades.md. With every new replica
+	// stopped, 00007's Down section and the removal of its goose row take
+	// the schema back to 00006, and the old binary starts again.
+	rollBack(t, pool, newVersion)
+	if v := schemaVersion(t, pool); v != oldVersion {
+		t.Fatalf("schema version after the rollback = %d, want %d", v, oldVersion)
+	}
+	old3 := startReplica(old.bin, "old-3", false)
+	old3.WaitReady(t)
+	rolledBack := dbNow(t, pool)
+	waitRuns(t, pool, "old-3 runs the jobs after the rollback", rolledBack, func(c counts) bool {
+		return c.stampBy["old-3"] >= 2 && c.beat["old-3"] >= 2
+	})
+	old3.Signal(t, syscall.SIGTERM)
+	if code := old3.WaitExit(t, replicaproc.ExitTimeout); code != 0 {
+		t.Fatalf("old-3 exited %d on SIGTERM, want 0", code)
+	}
+
 	// The checker: from the job's own records only, no two executions of
 	// the installation job overlapped, before, during or after the upgrade.
 	checkNoOverlap(t, pool)
-	t.Logf("the whole upgrade took %s (the old build included)", time.Since(start).Round(time.Millisecond))
+	t.Logf("the upgrade and the rollback took %s (the builds not included)", time.Since(start).Round(time.Millisecond))
+}
+
+// rollBack undoes migration version the way docs/upgrades.md says: its
+// file's Down section and the removal of its goose_db_version row, in one
+// transaction.
+func rollBack(t *testing.T, pool *pgxpool.Pool, version int) {
+	t.Helper()
+	names, err := fs.Glob(migrations.FS, fmt.Sprintf("%05d_*.sql", version))
+	if err != nil || len(names) != 1 {
+		t.Fatalf("find migration %05d: %v %v", version, names, err)
+	}
+	text, err := fs.ReadFile(migrations.FS, names[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, down, ok := strings.Cut(string(text), "-- +goose Down")
+	if !ok {
+		t.Fatalf("%s has no Down section", names[0])
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), queryTimeout)
+	defer cancel()
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, down); err != nil {
+			return fmt.Errorf("the Down section of %s: %w", names[0], err)
+		}
+		_, err := tx.Exec(ctx, `DELETE FROM goose_db_version WHERE version_id = $1`, version)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("roll back migration %05d: %v", version, err)
+	}
 }
 
 // counts are the executions recorded since a moment: beat per replica,
