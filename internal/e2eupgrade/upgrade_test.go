@@ -118,8 +118,10 @@ func TestOldReplicasRunBesideANewOneThatMigrated(t *testing.T) {
 	}
 	migrated := dbNow(t, pool)
 	took := waitRuns(t, pool, "the old replicas keep running their jobs beside the new one", migrated, func(c counts) bool {
+		// Which replica takes stamp's lock at a fire is a race, so only
+		// an old one is required here; new-1 runs it alone in phase 4.
 		return c.beat["old-1"] >= 3 && c.beat["old-2"] >= 3 && c.beat["new-1"] >= 3 &&
-			c.stampBy["new-1"] >= 1 && c.stampBy["old-1"]+c.stampBy["old-2"] >= 1
+			c.stamps >= 3 && c.stampBy["old-1"]+c.stampBy["old-2"] >= 1
 	})
 	t.Logf("after the migration, every replica ran its jobs within %s", took.Round(time.Millisecond))
 
