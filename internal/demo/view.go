@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -17,6 +16,7 @@ import (
 	"github.com/studioctl/studioctl/internal/jobstore"
 	"github.com/studioctl/studioctl/internal/leases"
 	"github.com/studioctl/studioctl/internal/locks"
+	"github.com/studioctl/studioctl/internal/natsort"
 	"github.com/studioctl/studioctl/internal/replicas"
 )
 
@@ -310,7 +310,7 @@ func mergeDuties(views []jobstore.View) []jobstore.View {
 			m.Health = v.Health
 		}
 	}
-	sort.Strings(order)
+	natsort.Strings(order)
 	out := make([]jobstore.View, 0, len(order))
 	for _, id := range order {
 		out = append(out, *byID[id])

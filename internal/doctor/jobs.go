@@ -3,6 +3,7 @@ package doctor
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/studioctl/studioctl/internal/jobs"
 	"github.com/studioctl/studioctl/internal/jobstore"
 	"github.com/studioctl/studioctl/internal/liveness"
+	"github.com/studioctl/studioctl/internal/natsort"
 	"github.com/studioctl/studioctl/internal/replicas"
 )
 
@@ -307,6 +309,7 @@ func checkNearTimeout(ctx context.Context, e *env) Result {
 	if err != nil {
 		return failed(fmt.Errorf("read run durations: %w", err))
 	}
+	slices.SortFunc(runs, func(a, b longest) int { return natsort.Compare(a.job, b.job) })
 	var near []string
 	for _, x := range runs {
 		timeout, configured, ok := e.timeout(x.job, sched[x.job])

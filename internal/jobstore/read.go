@@ -1,10 +1,11 @@
 package jobstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 
 	"github.com/studioctl/studioctl/internal/jobs"
 	"github.com/studioctl/studioctl/internal/liveness"
+	"github.com/studioctl/studioctl/internal/natsort"
 )
 
 // ReplicaStatus is one replica's status row of a job, with whether that
@@ -38,7 +40,7 @@ FROM studio_job_status s LEFT JOIN studio_replica r ON r.id = s.replica_id`
 		sql += ` WHERE ` + jobRowsSQL("s", 1)
 		args = append(args, job)
 	}
-	rows, err := q.Query(ctx, sql+` ORDER BY s.job_id, s.replica_id`, args...)
+	rows, err := q.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("read job status: %w", err)
 	}
@@ -58,6 +60,11 @@ FROM studio_job_status s LEFT JOIN studio_replica r ON r.id = s.replica_id`
 			return nil, time.Time{}, fmt.Errorf("read database time: %w", err)
 		}
 	}
+	// By job, then replica, in natural order (c2 before c10), which
+	// ORDER BY cannot give.
+	slices.SortFunc(out, func(a, b ReplicaStatus) int {
+		return cmp.Or(natsort.Compare(a.JobID, b.JobID), natsort.Compare(a.ReplicaID, b.ReplicaID))
+	})
 	return out, now.UTC(), nil
 }
 
@@ -168,7 +175,7 @@ func Merge(rows []ReplicaStatus, now time.Time) []View {
 		}
 		out = append(out, v)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	slices.SortFunc(out, func(a, b View) int { return natsort.Compare(a.ID, b.ID) })
 	return out
 }
 

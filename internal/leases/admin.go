@@ -15,6 +15,7 @@ import (
 	"github.com/studioctl/studioctl/internal/bus"
 	"github.com/studioctl/studioctl/internal/config"
 	"github.com/studioctl/studioctl/internal/liveness"
+	"github.com/studioctl/studioctl/internal/natsort"
 )
 
 // State of a lease, as leases list shows it.
@@ -88,7 +89,7 @@ func query(ctx context.Context, q Querier, where string, args ...any) ([]Info, e
 	if err != nil {
 		return nil, err
 	}
-	rows, err := q.Query(ctx, listSQL+where+" ORDER BY l.cluster", args...)
+	rows, err := q.Query(ctx, listSQL+where, args...)
 	if err != nil {
 		return nil, fmt.Errorf("read leases: %w", err)
 	}
@@ -114,6 +115,9 @@ func query(ctx context.Context, q Querier, where string, args ...any) ([]Info, e
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("read leases: %w", err)
 	}
+	// By cluster in natural order (c2 before c10), which ORDER BY cannot
+	// give.
+	slices.SortFunc(out, func(a, b Info) int { return natsort.Compare(a.Cluster, b.Cluster) })
 	return out, nil
 }
 
@@ -206,7 +210,7 @@ func EnsureClusters(ctx context.Context, q Querier, clusters []string) ([]string
 			return added, err
 		}
 	}
-	slices.Sort(added)
+	natsort.Strings(added)
 	return added, nil
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/studioctl/studioctl/internal/bus"
 	"github.com/studioctl/studioctl/internal/liveness"
+	"github.com/studioctl/studioctl/internal/natsort"
 	"github.com/studioctl/studioctl/internal/startstop"
 )
 
@@ -303,10 +304,10 @@ func (s *Service) round(ctx context.Context) {
 			return
 		}
 		if len(claimed) > 0 {
-			for _, c := range slices.Sorted(maps.Keys(claimed)) {
+			for _, c := range slices.SortedFunc(maps.Keys(claimed), natsort.Compare) {
 				s.trust(c, claimed[c], began)
 			}
-			s.log.Info("leases claimed", "clusters", slices.Sorted(maps.Keys(claimed)))
+			s.log.Info("leases claimed", "clusters", slices.SortedFunc(maps.Keys(claimed), natsort.Compare))
 		}
 	}
 
@@ -401,7 +402,7 @@ func (s *Service) release(ctx context.Context, stmt string, clusters []string) (
 		return nil, err
 	}
 	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	slices.Sort(out)
+	natsort.Strings(out)
 	return out, err
 }
 
@@ -500,7 +501,7 @@ func (s *Service) awaitDuties(ctx context.Context, clusters []string) {
 func (s *Service) loseAll(cause error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, c := range slices.Sorted(maps.Keys(s.held)) {
+	for _, c := range slices.SortedFunc(maps.Keys(s.held), natsort.Compare) {
 		s.loseLocked(c, cause)
 	}
 	if s.timer != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -12,6 +13,7 @@ import (
 	"github.com/studioctl/studioctl/internal/audit"
 	"github.com/studioctl/studioctl/internal/bus"
 	"github.com/studioctl/studioctl/internal/liveness"
+	"github.com/studioctl/studioctl/internal/natsort"
 )
 
 // State of a lock row.
@@ -83,7 +85,7 @@ func (a *Admin) selectSQL(withReplicas bool, where string) string {
 	at, until := clampTime("l."+col(t.LockedAt)), clampTime("l."+col(t.LockUntil))
 	return "SELECT l." + col(t.NameCol) + ", l." + col(t.LockedBy) + ", " + at + ", " + until +
 		", EXTRACT(EPOCH FROM (" + until + " - " + now + "))::float8, " + known + ", " + live +
-		" FROM " + t.ident() + " l" + join + where + " ORDER BY l." + col(t.NameCol)
+		" FROM " + t.ident() + " l" + join + where
 }
 
 // clampTime is the timestamp expr, kept within the years 0001 to 9999.
@@ -141,6 +143,9 @@ func (a *Admin) query(ctx context.Context, where string, args ...any) ([]Info, e
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("read locks from %s: %w", a.table.Name, err)
 	}
+	// By name in natural order (sync-2 before sync-10), which ORDER BY
+	// cannot give.
+	slices.SortFunc(out, func(x, y Info) int { return natsort.Compare(x.Name, y.Name) })
 	return out, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -13,6 +14,7 @@ import (
 	"github.com/studioctl/studioctl/internal/audit"
 	"github.com/studioctl/studioctl/internal/bus"
 	"github.com/studioctl/studioctl/internal/liveness"
+	"github.com/studioctl/studioctl/internal/natsort"
 )
 
 var (
@@ -100,7 +102,7 @@ func scan(rows pgx.Rows) ([]Info, error) {
 
 // List returns every replica, by id.
 func List(ctx context.Context, q Querier) ([]Info, error) {
-	rows, err := q.Query(ctx, selectSQL+` ORDER BY r.id`)
+	rows, err := q.Query(ctx, selectSQL)
 	if err != nil {
 		return nil, fmt.Errorf("list replicas: %w", err)
 	}
@@ -109,6 +111,8 @@ func List(ctx context.Context, q Querier) ([]Info, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list replicas: %w", err)
 	}
+	// Natural order (web-2 before web-10), which ORDER BY cannot give.
+	slices.SortFunc(out, func(a, b Info) int { return natsort.Compare(a.ID, b.ID) })
 	return out, nil
 }
 

@@ -14,6 +14,7 @@ import (
 	"slices"
 
 	"github.com/studioctl/studioctl/internal/jobs"
+	"github.com/studioctl/studioctl/internal/natsort"
 )
 
 // DutyKey is the job id of the status row (and of Snapshot, JobIDs,
@@ -224,7 +225,7 @@ func (r *Runner) OwnedClusters() []string {
 	for c := range r.clusters.owned {
 		out = append(out, c)
 	}
-	slices.Sort(out)
+	natsort.Strings(out)
 	return out
 }
 
