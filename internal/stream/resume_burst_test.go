@@ -2,6 +2,10 @@ package stream
 
 import (
 	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -128,5 +132,94 @@ func TestAResumeBurstEndsNoLiveStream(t *testing.T) {
 	case <-live.Done():
 		t.Fatalf("the live stream ended during a resume burst: %v", live.Err())
 	default:
+	}
+}
+
+// Past MaxClients a new client gets 503 with Retry-After, and one that
+// leaves makes room (issue 21, finding 9: 2,000 clients took RSS from 38
+// to 165 MB with no cap).
+func TestClientsPastTheCapAreTurnedAway(t *testing.T) {
+	pool, _ := openPool(t)
+	h := NewHub(HubOptions{DB: pool, MaxClients: 2})
+	if err := h.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Stop)
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	defer h.Reconnect() // ends the streams still open, so Close returns
+	first := getCtx(t, srv, "/")
+	second := getCtx(t, srv, "/")
+	for _, r := range []*http.Response{first.resp, second.resp} {
+		if r.StatusCode != http.StatusOK {
+			t.Fatalf("a client under the cap: %d, want 200", r.StatusCode)
+		}
+	}
+	third := get(t, srv, "/", nil)
+	if third.StatusCode != http.StatusServiceUnavailable || third.Header.Get("Retry-After") == "" {
+		t.Fatalf("a client past the cap: %d Retry-After %q, want 503 with Retry-After", third.StatusCode, third.Header.Get("Retry-After"))
+	}
+	body, _ := io.ReadAll(third.Body)
+	if !strings.Contains(string(body), "at most 2 event stream clients") {
+		t.Fatalf("the 503 says %q", body)
+	}
+	if h.Refused() != 1 {
+		t.Fatalf("Refused() = %d, want 1", h.Refused())
+	}
+	// One leaves: room for another, once its handler has returned.
+	first.cancel()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r := get(t, srv, "/?since=0", nil)
+		if r.StatusCode == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a client after one left: still %d", r.StatusCode)
+		}
+		time.Sleep(pollEvery)
+	}
+}
+
+type liveGet struct {
+	resp   *http.Response
+	cancel func()
+}
+
+// getCtx starts a GET that stays open until cancel.
+func getCtx(t *testing.T, srv *httptest.Server, path string) liveGet {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	req, err := http.NewRequestWithContext(ctx, "GET", srv.URL+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); resp.Body.Close() })
+	return liveGet{resp, cancel}
+}
+
+// A bad Last-Event-ID is named in the 400, but a long one is not sent back
+// whole (issue 21, finding 11: 20,000 characters came back).
+func TestABadLastEventIDIsNotEchoedWhole(t *testing.T) {
+	pool, _ := openPool(t)
+	h := startHub(t, pool)
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	long := strings.Repeat("x", 20000)
+	resp := get(t, srv, "/", map[string]string{"Last-Event-ID": long})
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("status %d, want 400", resp.StatusCode)
+	}
+	if len(body) > 200 || !strings.Contains(string(body), "Last-Event-ID") || !strings.Contains(string(body), "(20000 bytes)") {
+		t.Fatalf("the 400 is %d bytes: %.300q", len(body), body)
+	}
+	short := get(t, srv, "/?since=abc", nil)
+	if b, _ := io.ReadAll(short.Body); !strings.Contains(string(b), `got "abc"`) {
+		t.Fatalf("a short bad id is quoted whole: %q", b)
 	}
 }
