@@ -2,11 +2,13 @@ package host
 
 import (
 	"context"
+	"io"
 	"net"
 	"net/http"
 	"slices"
 	"sync"
 	"testing"
+	"time"
 )
 
 // The drain order is the documented one (docs/services.md).
@@ -109,4 +111,35 @@ func TestTheRequestClaimerFailsToStartWithoutItsPartsAndStopsSafely(t *testing.T
 		go func() { defer wg.Done(); fresh.Stop() }()
 	}
 	wg.Wait()
+}
+
+// A kept-alive connection that carries no request is closed after the idle
+// timeout (issue 21, finding 9: the server had none).
+func TestHTTPServerClosesAnIdleConnection(t *testing.T) {
+	s, err := listenHTTP("127.0.0.1:0", http.NotFoundHandler(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.srv.IdleTimeout != httpIdleTimeout || httpIdleTimeout <= 0 {
+		t.Fatalf("IdleTimeout %s, want httpIdleTimeout %s", s.srv.IdleTimeout, httpIdleTimeout)
+	}
+	s.srv.IdleTimeout = 200 * time.Millisecond // the same server, a shorter bound
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	c, err := net.Dial("tcp", s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	// Read the response, then wait: the server closes the connection (EOF)
+	// well before the 10 s deadline.
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.Copy(io.Discard, c); err != nil {
+		t.Fatalf("the idle connection was not closed by the server: %v", err)
+	}
 }

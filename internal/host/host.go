@@ -708,6 +708,8 @@ func (h *Host) newMetrics() *prometheus.Registry {
 			func() float64 { return float64(h.stream.Clients()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "studio_stream_clients_dropped_total", Help: "Clients of /v1/events dropped for falling too far behind."},
 			func() float64 { return float64(h.stream.Dropped()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "studio_stream_clients_refused_total", Help: "Clients of /v1/events turned away with 503 because the replica served its most (stream.DefaultMaxClients)."},
+			func() float64 { return float64(h.stream.Refused()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "studio_stream_reads_total", Help: "Reads of studio_event by the stream hub."},
 			func() float64 { return float64(h.stream.Reads()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "studio_leases_owned", Help: "Cluster leases this replica owns and trusts now."},

@@ -25,12 +25,24 @@ type httpServer struct {
 	stopOnce sync.Once
 }
 
+// The HTTP server's bounds on a client that sends nothing.
+const (
+	// httpReadHeaderTimeout bounds the wait for a request's headers.
+	httpReadHeaderTimeout = 5 * time.Second
+	// httpIdleTimeout closes a kept-alive connection that carries no
+	// request for this long (an event stream is a request in progress,
+	// and its heartbeats keep it going). Without it an idle connection
+	// stayed open for good (issue 21, finding 9).
+	httpIdleTimeout = 60 * time.Second
+)
+
 func listenHTTP(addr string, h http.Handler, log *slog.Logger) (*httpServer, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("replica.listen %q: %w", addr, err)
 	}
-	return &httpServer{ln: ln, log: log, srv: &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}}, nil
+	return &httpServer{ln: ln, log: log, srv: &http.Server{Handler: h,
+		ReadHeaderTimeout: httpReadHeaderTimeout, IdleTimeout: httpIdleTimeout}}, nil
 }
 
 // Addr is the address it listens on.

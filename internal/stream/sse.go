@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // writeTimeout bounds each write to a client, so a client that stops
@@ -31,9 +32,26 @@ func Cursor(r *http.Request) (after int64, fromNow bool, err error) {
 	}
 	n, perr := strconv.ParseInt(strings.TrimSpace(raw), 10, 64)
 	if perr != nil || n < 0 {
-		return 0, false, fmt.Errorf("%s: must be an event id (a non-negative integer), got %q", what, raw)
+		return 0, false, fmt.Errorf("%s: must be an event id (a non-negative integer), got %s", what, echo(raw))
 	}
 	return n, false, nil
+}
+
+// echoMax is how much of a bad value an error quotes back.
+const echoMax = 40
+
+// echo quotes at most echoMax bytes of a client's value, and says how
+// long the rest was: an error never sends back what a client sent at
+// length.
+func echo(raw string) string {
+	if len(raw) <= echoMax {
+		return strconv.Quote(raw)
+	}
+	cut := echoMax
+	for cut > 0 && !utf8.RuneStart(raw[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s... (%d bytes)", strconv.Quote(raw[:cut]), len(raw))
 }
 
 // ServeHTTP is GET /v1/events: server-sent events (docs/events.md).
@@ -57,6 +75,16 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
+	// The cap on clients counts those that replay too: each holds a
+	// buffer, a goroutine and a connection.
+	if n := h.clients.Add(1); n > int64(h.maxClients()) {
+		h.clients.Add(-1)
+		h.refused.Add(1)
+		w.Header().Set("Retry-After", "5")
+		http.Error(w, fmt.Sprintf("this replica serves at most %d event stream clients: try another replica, or again later", h.maxClients()), http.StatusServiceUnavailable)
+		return
+	}
+	defer h.clients.Add(-1)
 	rc := http.NewResponseController(w)
 	sub, err := h.Subscribe(r.Context(), after, fromNow)
 	if err != nil {

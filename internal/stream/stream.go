@@ -53,6 +53,12 @@ const (
 	statementTimeout = 5 * time.Second
 )
 
+// hooks are test seams of a Hub (nil in production).
+type hooks struct {
+	// afterReplay runs in Subscribe after the replay, before it joins.
+	afterReplay func()
+}
+
 // MaxData is the most bytes of data an event goes out with (the bus's
 // 7,500-byte rule, issue 12): a larger event keeps only its short fields
 // (at most maxField bytes each, as JSON), with "truncated": true, and the
@@ -171,10 +177,18 @@ var (
 	ErrReset = errors.New("the event stream's ids went back: reconnect")
 )
 
+// DefaultMaxClients is how many event stream clients one replica serves
+// at once; past it, GET /v1/events answers 503 with Retry-After. Each
+// client costs a goroutine, a ClientBuffer of events and a connection:
+// 2,000 clients took a replica from 38 to 165 MB (issue 21).
+const DefaultMaxClients = 500
+
 // HubOptions configure a Hub.
 type HubOptions struct {
 	DB     Querier
 	Logger *slog.Logger
+	// MaxClients caps the clients served at once (DefaultMaxClients if 0).
+	MaxClients int
 }
 
 // Hub fans the table out to subscribers. Start it, Wake it on every
@@ -194,11 +208,26 @@ type Hub struct {
 	failed bool // the last read failed (log once)
 
 	dropped, reads atomic.Int64
-	checked        time.Time // the last check for ids that went back (loop only)
+	// clients counts the HTTP clients being served (ServeHTTP), refused
+	// those turned away by the cap.
+	clients, refused atomic.Int64
+	checked          time.Time // the last check for ids that went back (loop only)
+
+	hooks hooks
 }
 
 // Dropped counts the clients dropped for being too slow.
 func (h *Hub) Dropped() int64 { return h.dropped.Load() }
+
+// Refused counts the clients turned away because MaxClients were served.
+func (h *Hub) Refused() int64 { return h.refused.Load() }
+
+func (h *Hub) maxClients() int {
+	if h.o.MaxClients > 0 {
+		return h.o.MaxClients
+	}
+	return DefaultMaxClients
+}
 
 // Reads counts the hub's reads of the table.
 func (h *Hub) Reads() int64 { return h.reads.Load() }
@@ -440,6 +469,9 @@ func (h *Hub) Subscribe(ctx context.Context, after int64, fromNow bool) (*Sub, e
 		}
 	}
 	s.Cursor = cursor
+	if h.hooks.afterReplay != nil {
+		h.hooks.afterReplay()
+	}
 	// Catch up with the hub: join once it has handed out nothing after the
 	// cursor, so the hub's next read delivers the rest.
 	for {
@@ -449,7 +481,28 @@ func (h *Hub) Subscribe(ctx context.Context, after int64, fromNow bool) (*Sub, e
 			return nil, ErrClosed
 		}
 		if latest < h.last {
-			h.resetLocked(latest) // the ids went back under the hub
+			// latest was read before the replay, and the hub has read
+			// newer events since: that is no evidence that the ids went
+			// back. Only a newest id read after the hub handed out
+			// h.last, and below it, is (the hub reads only committed
+			// rows, which a later read still sees unless the table was
+			// emptied, recreated or restored).
+			handed := h.last
+			h.mu.Unlock()
+			fresh, err := Latest(ctx, h.o.DB)
+			if err != nil {
+				return nil, err
+			}
+			h.mu.Lock()
+			if fresh < handed && h.last == handed && !h.closed {
+				h.resetLocked(fresh) // the ids went back under the hub
+				// This subscriber's replay came from the table as it was:
+				// it reloads everything, from the new newest id on.
+				s.Resync, s.Backlog, cursor, s.Cursor = true, nil, fresh, fresh
+				latest = fresh
+			} else {
+				latest = max(latest, fresh)
+			}
 		}
 		if len(h.subs) == 0 {
 			h.last = max(h.last, cursor)
