@@ -26,9 +26,9 @@ const (
 	queryTimeout = 10 * time.Second
 	// progressTimeout bounds each wait for the jobs to make progress.
 	progressTimeout = 40 * time.Second
-	// oldVersion and newVersion are the newest migrations of the two
-	// binaries.
-	oldVersion, newVersion = 6, 7
+	// oldVersion is the newest migration of the old binary (the new one's
+	// is newestMigration's).
+	oldVersion = 6
 	// exitUsage is run's exit code for a start it refuses before it
 	// registers, a schema newer than it knows included (docs/replica-start.md).
 	exitUsage = 2
@@ -92,6 +92,7 @@ func TestOldReplicasRunBesideANewOneThatMigrated(t *testing.T) {
 		t.Fatal(err)
 	}
 	execSQL(t, pool, schema)
+	newVersion := newestMigration(t)
 	startReplica := func(bin *replicaproc.Binary, id string, failOnRace bool) *replicaproc.Proc {
 		t.Helper()
 		return bin.Start(t, replicaproc.Options{ID: id, DatabaseURL: withAppName(t, dbURL, id), Args: []string{"--config", cfgPath}, FailOnRace: failOnRace})
@@ -110,7 +111,7 @@ func TestOldReplicasRunBesideANewOneThatMigrated(t *testing.T) {
 		return c.beat["old-1"] >= 2 && c.beat["old-2"] >= 2 && c.stamps >= 2
 	})
 
-	// Phase 2: a new replica migrates to 00007 while the old ones run.
+	// Phase 2: a new replica migrates to the newest migration while the old ones run.
 	new1 := startReplica(newBin, "new-1", true)
 	new1.WaitReady(t)
 	if v := schemaVersion(t, pool); v != newVersion {
@@ -134,7 +135,7 @@ func TestOldReplicasRunBesideANewOneThatMigrated(t *testing.T) {
 	if code := again.WaitExit(t, replicaproc.ReadyTimeout); code != exitUsage {
 		t.Fatalf("old-2 restarted on the migrated database exited %d, want %d:\n%s", code, exitUsage, again.Stderr())
 	}
-	const refusal = "the database schema is newer than this studioctl: the database has migration 00007 applied, this binary knows migrations up to 00006; run a studioctl at least as new as the one that migrated it"
+	refusal := fmt.Sprintf("the database schema is newer than this studioctl: the database has migration %05d applied, this binary knows migrations up to %05d; run a studioctl at least as new as the one that migrated it", newVersion, oldVersion)
 	if !strings.Contains(again.Stderr(), refusal) {
 		t.Fatalf("old-2's refusal does not say %q:\n%s", refusal, again.Stderr())
 	}
@@ -163,7 +164,9 @@ func TestOldReplicasRunBesideANewOneThatMigrated(t *testing.T) {
 	// Phase 5: the rollback of docs/upgrades.md. With every new replica
 	// stopped, 00007's Down section and the removal of its goose row take
 	// the schema back to 00006, and the old binary starts again.
-	rollBack(t, pool, newVersion)
+	for v := newVersion; v > oldVersion; v-- {
+		rollBack(t, pool, v)
+	}
 	if v := schemaVersion(t, pool); v != oldVersion {
 		t.Fatalf("schema version after the rollback = %d, want %d", v, oldVersion)
 	}
@@ -187,7 +190,7 @@ func TestOldReplicasRunBesideANewOneThatMigrated(t *testing.T) {
 // rollBack undoes migration version the way docs/upgrades.md says: its
 // file's Down section and the removal of its goose_db_version row, in one
 // transaction.
-func rollBack(t *testing.T, pool *pgxpool.Pool, version int) {
+func rollBack(t *testing.T, pool *pgxpool.Pool, version int64) {
 	t.Helper()
 	names, err := fs.Glob(migrations.FS, fmt.Sprintf("%05d_*.sql", version))
 	if err != nil || len(names) != 1 {
@@ -346,4 +349,22 @@ func testPool(t *testing.T, dbURL string) *pgxpool.Pool {
 	}
 	t.Cleanup(pool.Close)
 	return pool
+}
+
+// newestMigration is the number of the newest migration of this tree.
+func newestMigration(t *testing.T) int64 {
+	t.Helper()
+	names, err := fs.Glob(migrations.FS, "*.sql")
+	if err != nil || len(names) == 0 {
+		t.Fatalf("list the migrations: %v %v", names, err)
+	}
+	var newest int64
+	for _, n := range names {
+		var v int64
+		if _, err := fmt.Sscanf(n, "%05d_", &v); err != nil {
+			t.Fatalf("migration file %s: %v", n, err)
+		}
+		newest = max(newest, v)
+	}
+	return newest
 }
