@@ -15,14 +15,22 @@
 -- transaction the migration fails, rolls back whole and runs again at the
 -- next start or `migrate up`.
 
+-- studio_job_status.timeout_ms is the job's timeout in force, written by
+-- the replica with each status row, so that jobs list and the status page
+-- judge a run in progress by it, as doctor does with the configuration
+-- (0: unknown, the schedule's default; a constant default adds no rewrite).
+
 -- +goose Up
 SET LOCAL lock_timeout = '5s';
 ALTER TABLE studio_replica
     ADD COLUMN last_crash_at          timestamptz NULL,
     ADD COLUMN last_crash_incarnation uuid        NULL;
+ALTER TABLE studio_job_status
+    ADD COLUMN timeout_ms bigint NOT NULL DEFAULT 0;
 
 -- +goose Down
 SET LOCAL lock_timeout = '5s';
+ALTER TABLE studio_job_status DROP COLUMN timeout_ms;
 ALTER TABLE studio_replica
     DROP COLUMN last_crash_incarnation,
     DROP COLUMN last_crash_at;

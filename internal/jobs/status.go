@@ -60,9 +60,10 @@ type Status struct {
 	Paused                 bool
 	UpdatedAt              time.Time
 	Since                  time.Time // when this replica started tracking the job (not stored)
-	// Timeout is the job's timeout when the reader knows it (not stored;
-	// 0: the default of the schedule). JudgeHealth uses it for a run in
-	// progress.
+	// Timeout is the job's timeout in force (stored as
+	// studio_job_status.timeout_ms; 0: unknown, the default of the
+	// schedule, as in rows written before migration 00008). JudgeHealth
+	// uses it for a run in progress.
 	Timeout time.Duration
 }
 

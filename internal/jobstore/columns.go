@@ -82,6 +82,33 @@ func textCol[T ~string](name string, nullIfEmpty bool, field func(st *jobs.Statu
 	}
 }
 
+// msCol is a duration field stored as whole milliseconds (bigint; 0 is
+// unknown).
+func msCol(name string, field func(st *jobs.Status) *time.Duration) statusColumn {
+	return statusColumn{
+		name: name, sqlType: "bigint",
+		scan: func(st *jobs.Status) any { return msScanner{field(st)} },
+		array: func(n int) statusArray {
+			return &elemArray[pgInt8]{get: func(st *jobs.Status) pgInt8 { return pgInt8(field(st).Milliseconds()) }, vals: make(pgArray[pgInt8], 0, n)}
+		},
+	}
+}
+
+// msScanner scans a bigint of milliseconds (NULL as 0) into a duration.
+type msScanner struct{ p *time.Duration }
+
+func (s msScanner) Scan(src any) error {
+	switch v := src.(type) {
+	case nil:
+		*s.p = 0
+	case int64:
+		*s.p = time.Duration(v) * time.Millisecond
+	default:
+		return fmt.Errorf("scan %T into milliseconds", src)
+	}
+	return nil
+}
+
 // textScanner scans text (NULL as "") into a string-kinded field.
 type textScanner[T ~string] struct{ p *T }
 
@@ -99,8 +126,8 @@ func (s textScanner[T]) Scan(src any) error {
 	return nil
 }
 
-// statusTable is every stored column of jobs.Status (Since and Timeout are
-// not stored).
+// statusTable is every stored column of jobs.Status (Since is not
+// stored).
 // replica_id comes first: the upsert sends it once, as $1.
 var statusTable = []statusColumn{
 	textCol("replica_id", false, func(s *jobs.Status) *string { return &s.ReplicaID }),
@@ -124,6 +151,7 @@ var statusTable = []statusColumn{
 	textCol("invalid_schedule", true, func(s *jobs.Status) *string { return &s.InvalidSchedule }),
 	col("paused", "bool", func(s *jobs.Status) *bool { return &s.Paused }),
 	col("updated_at", "timestamptz", func(s *jobs.Status) *time.Time { return &s.UpdatedAt }),
+	msCol("timeout_ms", func(s *jobs.Status) *time.Duration { return &s.Timeout }),
 }
 
 // statusColumns is the SELECT list of statusTable, from the table aliased s.

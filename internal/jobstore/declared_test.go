@@ -254,3 +254,39 @@ func TestAJobNoLiveReplicaDeclaresIsRetiredNeverStalledOrFailing(t *testing.T) {
 		t.Errorf("with a live replica: health %s, want failing", v.Health)
 	}
 }
+
+// The timeout in force travels with the status row, so jobs list and the
+// page judge a run in progress by the configured timeout, not by the
+// schedule's default (5m here): a run 10m into a 1h timeout is not stalled.
+func TestTheStoredTimeoutJudgesARunInProgress(t *testing.T) {
+	t.Parallel()
+	pool, _ := newPool(t)
+	insertReplica(t, pool, "web-1", "ready", 0)
+	started := time.Now().Add(-10 * time.Minute)
+	write := func(timeout time.Duration) {
+		s := jobstore.NewStore(pool, "web-1", nil)
+		s.PutStatus(jobs.Status{JobID: "export", Scope: jobs.ScopeInstance, Schedule: "every 2s", Running: true,
+			LastStartedAt: &started, LastFinishedAt: ptr(started.Add(-time.Second)), LastOutcome: jobs.OutcomeSucceeded, Timeout: timeout})
+		mustFlush(t, s)
+	}
+	judge := func() jobstore.View {
+		rows, now, err := jobstore.ReadStatus(t.Context(), pool, "export")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return jobstore.Merge(rows, now)[0]
+	}
+	write(time.Hour)
+	rows, _, err := jobstore.ReadStatus(t.Context(), pool, "export")
+	if err != nil || len(rows) != 1 || rows[0].Timeout != time.Hour {
+		t.Fatalf("the stored timeout reads back as %v (%v), want 1h", rows, err)
+	}
+	if v := judge(); v.Health != jobs.HealthOK {
+		t.Errorf("a run 10m into its 1h timeout: health %s, want ok", v.Health)
+	}
+	// A row without it (an older replica's): the schedule's default.
+	write(0)
+	if v := judge(); v.Health != jobs.HealthStalled {
+		t.Errorf("a run 10m in with no stored timeout (default 5m): health %s, want stalled", v.Health)
+	}
+}

@@ -129,7 +129,7 @@ func Merge(rows []ReplicaStatus, now time.Time) []View {
 			v.Paused = v.Paused || r.Paused
 			if r.Running && r.LastStartedAt != nil && (merged.LastStartedAt == nil || r.LastStartedAt.After(*merged.LastStartedAt)) {
 				// A run in progress within its timeout is not stalled.
-				merged.Running, merged.LastStartedAt = true, r.LastStartedAt
+				merged.Running, merged.LastStartedAt, merged.Timeout = true, r.LastStartedAt, r.Timeout
 			}
 			if r.InvalidSchedule != "" {
 				v.InvalidSchedule = r.InvalidSchedule

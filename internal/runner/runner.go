@@ -742,6 +742,9 @@ func (r *Runner) putStatusAtLocked(js *jobState, now time.Time) {
 	}
 	js.status.UpdatedAt = now
 	js.status.Running = js.running
+	// The timeout in force, stored so that every reader (jobs list, the
+	// page) judges a run in progress by it, not by the schedule's default.
+	js.status.Timeout = js.job.TimeoutFor(js.sched)
 	if r.o.Store != nil {
 		r.o.Store.PutStatus(js.status)
 	}

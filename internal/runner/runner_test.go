@@ -181,6 +181,8 @@ func TestARunIsCancelledAtItsTimeoutAndTheJobWaitsForItsGoroutine(t *testing.T) 
 		}
 		if st := status(t, r, "stuck"); !st.Running {
 			t.Fatalf("at %s the job is not running; its task has not returned", e.clk.Now().Format(time.TimeOnly))
+		} else if st.Timeout != 30*time.Second {
+			t.Fatalf("the status carries timeout %s; want the configured 30s (readers judge a run in progress by it)", st.Timeout)
 		}
 	}
 	returned := e.clk.Now() // t0+60s
