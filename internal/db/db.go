@@ -452,52 +452,6 @@ func scanKeywords(s string) []keyword {
 	}
 }
 
-// keywordPairs splits a libpq keyword/value string into key, value and the
-// value as written, honouring single quotes and backslash escapes.
-func keywordPairs(s string) [][3]string {
-	kws := scanKeywords(s)
-	out := make([][3]string, len(kws))
-	for i, kv := range kws {
-		out[i] = [3]string{kv.key, kv.value, s[kv.vstart:kv.vend]}
-	}
-	return out
-}
-
-// passwordOf extracts the password from a connection string, if any, in
-// the spellings Redact knows.
-func passwordOf(connString string) string {
-	s := strings.TrimSpace(connString)
-	if rest, ok := afterScheme(s); ok {
-		if at := userInfoEnd(rest); at >= 0 {
-			if _, pw, ok := strings.Cut(rest[:at], ":"); ok && pw != "" {
-				if dec, err := url.PathUnescape(pw); err == nil {
-					return dec
-				}
-				return pw
-			}
-		}
-		if _, query, ok := strings.Cut(rest, "?"); ok {
-			query, _, _ = strings.Cut(query, "#")
-			for _, p := range strings.Split(query, "&") {
-				k, v, _ := strings.Cut(p, "=")
-				if key, err := url.QueryUnescape(k); err == nil && strings.EqualFold(key, "password") {
-					if dec, err := url.QueryUnescape(v); err == nil {
-						return dec
-					}
-					return v
-				}
-			}
-		}
-		return ""
-	}
-	for _, kv := range scanKeywords(s) {
-		if strings.EqualFold(kv.key, "password") {
-			return kv.value
-		}
-	}
-	return ""
-}
-
 // scrubbedError keeps the wrapped chain for errors.As but prints a text
 // from which every secret has been removed.
 type scrubbedError struct {

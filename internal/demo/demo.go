@@ -24,7 +24,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/studioctl/studioctl/internal/db"
-	"github.com/studioctl/studioctl/internal/leases"
 	"github.com/studioctl/studioctl/internal/locks"
 	"github.com/studioctl/studioctl/internal/migrate"
 	"github.com/studioctl/studioctl/internal/replicas"
@@ -502,9 +501,4 @@ func shellQuote(s string) string {
 // incident records a step of the faults and narrates it.
 func (r *run) incident(in Incident) {
 	r.rep.Incidents = append(r.rep.Incidents, in)
-}
-
-// live lists the replicas that are live and ready now.
-func (r *run) live(ctx context.Context) ([]string, error) {
-	return leases.LiveReady(ctx, r.pool)
 }

@@ -220,7 +220,7 @@ func checkLeases(ctx context.Context, e *env) Result {
 	if len(infos) == 0 {
 		return Result{Status: OK, Detail: "no clusters (cluster_lease is empty)"}
 	}
-	var bad, names []string
+	var bad []string
 	moving := 0
 	for _, in := range infos {
 		switch in.State {
@@ -234,11 +234,7 @@ func checkLeases(ctx context.Context, e *env) Result {
 			bad = append(bad, fmt.Sprintf("%s expired (owner %s %s%s)", in.Cluster, in.Owner, in.OwnerState, renewed))
 		case leases.StateMoving:
 			moving++
-			continue
-		default:
-			continue
 		}
-		names = append(names, in.Cluster)
 	}
 	if len(bad) > 0 {
 		live, err := leases.LiveReady(ctx, e.pool)

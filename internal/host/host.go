@@ -17,6 +17,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/studioctl/studioctl/internal/bus"
@@ -729,6 +730,6 @@ func (h *Host) newMetrics() *prometheus.Registry {
 			ConstLabels: prometheus.Labels{"kind": jobstore.RequestKindTrigger}},
 			func() float64 { return float64(h.req.triggersEmpty.Load()) }),
 	)
-	reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return reg
 }

@@ -275,11 +275,13 @@ func (p *Printer) aligned(cols []Column, rows [][]Cell, keep []int) error {
 		})),
 		tablewriter.WithConfig(tablewriter.Config{
 			Header: tw.CellConfig{
-				Formatting: tw.CellFormatting{AutoFormat: tw.Off, AutoWrap: tw.WrapNone, Alignment: tw.AlignLeft},
+				Formatting: tw.CellFormatting{AutoFormat: tw.Off, AutoWrap: tw.WrapNone},
+				Alignment:  tw.CellAlignment{Global: tw.AlignLeft},
 				Padding:    tw.CellPadding{Global: tw.PaddingNone, PerColumn: pad},
 			},
 			Row: tw.CellConfig{
-				Formatting: tw.CellFormatting{AutoFormat: tw.Off, AutoWrap: tw.WrapNone, Alignment: tw.AlignLeft},
+				Formatting: tw.CellFormatting{AutoFormat: tw.Off, AutoWrap: tw.WrapNone},
+				Alignment:  tw.CellAlignment{Global: tw.AlignLeft},
 				Padding:    tw.CellPadding{Global: tw.PaddingNone, PerColumn: pad},
 			},
 			Behavior: tw.Behavior{TrimSpace: tw.Off},

@@ -11,8 +11,6 @@ import (
 
 // Timing of a command's end.
 const (
-	// groupPollEvery is how often Run looks whether a process group is empty.
-	groupPollEvery = 10 * time.Millisecond
 	// killWaitMax bounds the wait for a SIGKILLed group to disappear (a
 	// process in uninterruptible sleep dies only when it wakes up).
 	killWaitMax = 2 * time.Second
