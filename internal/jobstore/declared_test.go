@@ -4,6 +4,7 @@ import (
 	"errors"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -252,5 +253,23 @@ func TestAJobNoLiveReplicaDeclaresIsRetiredNeverStalledOrFailing(t *testing.T) {
 	live.Live, live.ReplicaID = true, "web-1"
 	if v := jobstore.Merge([]jobstore.ReplicaStatus{gone, live}, now)[0]; v.Health != jobs.HealthFailing {
 		t.Errorf("with a live replica: health %s, want failing", v.Health)
+	}
+}
+
+func TestForgetRefusalNamesTheLiveReplicasInPlainWords(t *testing.T) {
+	t.Parallel()
+	pool, _ := newPool(t)
+	insertReplica(t, pool, "web-1", "ready", 0)
+	insertReplica(t, pool, "web-2", "ready", 0)
+	statusOf(t, pool, "web-1", "both", "one")
+	statusOf(t, pool, "web-2", "both")
+	for _, tc := range []struct{ job, want string }{
+		{"one", "live replica web-1 hosts it; "},
+		{"both", "live replicas web-1, web-2 host it; "},
+	} {
+		_, err := jobstore.Forget(t.Context(), pool, tc.job, "", "ana@ops", "")
+		if !errors.Is(err, jobstore.ErrDeclared) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Forget(%s) = %v, want ErrDeclared saying %q", tc.job, err, tc.want)
+		}
 	}
 }
