@@ -4,6 +4,7 @@ import (
 	"errors"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -288,5 +289,23 @@ func TestTheStoredTimeoutJudgesARunInProgress(t *testing.T) {
 	write(0)
 	if v := judge(); v.Health != jobs.HealthStalled {
 		t.Errorf("a run 10m in with no stored timeout (default 5m): health %s, want stalled", v.Health)
+	}
+}
+
+func TestForgetRefusalNamesTheLiveReplicasInPlainWords(t *testing.T) {
+	t.Parallel()
+	pool, _ := newPool(t)
+	insertReplica(t, pool, "web-1", "ready", 0)
+	insertReplica(t, pool, "web-2", "ready", 0)
+	statusOf(t, pool, "web-1", "both", "one")
+	statusOf(t, pool, "web-2", "both")
+	for _, tc := range []struct{ job, want string }{
+		{"one", "live replica web-1 hosts it; "},
+		{"both", "live replicas web-1, web-2 host it; "},
+	} {
+		_, err := jobstore.Forget(t.Context(), pool, tc.job, "", "ana@ops", "")
+		if !errors.Is(err, jobstore.ErrDeclared) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Forget(%s) = %v, want ErrDeclared saying %q", tc.job, err, tc.want)
+		}
 	}
 }

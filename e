@@ -1,0 +1,1 @@
+timeout: failed to run command ‘./studioctl’: No such file or directory
