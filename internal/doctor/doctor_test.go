@@ -538,3 +538,29 @@ func TestJobsThatCouldNotBeReadWarnAndFallBackToDefaultTimeouts(t *testing.T) {
 	f.o.JobsErr = errors.New("studio.yaml:3: job \"x\": timeout: \"soon\" is not a duration")
 	f.expect(CheckNearTimeout, Warn, "default timeouts: the configuration's jobs could not be read (studio.yaml:3:")
 }
+
+// Issue 21, finding 4: a row whose heartbeat is ahead of database time
+// (planted by a role with the replica's grants) is named, with the command
+// that removes it; one within liveness.FutureTolerance is a live replica.
+func TestARowWithAHeartbeatAheadFailsCrashedReplicas(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, true)
+	f.exec(liveReplica, "web-1")
+	f.exec(`INSERT INTO studio_replica (id, incarnation, host, pid, version, state, heartbeat_at)
+VALUES ('skewed', gen_random_uuid(), 'h3', 3, 'dev', 'ready', now() + interval '3 seconds')`)
+	f.expect(CheckCrashedReplicas, OK, "no crash in the last 24h (2 live replicas)")
+	f.exec(`INSERT INTO studio_replica (id, incarnation, host, pid, version, state, heartbeat_at) VALUES
+  ('ghost', gen_random_uuid(), 'elsewhere', 4242, 'dev', 'ready', 'infinity'),
+  ('later', gen_random_uuid(), 'elsewhere', 4243, 'dev', 'ready', '2999-01-01T00:00:00Z')`)
+	r := f.expect(CheckCrashedReplicas, Fail, "2 rows with a heartbeat ahead of database time, which no replica's heartbeat writes (not live, owns nothing): "+
+		"ghost on elsewhere (pid 4242, ready): heartbeat at 9999-12-31T23:59:59Z; later on elsewhere (pid 4243, ready): heartbeat at 2999-01-01T00:00:00Z")
+	if !strings.Contains(r.Hint, "then studioctl replicas forget ghost --force") {
+		t.Errorf("hint = %q, want the forget --force command", r.Hint)
+	}
+	// With a crash as well, both are named.
+	f.exec(goneReplica, "web-2", "2 minutes")
+	r = f.expect(CheckCrashedReplicas, Fail, "later on elsewhere", "; 1 crashed replica in the last 24h: web-2 on h2")
+	if !strings.Contains(r.Hint, "--force; read that host's log") {
+		t.Errorf("hint = %q, want both hints", r.Hint)
+	}
+}
