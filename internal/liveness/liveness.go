@@ -23,7 +23,7 @@ const GoneAfter = 15 * time.Second
 // look gone for up to one HeartbeatEvery. A row further ahead was not
 // written by a replica's heartbeat (a hand-made row, or one a role with the
 // replica's grants inserted, `infinity` included): it is not live, owns
-// nothing and is shown as such (docs/replicas.md, doctor's
+// nothing and is shown as such (docs/leases.md, doctor's
 // crashed_replicas; `replicas forget --force` removes it).
 const FutureTolerance = 5 * time.Second
 
