@@ -564,3 +564,24 @@ VALUES ('skewed', gen_random_uuid(), 'h3', 3, 'dev', 'ready', now() + interval '
 		t.Errorf("hint = %q, want both hints", r.Hint)
 	}
 }
+
+// Issue 21, finding 8: a live replica that recorded an HTTP address beyond
+// loopback (0.0.0.0 listens on every interface, IPv6 included, and records
+// [::]) warns in the tls check; a gone replica's old address says nothing.
+func TestAReplicaServingBeyondLoopbackWarnsInTheTLSCheck(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, true)
+	f.exec(liveReplica, "web-3")
+	f.exec(`UPDATE studio_replica SET http_addr = '127.0.0.1:8080' WHERE id = 'web-3'`)
+	f.exec(goneReplica, "web-old", "3 days")
+	f.exec(`UPDATE studio_replica SET http_addr = '[::]:8080' WHERE id = 'web-old'`)
+	f.expect(CheckTLS, OK, "on this machine (127.0.0.1): TLS not needed")
+	f.exec(liveReplica, "web-1")
+	f.exec(liveReplica, "web-2")
+	f.exec(`UPDATE studio_replica SET http_addr = CASE id WHEN 'web-1' THEN '[::]:8080' ELSE '10.0.0.5:8080' END WHERE id IN ('web-1', 'web-2')`)
+	r := f.expect(CheckTLS, Warn, "on this machine (127.0.0.1): TLS not needed; this connection is not encrypted; "+
+		"web-1 serves its page and event stream on every interface ([::]:8080); web-2 serves its page and event stream beyond loopback (10.0.0.5:8080), without TLS or authentication")
+	if !strings.HasPrefix(r.Hint, "set replica.listen to a loopback address (127.0.0.1:PORT)") {
+		t.Errorf("hint = %q", r.Hint)
+	}
+}
