@@ -291,20 +291,28 @@ type replicasForgetOptions struct {
 	ID     string
 	Reason string
 	Yes    bool
+	Force  bool
 }
 
 func newReplicasForgetCmd(a *app, runF func(context.Context, *replicasForgetOptions) error) *cobra.Command {
 	o := &replicasForgetOptions{deps: a.deps()}
 	cmd := &cobra.Command{
-		Use:   "forget ID [--reason R] [--yes]",
+		Use:   "forget ID [--reason R] [--yes] [--force]",
 		Short: "Delete a stopped or gone replica's row",
 		Long: `Delete the studio_replica row of a replica that is stopped or gone. A live
 replica is refused (exit 3): drain it first, or wait until it is gone. An
 unknown id exits 4, and so does an id another forget removed first: the
 delete is one conditional statement, so of concurrent forgets exactly one
-deletes and writes an audit row.`,
-		Example: `  studioctl replicas forget web-1-3fa2c1 --reason "host decommissioned"`,
-		Args:    exactArgs("id"),
+deletes and writes an audit row.
+
+A row whose heartbeat is more than 5 s ahead of database time is not live
+(no replica writes one: they write the database's now()), but it is refused
+too (exit 3) unless --force is given: it may be a replica's across a
+failover to a server whose clock is behind, which its next heartbeat heals.
+--force removes it, and nothing else: a live replica is still refused.`,
+		Example: `  studioctl replicas forget web-1-3fa2c1 --reason "host decommissioned"
+  studioctl replicas forget ghost --force --reason "row planted with an infinity heartbeat"`,
+		Args: exactArgs("id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.ID = args[0]
 			if runF != nil {
@@ -315,6 +323,7 @@ deletes and writes an audit row.`,
 	}
 	cmd.Flags().StringVar(&o.Reason, "reason", "", "why, for the audit log")
 	cmd.Flags().BoolVar(&o.Yes, "yes", false, "do not ask for confirmation")
+	cmd.Flags().BoolVar(&o.Force, "force", false, "also remove a row whose heartbeat is ahead of database time")
 	return cmd
 }
 
@@ -328,8 +337,13 @@ func replicasForgetRun(ctx context.Context, o *replicasForgetOptions) error {
 	if err != nil {
 		return err
 	}
-	if !in.Live {
-		ok, err := o.IO.confirm(fmt.Sprintf("forget replica %q (%s)?", in.ID, in.State), o.Yes)
+	// A row ahead without --force is refused below: no question first.
+	if !in.Live && (!in.Ahead || o.Force) {
+		what := string(in.State)
+		if in.Ahead {
+			what += ", heartbeat ahead of database time"
+		}
+		ok, err := o.IO.confirm(fmt.Sprintf("forget replica %q (%s)?", in.ID, what), o.Yes)
 		if err != nil || !ok {
 			if err == nil {
 				fmt.Fprintln(o.IO.Err, "not forgotten")
@@ -337,9 +351,17 @@ func replicasForgetRun(ctx context.Context, o *replicasForgetOptions) error {
 			return err
 		}
 	}
-	in, err = replicas.Forget(ctx, pool, o.ID, o.Actor(), o.Reason)
+	forget := replicas.Forget
+	if o.Force {
+		forget = replicas.ForgetForce
+	}
+	in, err = forget(ctx, pool, o.ID, o.Actor(), o.Reason)
 	if err != nil {
 		return err
+	}
+	if in.Ahead {
+		fmt.Fprintf(o.IO.Out, "forgot replica %q (%s, heartbeat ahead of database time: %s)\n", in.ID, in.State, in.HeartbeatAt.Format(time.RFC3339))
+		return nil
 	}
 	state, _ := replicaState(in)
 	fmt.Fprintf(o.IO.Out, "forgot replica %q (%s, last heartbeat %s)\n", in.ID, state, in.HeartbeatAt.Format(time.RFC3339))

@@ -82,6 +82,8 @@ func exitCode(err error) int {
 	case errors.Is(err, locks.ErrRefused), errors.Is(err, replicas.ErrLive), errors.Is(err, embedded.ErrInUse), errors.Is(err, leases.ErrRefused),
 		errors.Is(err, jobstore.ErrDeclared):
 		return exitRefused
+	case errors.Is(err, replicas.ErrAhead): // replicas forget without --force
+		return exitRefused
 	case errors.Is(err, locks.ErrNotFound), errors.Is(err, replicas.ErrNotFound), errors.Is(err, jobstore.ErrUnknownJob), errors.Is(err, leases.ErrNotFound):
 		return exitNotFound
 	case errors.Is(err, jobstore.ErrUnknownRun), errors.Is(err, jobstore.ErrNoOutput):

@@ -90,8 +90,50 @@ func TestScripts(t *testing.T) {
 			"exitcode": cmdExitCode,
 			"waitfile": cmdWaitFile,
 			"sqlenv":   cmdSQLEnv,
+			"beat":     cmdBeat,
 		},
 	})
+}
+
+// beat keeps the heartbeat of replica rows the script inserted fresh,
+// every second as a replica's registry would, until the script ends: beat
+// ID... (a row is live only while its heartbeat is recent and not ahead of
+// database time: liveness.LiveSQL).
+func cmdBeat(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) == 0 || neg {
+		ts.Fatalf("usage: beat ID...")
+	}
+	const stmt = `UPDATE studio_replica SET heartbeat_at = now() WHERE id = ANY($1)`
+	url := ts.Getenv("STUDIO_DATABASE_URL")
+	cfg, err := db.ParseConnConfig(url)
+	ts.Check(err)
+	ctx, cancel := context.WithCancel(context.Background())
+	conn, err := db.Connect(ctx, cfg, url)
+	if err != nil {
+		cancel()
+		ts.Fatalf("beat: %v", err)
+	}
+	if _, err := conn.Exec(ctx, stmt, args); err != nil {
+		cancel()
+		conn.Close(context.Background())
+		ts.Fatalf("beat: %v", err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer conn.Close(context.Background())
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				conn.Exec(ctx, stmt, args)
+			}
+		}
+	}()
+	ts.Defer(func() { cancel(); <-done })
 }
 
 // waitsqlTimeout bounds waitsql's polling.

@@ -145,13 +145,15 @@ func checkUnknownHolders(ctx context.Context, e *env) Result {
 
 // checkCrashedReplicas: a replica whose heartbeat stopped without a
 // recorded stop, within CrashWindow; or one restarted under the same id
-// after such an end (the registration records it, migration 00008).
+// after such an end (the registration records it, migration 00008). And a
+// row whose heartbeat is ahead of database time (liveness.FutureTolerance):
+// not live, and written by no replica's heartbeat (issue 21, finding 4).
 func checkCrashedReplicas(ctx context.Context, e *env) Result {
 	infos, err := replicas.List(ctx, e.pool)
 	if err != nil {
 		return failed(err)
 	}
-	var crashed, ids, restarted []string
+	var crashed, ids, restarted, ahead, aheadIDs []string
 	older, live := 0, 0
 	for _, in := range infos {
 		// A crash that a restart under the same id took over: the row is
@@ -165,6 +167,9 @@ func checkCrashedReplicas(ctx context.Context, e *env) Result {
 		switch {
 		case in.Live:
 			live++
+		case in.Ahead:
+			ahead = append(ahead, fmt.Sprintf("%s on %s (pid %d, %s): heartbeat at %s", in.ID, in.Host, in.PID, in.State, in.HeartbeatAt.Format(time.RFC3339)))
+			aheadIDs = append(aheadIDs, in.ID)
 		case in.Crashed && in.HeartbeatAge <= CrashWindow:
 			crashed = append(crashed, fmt.Sprintf("%s on %s (pid %d, %s): last heartbeat %s ago, no stop recorded",
 				in.ID, in.Host, in.PID, in.State, ago(in.HeartbeatAge)))
@@ -173,15 +178,23 @@ func checkCrashedReplicas(ctx context.Context, e *env) Result {
 			older++
 		}
 	}
+	var details, hints []string
+	if len(ahead) > 0 {
+		details = append(details, fmt.Sprintf("%s ahead of database time, which no replica's heartbeat writes (not live, owns nothing): %s",
+			plural(len(ahead), "row with a heartbeat", "rows with a heartbeat"), list(ahead)))
+		hints = append(hints, "unless the database just failed over to a server whose clock is behind (then the next heartbeat heals it), "+
+			"the row was written by hand or by a role with the replica's grants, such as a sql: job's; find out who, then studioctl replicas forget "+aheadIDs[0]+" --force")
+	}
 	if len(crashed) > 0 {
-		var hint string
+		details = append(details, fmt.Sprintf("%s in the last 24h: %s", plural(len(crashed), "crashed replica", "crashed replicas"), list(crashed)))
 		if len(ids) > 0 {
-			hint = "read that host's log for why it died; release its stale locks (stale_locks); then studioctl replicas forget " + ids[0]
+			hints = append(hints, "read that host's log for why it died; release its stale locks (stale_locks); then studioctl replicas forget "+ids[0])
 		} else {
-			hint = fmt.Sprintf("read that host's log for why %s died before its restart; the crash counts here for 24h after it", restarted[0])
+			hints = append(hints, fmt.Sprintf("read that host's log for why %s died before its restart; the crash counts here for 24h after it", restarted[0]))
 		}
-		return Result{Status: Fail, Detail: fmt.Sprintf("%s in the last 24h: %s", plural(len(crashed), "crashed replica", "crashed replicas"), list(crashed)),
-			Hint: hint}
+	}
+	if len(details) > 0 {
+		return Result{Status: Fail, Detail: strings.Join(details, "; "), Hint: strings.Join(hints, "; ")}
 	}
 	detail := fmt.Sprintf("no crash in the last 24h (%s)", plural(live, "live replica", "live replicas"))
 	if older > 0 {

@@ -538,3 +538,50 @@ func TestJobsThatCouldNotBeReadWarnAndFallBackToDefaultTimeouts(t *testing.T) {
 	f.o.JobsErr = errors.New("studio.yaml:3: job \"x\": timeout: \"soon\" is not a duration")
 	f.expect(CheckNearTimeout, Warn, "default timeouts: the configuration's jobs could not be read (studio.yaml:3:")
 }
+
+// Issue 21, finding 4: a row whose heartbeat is ahead of database time
+// (planted by a role with the replica's grants) is named, with the command
+// that removes it; one within liveness.FutureTolerance is a live replica.
+func TestARowWithAHeartbeatAheadFailsCrashedReplicas(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, true)
+	f.exec(liveReplica, "web-1")
+	f.exec(`INSERT INTO studio_replica (id, incarnation, host, pid, version, state, heartbeat_at)
+VALUES ('skewed', gen_random_uuid(), 'h3', 3, 'dev', 'ready', now() + interval '3 seconds')`)
+	f.expect(CheckCrashedReplicas, OK, "no crash in the last 24h (2 live replicas)")
+	f.exec(`INSERT INTO studio_replica (id, incarnation, host, pid, version, state, heartbeat_at) VALUES
+  ('ghost', gen_random_uuid(), 'elsewhere', 4242, 'dev', 'ready', 'infinity'),
+  ('later', gen_random_uuid(), 'elsewhere', 4243, 'dev', 'ready', '2999-01-01T00:00:00Z')`)
+	r := f.expect(CheckCrashedReplicas, Fail, "2 rows with a heartbeat ahead of database time, which no replica's heartbeat writes (not live, owns nothing): "+
+		"ghost on elsewhere (pid 4242, ready): heartbeat at 9999-12-31T23:59:59Z; later on elsewhere (pid 4243, ready): heartbeat at 2999-01-01T00:00:00Z")
+	if !strings.Contains(r.Hint, "then studioctl replicas forget ghost --force") {
+		t.Errorf("hint = %q, want the forget --force command", r.Hint)
+	}
+	// With a crash as well, both are named.
+	f.exec(goneReplica, "web-2", "2 minutes")
+	r = f.expect(CheckCrashedReplicas, Fail, "later on elsewhere", "; 1 crashed replica in the last 24h: web-2 on h2")
+	if !strings.Contains(r.Hint, "--force; read that host's log") {
+		t.Errorf("hint = %q, want both hints", r.Hint)
+	}
+}
+
+// Issue 21, finding 8: a live replica that recorded an HTTP address beyond
+// loopback (0.0.0.0 listens on every interface, IPv6 included, and records
+// [::]) warns in the tls check; a gone replica's old address says nothing.
+func TestAReplicaServingBeyondLoopbackWarnsInTheTLSCheck(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, true)
+	f.exec(liveReplica, "web-3")
+	f.exec(`UPDATE studio_replica SET http_addr = '127.0.0.1:8080' WHERE id = 'web-3'`)
+	f.exec(goneReplica, "web-old", "3 days")
+	f.exec(`UPDATE studio_replica SET http_addr = '[::]:8080' WHERE id = 'web-old'`)
+	f.expect(CheckTLS, OK, "on this machine (127.0.0.1): TLS not needed")
+	f.exec(liveReplica, "web-1")
+	f.exec(liveReplica, "web-2")
+	f.exec(`UPDATE studio_replica SET http_addr = CASE id WHEN 'web-1' THEN '[::]:8080' ELSE '10.0.0.5:8080' END WHERE id IN ('web-1', 'web-2')`)
+	r := f.expect(CheckTLS, Warn, "on this machine (127.0.0.1): TLS not needed; this connection is not encrypted; "+
+		"web-1 serves its page and event stream on every interface ([::]:8080); web-2 serves its page and event stream beyond loopback (10.0.0.5:8080), without TLS or authentication")
+	if !strings.HasPrefix(r.Hint, "set replica.listen to a loopback address (127.0.0.1:PORT)") {
+		t.Errorf("hint = %q", r.Hint)
+	}
+}

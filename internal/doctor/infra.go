@@ -19,6 +19,7 @@ import (
 	"github.com/studioctl/studioctl/internal/db"
 	"github.com/studioctl/studioctl/internal/liveness"
 	"github.com/studioctl/studioctl/internal/migrate"
+	"github.com/studioctl/studioctl/internal/replicas"
 	"github.com/studioctl/studioctl/migrations"
 )
 
@@ -272,15 +273,56 @@ func checkTLS(ctx context.Context, e *env) Result {
 			exposed = append(exposed, fmt.Sprintf("%s with sslmode=%s", name, t.mode))
 		}
 	}
-	if len(exposed) > 0 {
-		return Result{Status: Warn,
+	var r Result
+	switch {
+	case len(exposed) > 0:
+		r = Result{Status: Warn,
 			Detail: "not on this machine and reached without sslmode=verify-full: " + strings.Join(exposed, ", ") + inUse,
 			Hint:   "set sslmode=verify-full (and sslrootcert) in database.url: without it a man in the middle can read the traffic and the password"}
+	case len(local) == len(targets):
+		r = Result{Status: OK, Detail: "on this machine (" + strings.Join(local, ", ") + "): TLS not needed" + inUse}
+	default:
+		r = Result{Status: OK, Detail: "every remote host is reached with sslmode=verify-full" + inUse}
 	}
-	if len(local) == len(targets) {
-		return Result{Status: OK, Detail: "on this machine (" + strings.Join(local, ", ") + "): TLS not needed" + inUse}
+	if served := servedBeyondLoopback(ctx, e); len(served) > 0 {
+		r.Status = Warn
+		r.Detail += "; " + list(served) + ", without TLS or authentication"
+		r.Hint = strings.TrimPrefix(r.Hint+"; "+hintServed, "; ")
 	}
-	return Result{Status: OK, Detail: "every remote host is reached with sslmode=verify-full" + inUse}
+	return r
+}
+
+// hintServed is the tls check's hint for a replica that serves its page
+// beyond loopback.
+const hintServed = "set replica.listen to a loopback address (127.0.0.1:PORT) and reach the page through an SSH tunnel or an authenticating proxy, " +
+	"unless everyone who reaches that address may read the installation's job names, errors, output and host names (docs/status-page.md)"
+
+// servedBeyondLoopback names the live replicas whose recorded HTTP address
+// (studio_replica.http_addr: the address their listener took for
+// replica.listen) is not loopback (issue 21, finding 8). Nothing when the
+// database or its table cannot be read: other checks say so.
+func servedBeyondLoopback(ctx context.Context, e *env) []string {
+	if e.pool == nil {
+		return nil
+	}
+	infos, err := replicas.List(ctx, e.pool)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, in := range infos {
+		if !in.Live {
+			continue
+		}
+		switch where := replicas.Exposure(in.HTTPAddr); where {
+		case "":
+		case "every interface":
+			out = append(out, fmt.Sprintf("%s serves its page and event stream on every interface (%s)", in.ID, in.HTTPAddr))
+		default:
+			out = append(out, fmt.Sprintf("%s serves its page and event stream beyond loopback (%s)", in.ID, in.HTTPAddr))
+		}
+	}
+	return out
 }
 
 type target struct {

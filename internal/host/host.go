@@ -159,6 +159,9 @@ type Host struct {
 	err         error // why the host ended; set before done is closed
 	lostErr     error
 	lostNotice  chan struct{} // closed by loseID
+	// exposedWarned: the warning that replica.listen is not loopback was
+	// logged (once, whichever server listened first).
+	exposedWarned atomic.Bool
 }
 
 // New validates options; Start does the work.
@@ -339,6 +342,7 @@ func (h *Host) start(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	h.warnExposed(h.http.Addr())
 	ccfg, err := db.ParseConnConfig(h.sessionConnString())
 	if err != nil {
 		return err

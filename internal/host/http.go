@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/studioctl/studioctl/internal/replicas"
 	"github.com/studioctl/studioctl/internal/startstop"
 )
 
@@ -75,4 +76,24 @@ func (s *httpServer) Stop() {
 		s.ln.Close() // never served: Shutdown does not know it
 	})
 	s.Base.Stop()
+}
+
+// warnExposed logs, once per replica, that the HTTP server listening on
+// addr (replica.listen as the listener took it) is reachable beyond
+// loopback: its page, stream and job output have no authentication
+// (issue 21, finding 8; docs/status-page.md). 0.0.0.0 is every interface,
+// IPv6 included: Go listens dual-stack and addr reads [::]:PORT.
+func (h *Host) warnExposed(addr string) {
+	where := replicas.Exposure(addr)
+	if where == "" || !h.exposedWarned.CompareAndSwap(false, true) {
+		return
+	}
+	if where == "every interface" {
+		where = "every interface, IPv4 and IPv6"
+	}
+	h.log.Warn("http: replica.listen is not loopback: the status page and the event stream are served without authentication to whoever reaches it",
+		"listen", addr, "reachable_on", where,
+		"serves", "/ (the status page), /v1/events, /v1/jobs, /v1/jobs/{id}/output, /metrics",
+		"shows", "the installation's job names, job errors and output, replica ids, host names and addresses, clusters, locks, audited actions",
+		"fix", "keep replica.listen on loopback (127.0.0.1:PORT) behind an SSH tunnel or an authenticating proxy, unless everyone who reaches it may read that (docs/status-page.md)")
 }

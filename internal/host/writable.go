@@ -168,6 +168,7 @@ func (h *Host) serveWaiting() (*waitServer, error) {
 		return nil, fmt.Errorf("replica.listen %q: %w", h.o.Listen, err)
 	}
 	w := &waitServer{addr: ln.Addr().String(), done: make(chan struct{})}
+	h.warnExposed(w.addr)
 	w.reason.Store(waitingReason)
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /livez", func(rw http.ResponseWriter, _ *http.Request) { fmt.Fprintln(rw, "ok") })

@@ -24,6 +24,10 @@ var (
 	ErrLive = errors.New("replica is live")
 	// ErrNotLive: the replica is stopped or gone, so it cannot act on a request.
 	ErrNotLive = errors.New("replica is not live")
+	// ErrAhead: the row's heartbeat is more than liveness.FutureTolerance
+	// ahead of database time, which no replica's heartbeat writes; only
+	// ForgetForce removes it.
+	ErrAhead = errors.New("heartbeat ahead of database time")
 )
 
 // Querier is the part of a pool or transaction the operator side needs.
@@ -49,8 +53,15 @@ type Info struct {
 	Uptime       time.Duration // database now - started_at
 	RunsInFlight int           // studio_job_run rows of this replica still running
 	Live         bool
-	Gone         bool // heartbeat older than GoneAfter (or stopped)
+	Gone         bool // not live: heartbeat older than GoneAfter, or ahead (or stopped)
 	Crashed      bool // gone without state stopped
+	// Ahead: the heartbeat is more than liveness.FutureTolerance ahead of
+	// database time (HeartbeatAge is negative), so the row is not live. No
+	// replica's heartbeat writes that (they write the database's now()): a
+	// hand-made row, one a role with the replica's grants inserted, or, for
+	// at most one heartbeat interval, a failover to a server whose clock is
+	// behind. HeartbeatAt shows 'infinity' as 9999-12-31.
+	Ahead bool
 	// ClockOffset is database time minus the replica's clock, in seconds,
 	// as its heartbeat last measured it (nil: not yet, or an older version).
 	ClockOffset *float64
@@ -63,12 +74,46 @@ type Info struct {
 	LastCrashIncarnation string
 }
 
-var selectSQL = `SELECT r.id, r.host, r.pid, r.version, r.http_addr, r.state, r.started_at, r.heartbeat_at, r.stopped_at,
-  EXTRACT(EPOCH FROM (now() - r.heartbeat_at))::float8, EXTRACT(EPOCH FROM (now() - r.started_at))::float8,
-  (SELECT count(*) FROM studio_job_run j WHERE j.replica_id = r.id AND j.outcome = 'running')::int, ` + liveness.LiveSQL("r") + `,
-  r.clock_offset_seconds, r.last_crash_at, coalesce(EXTRACT(EPOCH FROM (now() - r.last_crash_at))::float8, 0),
+// clampTime is the timestamptz expr kept within the years 0001 to 9999.
+// Any role with the replica's grants can write 'infinity' or a year past
+// 9999 into studio_replica (issue 21, finding 4): pgx cannot scan an
+// infinity into a time.Time, PostgreSQL 15 cannot subtract one ("cannot
+// subtract infinite timestamps"), so one such row made every list fail.
+// Clamped, it reads as 9999-12-31, far ahead. NULL stays NULL (GREATEST
+// alone would turn it into the lower bound).
+func clampTime(expr string) string {
+	return "CASE WHEN " + expr + " IS NULL THEN NULL ELSE LEAST(GREATEST(" + expr + ", '0001-01-01 00:00:00+00'), '9999-12-31 23:59:59.999999+00') END"
+}
+
+var (
+	heartbeatAt = clampTime("r.heartbeat_at")
+	startedAt   = clampTime("r.started_at")
+	stoppedAt   = clampTime("r.stopped_at")
+	lastCrashAt = clampTime("r.last_crash_at")
+)
+
+var selectSQL = `SELECT r.id, r.host, r.pid, r.version, r.http_addr, r.state, ` + startedAt + `, ` + heartbeatAt + `, ` + stoppedAt + `,
+  EXTRACT(EPOCH FROM (now() - ` + heartbeatAt + `))::float8, EXTRACT(EPOCH FROM (now() - ` + startedAt + `))::float8,
+  (SELECT count(*) FROM studio_job_run j WHERE j.replica_id = r.id AND j.outcome = 'running')::int, ` + liveness.LiveSQL("r") + `, ` + liveness.AheadSQL("r") + `,
+  r.clock_offset_seconds, ` + lastCrashAt + `, coalesce(EXTRACT(EPOCH FROM (now() - ` + lastCrashAt + `))::float8, 0),
   coalesce(r.last_crash_incarnation::text, '')
 FROM studio_replica r`
+
+// maxAge bounds the ages and uptimes an Info carries: a clamped
+// 'infinity' is about 8,000 years away, more than a Duration (about 292
+// years) holds, and at its very limit Round and negation overflow.
+const maxAge = 100 * 365 * 24 * time.Hour
+
+// secondsDuration converts seconds to a Duration within ±maxAge.
+func secondsDuration(sec float64) time.Duration {
+	switch limit := maxAge.Seconds(); {
+	case sec >= limit:
+		return maxAge
+	case sec <= -limit:
+		return -maxAge
+	}
+	return time.Duration(sec * float64(time.Second))
+}
 
 func scan(rows pgx.Rows) ([]Info, error) {
 	var out []Info
@@ -76,14 +121,14 @@ func scan(rows pgx.Rows) ([]Info, error) {
 		var in Info
 		var age, uptime, crashAge float64
 		var state string
-		if err := rows.Scan(&in.ID, &in.Host, &in.PID, &in.Version, &in.HTTPAddr, &state, &in.StartedAt, &in.HeartbeatAt, &in.StoppedAt, &age, &uptime, &in.RunsInFlight, &in.Live, &in.ClockOffset,
+		if err := rows.Scan(&in.ID, &in.Host, &in.PID, &in.Version, &in.HTTPAddr, &state, &in.StartedAt, &in.HeartbeatAt, &in.StoppedAt, &age, &uptime, &in.RunsInFlight, &in.Live, &in.Ahead, &in.ClockOffset,
 			&in.LastCrashAt, &crashAge, &in.LastCrashIncarnation); err != nil {
 			return nil, err
 		}
 		if in.LastCrashAt != nil {
 			t := in.LastCrashAt.UTC()
 			in.LastCrashAt = &t
-			in.LastCrashAge = time.Duration(crashAge * float64(time.Second)).Round(time.Millisecond)
+			in.LastCrashAge = secondsDuration(crashAge).Round(time.Millisecond)
 		}
 		in.State = State(state)
 		in.StartedAt, in.HeartbeatAt = in.StartedAt.UTC(), in.HeartbeatAt.UTC()
@@ -91,8 +136,8 @@ func scan(rows pgx.Rows) ([]Info, error) {
 			t := in.StoppedAt.UTC()
 			in.StoppedAt = &t
 		}
-		in.HeartbeatAge = time.Duration(age * float64(time.Second)).Round(time.Millisecond)
-		in.Uptime = time.Duration(uptime * float64(time.Second)).Round(time.Second)
+		in.HeartbeatAge = secondsDuration(age).Round(time.Millisecond)
+		in.Uptime = secondsDuration(uptime).Round(time.Second)
 		in.Gone = !in.Live
 		in.Crashed = in.Gone && in.State != StateStopped
 		out = append(out, in)
@@ -135,13 +180,27 @@ func Get(ctx context.Context, q Querier, id string) (Info, error) {
 
 // Forget deletes the row of a stopped or gone replica, with an audit row.
 // A live replica is refused (ErrLive): deleting its row would make it think
-// its id was taken over.
+// its id was taken over. A row whose heartbeat is ahead of database time
+// is refused too (ErrAhead): it is not live, but it might be a replica's
+// across a failover to a server whose clock is behind, which its next
+// heartbeat heals; ForgetForce removes it.
 //
 // The delete is one conditional statement (the row exists and is not live
 // at that moment), and the audit row records the values it deleted, so of
 // any number of concurrent forgets of one id exactly one deletes and
 // writes an audit row; the others find nothing (ErrNotFound).
 func Forget(ctx context.Context, q Querier, id, actor, reason string) (Info, error) {
+	return forget(ctx, q, id, actor, reason, false)
+}
+
+// ForgetForce is Forget that also removes a row whose heartbeat is ahead
+// of database time (liveness.FutureTolerance), such as one inserted with
+// 'infinity' (issue 21, finding 4). A live replica is still refused.
+func ForgetForce(ctx context.Context, q Querier, id, actor, reason string) (Info, error) {
+	return forget(ctx, q, id, actor, reason, true)
+}
+
+func forget(ctx context.Context, q Querier, id, actor, reason string, force bool) (Info, error) {
 	tx, err := q.Begin(ctx)
 	if err != nil {
 		return Info{}, fmt.Errorf("forget replica %q: %w", id, err)
@@ -150,10 +209,10 @@ func Forget(ctx context.Context, q Querier, id, actor, reason string) (Info, err
 	var in Info
 	var state string
 	var age float64
-	err = tx.QueryRow(ctx, `DELETE FROM studio_replica r WHERE r.id = $1 AND NOT `+liveness.LiveSQL("r")+`
-RETURNING r.id, r.host, r.pid, r.version, r.http_addr, r.state, r.started_at, r.heartbeat_at, r.stopped_at,
-  EXTRACT(EPOCH FROM (now() - r.heartbeat_at))::float8`, id).
-		Scan(&in.ID, &in.Host, &in.PID, &in.Version, &in.HTTPAddr, &state, &in.StartedAt, &in.HeartbeatAt, &in.StoppedAt, &age)
+	err = tx.QueryRow(ctx, `DELETE FROM studio_replica r WHERE r.id = $1 AND NOT `+liveness.LiveSQL("r")+` AND ($2 OR NOT `+liveness.AheadSQL("r")+`)
+RETURNING r.id, r.host, r.pid, r.version, r.http_addr, r.state, `+startedAt+`, `+heartbeatAt+`, `+stoppedAt+`,
+  EXTRACT(EPOCH FROM (now() - `+heartbeatAt+`))::float8, `+liveness.AheadSQL("r"), id, force).
+		Scan(&in.ID, &in.Host, &in.PID, &in.Version, &in.HTTPAddr, &state, &in.StartedAt, &in.HeartbeatAt, &in.StoppedAt, &age, &in.Ahead)
 	if errors.Is(err, pgx.ErrNoRows) {
 		// Nothing deleted: say why, from the row as it is now.
 		tx.Rollback(ctx)
@@ -164,6 +223,11 @@ RETURNING r.id, r.host, r.pid, r.version, r.http_addr, r.state, r.started_at, r.
 		if cur.Live {
 			return cur, fmt.Errorf("forget replica %q: %w (state %s, heartbeat %s ago): drain it, or wait until it is gone (%s without a heartbeat)",
 				id, ErrLive, cur.State, cur.HeartbeatAge.Round(time.Millisecond), GoneAfter)
+		}
+		if cur.Ahead && !force {
+			return cur, fmt.Errorf("forget replica %q: %w (%s, %s ahead; no replica writes a heartbeat ahead of the database's clock): "+
+				"if the database did not just fail over to a server whose clock is behind, the row was written by hand or by a role with the replica's grants; --force removes it",
+				id, ErrAhead, cur.HeartbeatAt.Format(time.RFC3339), (-cur.HeartbeatAge).Round(time.Second))
 		}
 		// Gone now but live when the delete looked: a race with its last
 		// heartbeat; the operator may simply try again.
@@ -178,10 +242,16 @@ RETURNING r.id, r.host, r.pid, r.version, r.http_addr, r.state, r.started_at, r.
 		t := in.StoppedAt.UTC()
 		in.StoppedAt = &t
 	}
-	in.HeartbeatAge = time.Duration(age * float64(time.Second)).Round(time.Millisecond)
+	in.HeartbeatAge = secondsDuration(age).Round(time.Millisecond)
 	in.Gone, in.Crashed = true, in.State != StateStopped
-	err = audit.Write(ctx, tx, audit.Entry{Actor: actor, Action: "replicas.forget", Target: id, Reason: reason,
-		Detail: map[string]any{"state": in.State, "host": in.Host, "pid": in.PID, "heartbeat_at": in.HeartbeatAt, "crashed": in.Crashed}})
+	detail := map[string]any{"state": in.State, "host": in.Host, "pid": in.PID, "heartbeat_at": in.HeartbeatAt, "crashed": in.Crashed}
+	if force {
+		detail["force"] = true
+	}
+	if in.Ahead {
+		detail["ahead"] = true
+	}
+	err = audit.Write(ctx, tx, audit.Entry{Actor: actor, Action: "replicas.forget", Target: id, Reason: reason, Detail: detail})
 	if err != nil {
 		return in, err
 	}
@@ -216,6 +286,10 @@ func RequestDrain(ctx context.Context, q Querier, id, actor, reason string) (in 
 	}
 	if in.State == StateStopped {
 		return in, true, nil
+	}
+	if in.Ahead {
+		return in, false, fmt.Errorf("drain replica %q: %w: its heartbeat is %s ahead of database time (%s), which no replica writes; `replicas forget --force` removes it",
+			id, ErrNotLive, (-in.HeartbeatAge).Round(time.Second), in.HeartbeatAt.Format(time.RFC3339))
 	}
 	if !in.Live {
 		return in, false, fmt.Errorf("drain replica %q: %w: it is gone (last heartbeat %s ago) and cannot hear the request; `replicas forget` removes it", id, ErrNotLive, in.HeartbeatAge.Round(time.Second))

@@ -216,18 +216,21 @@ func (r *Registry) dropConnLocked() {
 // heartbeat in last_crash_incarnation and last_crash_at, so doctor's
 // crashed_replicas still counts the crash (migration 00008); the statement
 // returns them when it did.
+//
+// A row whose heartbeat is ahead of database time (liveness.AheadSQL: no
+// replica's heartbeat wrote it) is taken over too, since it is not live,
+// but not recorded as a crash: nothing ran under it.
 var registerSQL = `
-WITH prev AS (SELECT p.state, p.incarnation, p.heartbeat_at FROM studio_replica p WHERE p.id = $1)
+WITH prev AS (SELECT p.state, p.incarnation, p.heartbeat_at FROM studio_replica p WHERE p.id = $1 AND p.state <> 'stopped' AND NOT ` + liveness.AheadSQL("p") + `)
 INSERT INTO studio_replica AS r (id, incarnation, host, pid, version, http_addr, state, started_at, heartbeat_at, stopped_at)
 VALUES ($1, $2, $3, $4, $5, $6, 'starting', now(), now(), NULL)
 ON CONFLICT (id) DO UPDATE SET incarnation = EXCLUDED.incarnation, host = EXCLUDED.host, pid = EXCLUDED.pid,
   version = EXCLUDED.version, http_addr = EXCLUDED.http_addr, state = 'starting', started_at = now(),
   heartbeat_at = now(), stopped_at = NULL, clock_offset_seconds = NULL,
-  last_crash_at = CASE WHEN r.state <> 'stopped' THEN r.heartbeat_at ELSE r.last_crash_at END,
-  last_crash_incarnation = CASE WHEN r.state <> 'stopped' THEN r.incarnation ELSE r.last_crash_incarnation END
+  last_crash_at = CASE WHEN r.state <> 'stopped' AND NOT ` + liveness.AheadSQL("r") + ` THEN r.heartbeat_at ELSE r.last_crash_at END,
+  last_crash_incarnation = CASE WHEN r.state <> 'stopped' AND NOT ` + liveness.AheadSQL("r") + ` THEN r.incarnation ELSE r.last_crash_incarnation END
 WHERE NOT ` + liveness.LiveSQL("r") + `
-RETURNING now(), pg_notify($7, $8),
-  (SELECT p.incarnation FROM prev p WHERE p.state <> 'stopped'), (SELECT p.heartbeat_at FROM prev p WHERE p.state <> 'stopped')`
+RETURNING now(), pg_notify($7, $8), (SELECT p.incarnation FROM prev p), (SELECT p.heartbeat_at FROM prev p)`
 
 // closeRunsSQL marks interrupted the runs that earlier incarnations of
 // replica $1 left running: at registration no run of this incarnation has
