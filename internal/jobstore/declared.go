@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -151,8 +152,12 @@ func Forget(ctx context.Context, q Querier, job, replica, actor, reason string) 
 		return f, err
 	}
 	if len(live) > 0 {
-		return f, fmt.Errorf("forget job %q: %w: %s %v hosts it; remove the job from that configuration and restart the replica (it then drops the job itself), or stop it first",
-			job, ErrDeclared, map[bool]string{true: "live replica", false: "live replicas"}[len(live) == 1], live)
+		who := "live replica " + live[0] + " hosts it"
+		if len(live) > 1 {
+			who = "live replicas " + strings.Join(live, ", ") + " host it"
+		}
+		return f, fmt.Errorf("forget job %q: %w: %s; remove the job from that configuration and restart the replica (it then drops the job itself), or stop it first",
+			job, ErrDeclared, who)
 	}
 	// One conditional statement: only rows of replicas that are not live
 	// when it runs (a replica that starts meanwhile keeps its rows, and
