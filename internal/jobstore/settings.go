@@ -311,7 +311,7 @@ func Trigger(ctx context.Context, q Querier, job, actor, reason string) (int, er
 	// A per-cluster job's rows are its duties' (job@cluster): each replica
 	// that hosts one gets one request, and runs the duties it owns.
 	hosts := `studio_job_status s JOIN studio_replica r ON r.id = s.replica_id
-WHERE (s.job_id = $2 OR starts_with(s.job_id, $2 || '@')) AND ` + liveness.LiveSQL("r")
+WHERE (s.job_id = $2 OR starts_with(s.job_id, $2 || '@')) AND ` + liveness.LiveSQL("r") + notDrainingSQL
 	tag, err := tx.Exec(ctx, `
 INSERT INTO studio_request (kind, target, replica_id, incarnation, requested_by, reason, audit_seq, expires_at)
 SELECT DISTINCT $1::text, $2::text, r.id, r.incarnation, $3::text, $4::text, $5::bigint, now() + make_interval(secs => $6::float8)
