@@ -12,6 +12,7 @@ import (
 
 	"github.com/studioctl/studioctl/internal/db"
 	"github.com/studioctl/studioctl/internal/locks"
+	"github.com/studioctl/studioctl/internal/natsort"
 )
 
 // completionTimeout bounds the completion of one word, connection
@@ -27,6 +28,9 @@ const (
 	completeReplicas
 	completeLocks
 	completeClusters
+	// completeDuties: the per-cluster duties (JOB@CLUSTER) of jobs, for
+	// the verbs that take one (jobs status, jobs output).
+	completeDuties
 )
 
 // argKind reads what cmd's first positional argument names from its usage
@@ -38,6 +42,9 @@ func argKind(cmd *cobra.Command) (completionKind, bool) {
 		return completeNothing, false
 	}
 	arg := strings.Trim(fields[1], "[]")
+	if k := strings.IndexByte(arg, '['); k >= 0 {
+		arg = arg[:k] // ID[@CLUSTER]
+	}
 	many := strings.HasSuffix(arg, "...")
 	arg = strings.TrimSuffix(arg, "...")
 	switch noun := cmd.Parent().Name(); {
@@ -69,7 +76,17 @@ func (a *app) addCompletions(root *cobra.Command) {
 		for _, sub := range c.Commands() {
 			walk(sub)
 		}
+		if c.LocalFlags().Lookup("replica") != nil {
+			// jobs forget --replica ID
+			_ = c.RegisterFlagCompletionFunc("replica", func(cmd *cobra.Command, _ []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+				if err := a.load(cmd); err != nil {
+					return nil, cobra.ShellCompDirectiveNoFileComp
+				}
+				return withPrefix(a.completeNames(cmd.Context(), completeReplicas), toComplete, nil), cobra.ShellCompDirectiveNoFileComp
+			})
+		}
 		kind, many := argKind(c)
+		duties := kind == completeJobs && strings.Contains(c.Use, "@CLUSTER")
 		if kind == completeNothing || c.ValidArgsFunction != nil {
 			return
 		}
@@ -83,17 +100,27 @@ func (a *app) addCompletions(root *cobra.Command) {
 			if err := a.load(cmd); err != nil {
 				return nil, cobra.ShellCompDirectiveNoFileComp
 			}
-			names := a.completeNames(cmd.Context(), kind)
-			var out []string
-			for _, n := range names {
-				if strings.HasPrefix(n, toComplete) && !slices.Contains(args, n) {
-					out = append(out, n)
-				}
+			k := kind
+			if duties && strings.Contains(toComplete, "@") {
+				k = completeDuties
 			}
-			return out, cobra.ShellCompDirectiveNoFileComp
+			return withPrefix(a.completeNames(cmd.Context(), k), toComplete, args), cobra.ShellCompDirectiveNoFileComp
 		}
 	}
 	walk(root)
+}
+
+// withPrefix returns the names that start with prefix and are not in
+// taken, in natural order.
+func withPrefix(names []string, prefix string, taken []string) []string {
+	var out []string
+	for _, n := range names {
+		if strings.HasPrefix(n, prefix) && !slices.Contains(taken, n) {
+			out = append(out, n)
+		}
+	}
+	natsort.Strings(out)
+	return out
 }
 
 // completeNames reads the names of kind, or none on any error: completion
@@ -138,7 +165,11 @@ func (a *app) completeNames(ctx context.Context, kind completionKind) []string {
 		}
 		return names
 	case completeJobs:
-		names, err = queryNames(ctx, conn, `SELECT DISTINCT job_id FROM studio_job_status ORDER BY 1`)
+		// A per-cluster job's status rows are its duties' (JOB@CLUSTER);
+		// the verbs take the job's id.
+		names, err = queryNames(ctx, conn, `SELECT DISTINCT split_part(job_id, '@', 1) FROM studio_job_status ORDER BY 1`)
+	case completeDuties:
+		names, err = queryNames(ctx, conn, `SELECT DISTINCT job_id FROM studio_job_status WHERE strpos(job_id, '@') > 0 ORDER BY 1`)
 	case completeReplicas:
 		names, err = queryNames(ctx, conn, `SELECT id FROM studio_replica ORDER BY 1`)
 	case completeClusters:

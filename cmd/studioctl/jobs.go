@@ -638,6 +638,19 @@ func jobsTriggerRun(ctx context.Context, o *jobChangeOptions) error {
 	if len(live) == 0 {
 		return fmt.Errorf("trigger job %q: %w: no live replica declares it in its configuration; start one that does, then try again", o.ID, jobstore.ErrNoLiveHost)
 	}
+	// A draining replica starts no run: a request only it could claim would
+	// do nothing, and be void in 10 minutes.
+	ready, err := jobstore.TriggerableDeclarers(ctx, pool, o.ID)
+	if err != nil {
+		return err
+	}
+	if len(ready) == 0 {
+		who := "replica " + live[0] + " declares it but is draining"
+		if len(live) > 1 {
+			who = "replicas " + strings.Join(live, ", ") + " declare it but are draining"
+		}
+		return fmt.Errorf("trigger job %q: %w: %s (a draining replica starts no run); start one that declares it, then try again", o.ID, jobstore.ErrNoLiveHost, who)
+	}
 	ok, err := o.IO.confirm(fmt.Sprintf("trigger job %q?", o.ID), o.Yes)
 	if err != nil || !ok {
 		if err == nil {

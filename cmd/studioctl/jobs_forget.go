@@ -81,7 +81,7 @@ func jobsForgetRun(ctx context.Context, o *jobsForgetOptions) error {
 		_, err := jobstore.Forget(ctx, pool, o.ID, o.Replica, o.Actor(), o.Reason)
 		return err
 	}
-	if err := jobstore.Known(ctx, pool, o.ID); err != nil {
+	if err := jobstore.Reported(ctx, pool, o.ID); err != nil {
 		return err
 	}
 	what := fmt.Sprintf("forget job %q?", o.ID)

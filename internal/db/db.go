@@ -256,7 +256,8 @@ const redacted = "xxxxx"
 // or in the query (?password=, ?sslpassword=, any key case, a
 // percent-encoded key), a URL that does not parse; a keyword/value string
 // with any keyword case (PASSWORD=), spaces around "=", quoted values with
-// \' escapes, an unterminated quote; a mistyped URL that pgx refuses
+// \' escapes, an unterminated quote (its own, or another keyword's that
+// swallows a password: host='db password=x); a mistyped URL that pgx refuses
 // ("postgres:/user:pw@host", "postgres//user:pw@host", "user:pw@host").
 // The rest of the text is kept as written.
 func Redact(connString string) string {
@@ -278,7 +279,10 @@ func Redact(connString string) string {
 	var b strings.Builder
 	last := 0
 	for _, kv := range kws {
-		if isSecretKey(kv.key) {
+		// An unterminated quote swallows the rest of the string, any
+		// password=... in it included (host='db password=secret): hide
+		// the rest too.
+		if isSecretKey(kv.key) || kv.open && strings.Contains(strings.ToLower(kv.value), "password") {
 			b.WriteString(s[last:kv.vstart])
 			b.WriteString(redacted)
 			last = kv.vend
@@ -388,6 +392,9 @@ func redactURLRest(rest string) string {
 type keyword struct {
 	key, value   string
 	vstart, vend int
+	// open: the value starts with a quote that is never closed, so it
+	// runs to the end of the string.
+	open bool
 }
 
 func isSpace(c byte) bool {
@@ -435,6 +442,8 @@ func scanKeywords(s string) []keyword {
 			}
 			if i < len(s) {
 				i++ // closing quote
+			} else {
+				kv.open = true
 			}
 		} else {
 			for i < len(s) && !isSpace(s[i]) {

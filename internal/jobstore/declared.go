@@ -88,8 +88,22 @@ WHERE replica_id = $1 AND (running OR next_fire_at IS NOT NULL)`, replica); err 
 // LiveDeclarers returns the live replicas that declare job (a status row
 // of it, or of one of its duties), by id.
 func LiveDeclarers(ctx context.Context, q Querier, job string) ([]string, error) {
+	return declarers(ctx, q, job, "")
+}
+
+// notDrainingSQL: the replica aliased r is not draining. A draining replica
+// starts no new run and claims no trigger request (docs/control.md).
+const notDrainingSQL = " AND r.state <> 'draining'"
+
+// TriggerableDeclarers returns the live replicas that declare job and are
+// not draining, by id: those a trigger can reach.
+func TriggerableDeclarers(ctx context.Context, q Querier, job string) ([]string, error) {
+	return declarers(ctx, q, job, notDrainingSQL)
+}
+
+func declarers(ctx context.Context, q Querier, job, and string) ([]string, error) {
 	rows, err := q.Query(ctx, `SELECT DISTINCT r.id FROM studio_job_status s JOIN studio_replica r ON r.id = s.replica_id
-WHERE `+jobRowsSQL("s", 1)+` AND `+liveness.LiveSQL("r")+` ORDER BY r.id`, job)
+WHERE `+jobRowsSQL("s", 1)+` AND `+liveness.LiveSQL("r")+and+` ORDER BY r.id`, job)
 	if err != nil {
 		return nil, fmt.Errorf("look up the replicas of job %q: %w", job, err)
 	}

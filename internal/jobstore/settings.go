@@ -135,17 +135,38 @@ func loadSettings(ctx context.Context, q Querier, where string, args []any) (map
 // ErrUnknownJob: no replica has reported a job with that id.
 var ErrUnknownJob = errors.New("no such job")
 
-// Known reports whether any replica has reported job (a studio_job_status row).
+// Known reports whether job is known: a replica reports it now (a
+// studio_job_status row), or did (a run in studio_job_run), or an operator
+// setting of it is stored. A job removed from every replica's
+// configuration has no status row left (docs/control.md), but it is not
+// unknown: a trigger of it has no live host (exit 1), and a pause is
+// stored for when a replica declares it again.
 //
 // A clusters: owned job reports one row per cluster, keyed job@cluster
 // (runner.DutyKey): any of them makes the job known.
 func Known(ctx context.Context, q Querier, job string) error {
 	var ok bool
-	if err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM studio_job_status WHERE job_id = $1 OR starts_with(job_id, $1 || '@'))`, job).Scan(&ok); err != nil {
+	if err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM studio_job_status WHERE job_id = $1 OR starts_with(job_id, $1 || '@'))
+  OR EXISTS (SELECT 1 FROM studio_job_run WHERE job_id = $1)
+  OR EXISTS (SELECT 1 FROM studio_job_setting WHERE job_id = $1)`, job).Scan(&ok); err != nil {
 		return fmt.Errorf("look up job %q: %w", job, err)
 	}
 	if !ok {
 		return fmt.Errorf("job %q: %w (no replica has reported it)", job, ErrUnknownJob)
+	}
+	return nil
+}
+
+// Reported is Known for status rows only: whether any replica, live or
+// not, has a studio_job_status row of job (or of one of its duties). Forget
+// removes only such rows.
+func Reported(ctx context.Context, q Querier, job string) error {
+	var ok bool
+	if err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM studio_job_status WHERE job_id = $1 OR starts_with(job_id, $1 || '@'))`, job).Scan(&ok); err != nil {
+		return fmt.Errorf("look up job %q: %w", job, err)
+	}
+	if !ok {
+		return fmt.Errorf("job %q: %w (no replica has left a status row of it)", job, ErrUnknownJob)
 	}
 	return nil
 }
@@ -290,7 +311,7 @@ func Trigger(ctx context.Context, q Querier, job, actor, reason string) (int, er
 	// A per-cluster job's rows are its duties' (job@cluster): each replica
 	// that hosts one gets one request, and runs the duties it owns.
 	hosts := `studio_job_status s JOIN studio_replica r ON r.id = s.replica_id
-WHERE (s.job_id = $2 OR starts_with(s.job_id, $2 || '@')) AND ` + liveness.LiveSQL("r")
+WHERE (s.job_id = $2 OR starts_with(s.job_id, $2 || '@')) AND ` + liveness.LiveSQL("r") + notDrainingSQL
 	tag, err := tx.Exec(ctx, `
 INSERT INTO studio_request (kind, target, replica_id, incarnation, requested_by, reason, audit_seq, expires_at)
 SELECT DISTINCT $1::text, $2::text, r.id, r.incarnation, $3::text, $4::text, $5::bigint, now() + make_interval(secs => $6::float8)

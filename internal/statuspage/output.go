@@ -19,9 +19,10 @@ import (
 const OutputPath = "/v1/jobs/{id}/output"
 
 // outputHref is the page's link to a job's output (seq 0: the last run
-// that ended).
+// that ended). Relative, as the page's other URLs, so that a proxy may
+// serve the page under a path prefix (the page is only ever at /).
 func outputHref(id string, seq int64) string {
-	href := "/v1/jobs/" + id + "/output"
+	href := "v1/jobs/" + id + "/output"
 	if seq != 0 {
 		href += "?seq=" + strconv.FormatInt(seq, 10)
 	}

@@ -2,7 +2,12 @@ package statuspage_test
 
 import (
 	"context"
+	"html"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -21,7 +26,7 @@ func TestPageLinksAFailingJobsOutputServedAsPlainText(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET /: %d\n%s", resp.StatusCode, body)
 	}
-	if !strings.Contains(body, `<a href="/v1/jobs/flaky-export/output" data-output="flaky-export">last output</a>`) {
+	if !strings.Contains(body, `<a href="v1/jobs/flaky-export/output" data-output="flaky-export">last output</a>`) {
 		t.Errorf("the page does not link the failing job's output")
 	}
 	if strings.Contains(body, `data-output="nightly-report"`) {
@@ -79,4 +84,43 @@ func TestPageLinksAFailingJobsOutputServedAsPlainText(t *testing.T) {
 	b.do(t, "navigate", chromedp.Navigate(base+"/"))
 	eval[chromedp.Void](t, b, `document.querySelector('a[data-output="flaky-export"]').click()`)
 	b.waitFor(t, 10*time.Second, "the output to open", `location.pathname === "/v1/jobs/flaky-export/output" && document.body.innerText.includes("upload refused")`)
+}
+
+// Behind a proxy that serves the page under a path prefix (which
+// docs/status-page.md allows: the page's own URLs are relative), the
+// output links still reach the output: they were absolute (/v1/jobs/...),
+// which left the prefix and hit whatever the proxy serves at /.
+func TestOutputLinksWorkUnderAPathPrefix(t *testing.T) {
+	in := installation(t)
+	target, err := url.Parse("http://" + in.addrA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := httputil.NewSingleHostReverseProxy(target)
+	mux := http.NewServeMux()
+	mux.Handle("/studio/", http.StripPrefix("/studio", rp))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { http.Error(w, "another app", http.StatusTeapot) })
+	proxy := httptest.NewServer(mux)
+	t.Cleanup(proxy.Close)
+
+	page, err := url.Parse(proxy.URL + "/studio/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, body := do(t, http.MethodGet, page.String())
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /studio/: %d\n%s", resp.StatusCode, body)
+	}
+	m := regexp.MustCompile(`<a href="([^"]*)" data-output="flaky-export">`).FindStringSubmatch(body)
+	if m == nil {
+		t.Fatalf("the page does not link the failing job's output")
+	}
+	ref, err := url.Parse(html.UnescapeString(m[1]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	link := page.ResolveReference(ref).String()
+	if resp, body := do(t, http.MethodGet, link); resp.StatusCode != http.StatusOK || body != "upload refused\n" {
+		t.Errorf("the output link %q (from %q) under the prefix: %d %q, want 200 %q", m[1], link, resp.StatusCode, body, "upload refused\n")
+	}
 }
