@@ -8,6 +8,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/studioctl/studioctl/internal/config"
 	"github.com/studioctl/studioctl/internal/jobs"
 	"github.com/studioctl/studioctl/internal/runner"
 	"github.com/studioctl/studioctl/internal/tasks"
@@ -153,5 +154,13 @@ func TestNewDutiesFirstFiresAreSpread(t *testing.T) {
 	// About max_concurrent_runs x (1 + ln(n/max_concurrent_runs)) = 47.
 	if inFirstSecond > 100 {
 		t.Errorf("%d of %d duties due in the first second after the acquisition; want them spread", inFirstSecond, n)
+	}
+}
+
+// The configuration's default of runner.max_concurrent_runs is the
+// runner's (config does not import the runner).
+func TestTheConfigDefaultIsTheRunnersCap(t *testing.T) {
+	if config.DefaultMaxConcurrentRuns != runner.DefaultMaxConcurrentRuns {
+		t.Fatalf("config.DefaultMaxConcurrentRuns %d != runner.DefaultMaxConcurrentRuns %d", config.DefaultMaxConcurrentRuns, runner.DefaultMaxConcurrentRuns)
 	}
 }
