@@ -86,7 +86,7 @@ func configShowRun(ctx context.Context, o *configShowOptions) error {
 	}
 	shown := configView(c)
 	if o.Jobs {
-		js, cs, err := parsedJobs(c.File)
+		js, cs, err := parsedJobs(c.File, c.Leases.MaxConfigClusters)
 		if err != nil {
 			return err
 		}
@@ -142,7 +142,7 @@ type jobView struct {
 }
 
 // parsedJobs parses the jobs and clusters of file as run does.
-func parsedJobs(file string) ([]jobView, []string, error) {
+func parsedJobs(file string, maxClusters int) ([]jobView, []string, error) {
 	views, clusters := []jobView{}, []string{}
 	if file == "" {
 		return views, clusters, nil
@@ -151,7 +151,7 @@ func parsedJobs(file string) ([]jobView, []string, error) {
 	if err != nil {
 		return nil, nil, &usageError{err: err}
 	}
-	cs, err := leases.LoadFile(file)
+	cs, err := leases.LoadFile(file, maxClusters)
 	if err != nil {
 		return nil, nil, &usageError{err: err}
 	}
@@ -192,5 +192,7 @@ func configView(c config.Config) map[string]any {
 		}},
 		"embedded": map[string]any{"dir": c.Embedded.Dir},
 		"metrics":  map[string]any{"per_job": c.Metrics.PerJob, "per_job_limit": c.Metrics.PerJobLimit},
+		"runner":   map[string]any{"max_concurrent_runs": c.Runner.MaxConcurrentRuns},
+		"leases":   map[string]any{"max_config_clusters": c.Leases.MaxConfigClusters},
 	}
 }

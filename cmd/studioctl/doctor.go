@@ -73,7 +73,8 @@ func doctorTone(s doctor.Status) output.Tone {
 // doctorRun runs the checks, prints them, and fails (exit 1) when one does.
 func doctorRun(ctx context.Context, o *doctorOptions) error {
 	cfg := o.Config()
-	opts := doctor.Options{Now: o.Now, NowFixed: o.NowFixed, LockTable: o.LockTable(), ReplicaID: cfg.Replica.ID}
+	opts := doctor.Options{Now: o.Now, NowFixed: o.NowFixed, LockTable: o.LockTable(), ReplicaID: cfg.Replica.ID,
+		MaxConcurrentRuns: cfg.Runner.MaxConcurrentRuns}
 	if opts.ReplicaID == "" {
 		opts.ReplicaID = replicas.DefaultID()
 	}

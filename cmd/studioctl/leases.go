@@ -354,7 +354,7 @@ func leasesRemoveRun(ctx context.Context, o *leasesRemoveOptions) error {
 		return err
 	}
 	if file := o.ConfigFile(); file != "" {
-		if listed, err := leases.LoadFile(file); err == nil {
+		if listed, err := leases.LoadFile(file, 0); err == nil {
 			for _, in := range removed {
 				if slices.Contains(listed, in.Cluster) {
 					fmt.Fprintf(o.IO.Err, "warning: cluster %q is listed under clusters: in %s; a replica that starts with it adds it again\n", in.Cluster, file)

@@ -155,7 +155,7 @@ func runRun(ctx context.Context, o *runOptions) error {
 		if list, err = jobs.LoadFile(cfg.File); err != nil {
 			return &usageError{err: err}
 		}
-		if clusters, err = leases.LoadFile(cfg.File); err != nil {
+		if clusters, err = leases.LoadFile(cfg.File, cfg.Leases.MaxConfigClusters); err != nil {
 			return &usageError{err: err}
 		}
 	}
@@ -204,6 +204,7 @@ func runRun(ctx context.Context, o *runOptions) error {
 		Logger:           o.Logger,
 
 		MetricsPerJob: cfg.Metrics.PerJob, MetricsPerJobLimit: cfg.Metrics.PerJobLimit, // docs/metrics.md
+		MaxConcurrentRuns: cfg.Runner.MaxConcurrentRuns, // docs/jobs-processes.md
 	})
 	if err != nil {
 		return &usageError{err: err}

@@ -96,7 +96,7 @@ func TestTheDemoConfigurationLoads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clusters, err := leases.LoadFile("../../examples/demo.yaml")
+	clusters, err := leases.LoadFile("../../examples/demo.yaml", 0)
 	if err != nil {
 		t.Fatal(err)
 	}

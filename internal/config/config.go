@@ -24,24 +24,26 @@ const EnvPrefix = "STUDIO"
 // Keys and their defaults. Every key can be set in the file, as STUDIO_<KEY>,
 // and some by flags.
 var defaults = map[string]any{
-	"database.url":             "",
-	"database.listen_url":      "",
-	"database.migrate":         "on",
-	"database.max_conns":       DefaultMaxConns,
-	"output":                   "table",
-	"no_color":                 false,
-	"actor":                    "",
-	"replica.id":               "",
-	"replica.listen":           "127.0.0.1:0",
-	"drain.delay":              "5s",
-	"locks.table":              "shedlock",
-	"locks.columns.name":       "name",
-	"locks.columns.lock_until": "lock_until",
-	"locks.columns.locked_at":  "locked_at",
-	"locks.columns.locked_by":  "locked_by",
-	"embedded.dir":             "",
-	"metrics.per_job":          "auto",
-	"metrics.per_job_limit":    DefaultPerJobLimit,
+	"database.url":               "",
+	"database.listen_url":        "",
+	"database.migrate":           "on",
+	"database.max_conns":         DefaultMaxConns,
+	"output":                     "table",
+	"no_color":                   false,
+	"actor":                      "",
+	"replica.id":                 "",
+	"replica.listen":             "127.0.0.1:0",
+	"drain.delay":                "5s",
+	"locks.table":                "shedlock",
+	"locks.columns.name":         "name",
+	"locks.columns.lock_until":   "lock_until",
+	"locks.columns.locked_at":    "locked_at",
+	"locks.columns.locked_by":    "locked_by",
+	"embedded.dir":               "",
+	"metrics.per_job":            "auto",
+	"metrics.per_job_limit":      DefaultPerJobLimit,
+	"runner.max_concurrent_runs": DefaultMaxConcurrentRuns,
+	"leases.max_config_clusters": DefaultMaxConfigClusters,
 }
 
 // Keys lists every configuration key, sorted.
@@ -103,6 +105,16 @@ type Config struct {
 		PerJobLimit int    `mapstructure:"-"` // auto: per-job series up to this many jobs
 	} `mapstructure:"metrics"`
 
+	// Runner bounds the job runner (docs/jobs-processes.md, "How many runs
+	// at once"); Load reads and bounds it.
+	Runner struct {
+		MaxConcurrentRuns int `mapstructure:"-"`
+	} `mapstructure:"runner"`
+	// Leases bounds the configuration's clusters: list (docs/leases.md).
+	Leases struct {
+		MaxConfigClusters int `mapstructure:"-"`
+	} `mapstructure:"leases"`
+
 	// File is the config file read, if any.
 	File string `mapstructure:"-"`
 }
@@ -128,6 +140,22 @@ const (
 const (
 	DefaultPerJobLimit = 1000
 	MaxPerJobLimit     = 1_000_000
+)
+
+// runner.max_concurrent_runs: the most runs a replica has in progress at
+// once (runner.DefaultMaxConcurrentRuns, which a test keeps equal: config
+// does not import the runner). Four per core of a 2-core host; the maximum
+// is a sanity bound.
+const (
+	DefaultMaxConcurrentRuns = 8
+	MaxMaxConcurrentRuns     = 100_000
+)
+
+// leases.max_config_clusters: the most clusters one configuration's
+// clusters: list may name; more are added with leases add.
+const (
+	DefaultMaxConfigClusters = 1000
+	MaxMaxConfigClusters     = 1_000_000
 )
 
 // PerJobModes are the values of metrics.per_job.
@@ -322,6 +350,12 @@ func Load(file string, getenv func(string) string, flags []FlagBinding) (*Config
 		return nil, nil, err
 	}
 	if c.Metrics.PerJobLimit, err = Int("metrics.per_job_limit", v.Get("metrics.per_job_limit"), 1, MaxPerJobLimit); err != nil {
+		return nil, nil, err
+	}
+	if c.Runner.MaxConcurrentRuns, err = Int("runner.max_concurrent_runs", v.Get("runner.max_concurrent_runs"), 1, MaxMaxConcurrentRuns); err != nil {
+		return nil, nil, err
+	}
+	if c.Leases.MaxConfigClusters, err = Int("leases.max_config_clusters", v.Get("leases.max_config_clusters"), 1, MaxMaxConfigClusters); err != nil {
 		return nil, nil, err
 	}
 	if c.Database.Migrate != "on" && c.Database.Migrate != "off" {

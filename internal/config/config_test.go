@@ -536,3 +536,53 @@ func TestAYAMLSyntaxErrorNamesTheFileAndTheLineThatIsWrong(t *testing.T) {
 		})
 	}
 }
+
+// runner.max_concurrent_runs and leases.max_config_clusters: their
+// defaults, the file and the environment, and a clear error naming the
+// key and its variable.
+func TestTheRunAndClusterBoundsAreWholeNumbers(t *testing.T) {
+	tests := []struct {
+		name, file, runsEnv, clustersEnv string
+		wantRuns, wantClusters           int
+		wantErr                          string
+	}{
+		{name: "unset gives the defaults", wantRuns: 8, wantClusters: 1000},
+		{name: "the file", file: "runner:\n  max_concurrent_runs: 32\nleases:\n  max_config_clusters: 5000\n", wantRuns: 32, wantClusters: 5000},
+		{name: "the environment wins over the file", file: "runner:\n  max_concurrent_runs: 32\n", runsEnv: "4", clustersEnv: "10", wantRuns: 4, wantClusters: 10},
+		{name: "a zero cap is refused", runsEnv: "0",
+			wantErr: "runner.max_concurrent_runs (STUDIO_RUNNER_MAX_CONCURRENT_RUNS): 0 is out of range: want 1 to 100000"},
+		{name: "a word for the cluster bound is refused", clustersEnv: "many",
+			wantErr: `leases.max_config_clusters (STUDIO_LEASES_MAX_CONFIG_CLUSTERS): "many" is not a whole number`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			t.Chdir(dir)
+			path := ""
+			if tt.file != "" {
+				path = writeFile(t, dir, "c.yaml", tt.file)
+			}
+			if tt.runsEnv != "" {
+				t.Setenv("STUDIO_RUNNER_MAX_CONCURRENT_RUNS", tt.runsEnv)
+			}
+			if tt.clustersEnv != "" {
+				t.Setenv("STUDIO_LEASES_MAX_CONFIG_CLUSTERS", tt.clustersEnv)
+			}
+			c, _, err := config.Load(path, os.Getenv, nil)
+			if tt.wantErr != "" {
+				var ce *config.Error
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) || !errors.As(err, &ce) {
+					t.Fatalf("Load: %v, want a config error with %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Runner.MaxConcurrentRuns != tt.wantRuns || c.Leases.MaxConfigClusters != tt.wantClusters {
+				t.Fatalf("max_concurrent_runs %d, max_config_clusters %d; want %d and %d",
+					c.Runner.MaxConcurrentRuns, c.Leases.MaxConfigClusters, tt.wantRuns, tt.wantClusters)
+			}
+		})
+	}
+}

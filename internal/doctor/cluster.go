@@ -249,22 +249,94 @@ func checkLeases(ctx context.Context, e *env) Result {
 			moving++
 		}
 	}
+	live, err := leases.LiveReady(ctx, e.pool)
+	if err != nil {
+		return failed(err)
+	}
+	over, err := dutyCapacity(ctx, e, len(infos), len(live))
+	if err != nil {
+		return failed(err)
+	}
 	if len(bad) > 0 {
-		live, err := leases.LiveReady(ctx, e.pool)
-		if err != nil {
-			return failed(err)
-		}
 		hint := "no live, ready replica renews them: start a replica (with the clusters in its configuration)"
 		if len(live) > 0 {
 			hint = fmt.Sprintf("%s live and ready but not claiming: read their logs; studioctl leases list shows the placement", strings.Join(live, ", "))
 		}
-		return Result{Status: Fail, Detail: fmt.Sprintf("%d of %s without a live owner: %s", len(bad), plural(len(infos), "cluster", "clusters"), list(bad)), Hint: hint}
+		detail := fmt.Sprintf("%d of %s without a live owner: %s", len(bad), plural(len(infos), "cluster", "clusters"), list(bad))
+		if over != "" {
+			detail += "; " + over
+		}
+		return Result{Status: Fail, Detail: detail, Hint: hint}
 	}
 	detail := fmt.Sprintf("every one of %s owned and renewed", plural(len(infos), "cluster", "clusters"))
 	if moving > 0 {
 		detail += fmt.Sprintf(" (%d moving to the replica placement picks)", moving)
 	}
+	if over != "" {
+		return Result{Status: Warn, Detail: detail + "; but " + over, Hint: overHint}
+	}
 	return Result{Status: OK, Detail: detail}
+}
+
+// The capacity finding of the leases check (docs/doctor.md): the runs
+// the per-cluster duties need at once, against what the live replicas
+// may run at once.
+const (
+	// defaultMaxConcurrentRuns is runner.DefaultMaxConcurrentRuns (doctor
+	// does not import the runner; a test keeps them equal).
+	defaultMaxConcurrentRuns = 8
+	// assumedRunDuration is a duty's run time before any run of it has
+	// finished.
+	assumedRunDuration = time.Second
+	// durationSample is how many of a job's last finished runs give its
+	// mean run time.
+	durationSample = 100
+	overHint       = "runs wait for a slot and fall further behind every interval: add replicas, raise runner.max_concurrent_runs, " +
+		"lengthen the duties' every:, or remove clusters (studioctl leases remove); docs/jobs-processes.md"
+)
+
+const meanRunSQL = `SELECT coalesce(extract(epoch FROM avg(finished_at - started_at)), -1)::float8 FROM (
+	SELECT finished_at, started_at FROM studio_job_run WHERE job_id = $1 AND finished_at IS NOT NULL ORDER BY seq DESC LIMIT $2) r`
+
+// dutyCapacity says, when it is so, that the per-cluster duties of the
+// configuration need more runs at once than the live replicas may run:
+// need = the sum over per-cluster jobs of clusters x mean run time /
+// interval (mean of the job's last 100 finished runs, 1 s before any),
+// capacity = live ready replicas x runner.max_concurrent_runs. Nothing
+// to say ("") without per-cluster jobs or clusters.
+func dutyCapacity(ctx context.Context, e *env, clusters, live int) (string, error) {
+	maxRuns := e.o.MaxConcurrentRuns
+	if maxRuns <= 0 {
+		maxRuns = defaultMaxConcurrentRuns
+	}
+	need := 0.0
+	now := time.Now()
+	for _, j := range e.o.Jobs {
+		if !j.PerCluster || clusters == 0 {
+			continue
+		}
+		every := j.Schedule.Interval(now)
+		if every <= 0 {
+			continue
+		}
+		d := assumedRunDuration.Seconds()
+		if e.tables["studio_job_run"] {
+			var mean float64
+			if err := e.pool.QueryRow(ctx, meanRunSQL, j.ID, durationSample).Scan(&mean); err != nil {
+				return "", fmt.Errorf("read the run time of %s: %w", j.ID, err)
+			}
+			if mean >= 0 {
+				d = mean
+			}
+		}
+		need += float64(clusters) * d / every.Seconds()
+	}
+	capacity := live * maxRuns
+	if need <= float64(capacity) {
+		return "", nil
+	}
+	return fmt.Sprintf("the per-cluster duties need about %.0f runs at once and %s run at most %d (runner.max_concurrent_runs %d each)",
+		need, plural(live, "live replica", "live replicas"), capacity, maxRuns), nil
 }
 
 // shortIncarnation is the first block of an incarnation uuid, enough to

@@ -128,6 +128,10 @@ type Options struct {
 	Jobs       []jobs.Job
 	JobsSource string
 	JobsErr    error
+	// MaxConcurrentRuns is runner.max_concurrent_runs of this
+	// configuration, taken as every live replica's for the leases check's
+	// capacity finding (0: runner.DefaultMaxConcurrentRuns's value, 8).
+	MaxConcurrentRuns int
 
 	// afterListen, when set, runs once the bus check listens (tests cut
 	// the network there).

@@ -19,6 +19,7 @@ import (
 	"github.com/studioctl/studioctl/internal/jobs"
 	"github.com/studioctl/studioctl/internal/locks"
 	"github.com/studioctl/studioctl/internal/pgtest"
+	"github.com/studioctl/studioctl/internal/runner"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.MainNoLeaks(m)) }
@@ -583,5 +584,49 @@ func TestAReplicaServingBeyondLoopbackWarnsInTheTLSCheck(t *testing.T) {
 		"web-1 serves its page and event stream on every interface ([::]:8080); web-2 serves its page and event stream beyond loopback (10.0.0.5:8080), without TLS or authentication")
 	if !strings.HasPrefix(r.Hint, "set replica.listen to a loopback address (127.0.0.1:PORT)") {
 		t.Errorf("hint = %q", r.Hint)
+	}
+}
+
+// The leases check warns when the per-cluster duties need more runs at
+// once than the live replicas may run (clusters x mean run time /
+// interval against live replicas x runner.max_concurrent_runs): 5,000
+// clusters over 3 replicas started hundreds of processes at once and lost
+// leases (issue 21). Before, it said every cluster was owned and renewed.
+func TestLeasesWarnWhenTheDutiesOutnumberWhatTheReplicasCanRun(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, true)
+	f.exec(liveReplica, "web-1")
+	f.exec(`INSERT INTO cluster_lease (cluster, owner, acquired_at, renewed_at, generation)
+SELECT 'c-' || i, 'web-1', now(), now(), 1 FROM generate_series(1, 100) i`)
+	f.expect(CheckLeases, OK, "every one of 100 clusters owned and renewed")
+	f.o.Jobs = []jobs.Job{{ID: "sweep", Scope: jobs.ScopeInstance, PerCluster: true, Schedule: mustEvery(t, 10*time.Second)}}
+	f.o.JobsSource = "studio.yaml"
+	// No run yet: 1 s assumed, 100 x 1 s / 10 s = 10 runs at once > 8.
+	r := f.expect(CheckLeases, Warn, "every one of 100 clusters owned and renewed; but the per-cluster duties need about 10 runs at once and 1 live replica run at most 8 (runner.max_concurrent_runs 8 each)")
+	if !strings.Contains(r.Hint, "runner.max_concurrent_runs") || !strings.Contains(r.Hint, "add replicas") {
+		t.Errorf("hint %q", r.Hint)
+	}
+	// Runs of 0.5 s: 5 at once, within 8.
+	f.exec(`INSERT INTO studio_job_run (job_id, replica_id, cluster, started_at, finished_at, outcome)
+SELECT 'sweep', 'web-1', 'c-' || i, now() - interval '1 minute', now() - interval '1 minute' + interval '500 milliseconds', 'succeeded' FROM generate_series(1, 10) i`)
+	f.expect(CheckLeases, OK, "every one of 100 clusters owned and renewed")
+	// A cap of 4 each: 5 > 4.
+	f.o.MaxConcurrentRuns = 4
+	f.expect(CheckLeases, Warn, "need about 5 runs at once and 1 live replica run at most 4")
+}
+
+func mustEvery(t *testing.T, d time.Duration) jobs.Schedule {
+	t.Helper()
+	s, err := jobs.Every(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// doctor's default cap is the runner's (doctor does not import it).
+func TestDoctorsDefaultCapIsTheRunners(t *testing.T) {
+	if defaultMaxConcurrentRuns != runner.DefaultMaxConcurrentRuns {
+		t.Fatalf("doctor's %d != runner's %d", defaultMaxConcurrentRuns, runner.DefaultMaxConcurrentRuns)
 	}
 }

@@ -111,6 +111,8 @@ type Options struct {
 	// metrics.per_job_limit: the runner's per-job series (docs/metrics.md).
 	MetricsPerJob      string
 	MetricsPerJobLimit int
+	// MaxConcurrentRuns is runner.max_concurrent_runs (0: no cap).
+	MaxConcurrentRuns int
 }
 
 func (o Options) clock() clock.Clock {
@@ -441,7 +443,7 @@ func (h *Host) newRunner() (err error) {
 		ReplicaID: h.o.ID, Jobs: list, Locks: runner.LocksOf(h.provider), Store: h.store, Settings: jobstore.NewSettingsCache(h.pool),
 		Clock: h.o.Clock, Logger: h.log, Metrics: h.metrics, ShutdownWait: h.o.ShutdownWait,
 		Schedules: jobstore.NewSchedules(h.pool), Offset: h.clockOffset,
-		PerJobMetrics: h.o.MetricsPerJob, PerJobMetricsLimit: h.o.MetricsPerJobLimit,
+		PerJobMetrics: h.o.MetricsPerJob, PerJobMetricsLimit: h.o.MetricsPerJobLimit, MaxConcurrentRuns: h.o.MaxConcurrentRuns,
 		Secrets: h.secrets(), // from the URLs, PGPASSWORD or the passfile
 	})
 	return err

@@ -416,18 +416,28 @@ func explainNoChange(ctx context.Context, tx pgx.Tx, in Info) (ReleaseResult, er
 }
 
 // LoadFile reads the top-level clusters: list of a YAML configuration
-// file; a file without one gives none.
-func LoadFile(path string) ([]string, error) {
+// file, of at most maxClusters names (leases.max_config_clusters; 0: no
+// bound); a file without one gives none.
+func LoadFile(path string, maxClusters int) ([]string, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, &config.Error{Msg: fmt.Sprintf("read clusters from %s: %v", path, err)}
 	}
-	return ParseConfig(path, b)
+	return ParseConfig(path, b, maxClusters)
 }
 
 // ParseConfig reads the top-level clusters: list of YAML document b (named
-// file in errors): a list of cluster names, each valid and listed once.
-func ParseConfig(file string, b []byte) ([]string, error) {
+// file in errors): a list of at most maxClusters cluster names (0: no
+// bound), each valid and listed once. The word owned is refused: it
+// belongs on a job (clusters: owned), and a list holding it is that
+// mistake, not a cluster named owned.
+//
+// The list is bounded because every name in it is inserted into the
+// shared cluster_lease table at start and stays there until leases
+// remove: a list of 20,000 left 20,000 leases whose duties overloaded
+// every replica (issue 21). More clusters are added deliberately, with
+// leases add.
+func ParseConfig(file string, b []byte, maxClusters int) ([]string, error) {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(b, &doc); err != nil {
 		if line, msg, ok := config.SyntaxLine(b, err); ok {
@@ -451,14 +461,24 @@ func ParseConfig(file string, b []byte) ([]string, error) {
 	bad := func(n *yaml.Node, format string, args ...any) error {
 		return &config.Error{Msg: fmt.Sprintf("%s:%d: clusters: %s", file, n.Line, fmt.Sprintf(format, args...))}
 	}
+	if list.Kind == yaml.ScalarNode && list.Value == "owned" {
+		return nil, bad(list, "owned belongs on a job (clusters: owned runs it once per owned cluster); the top-level clusters: is a list of cluster names")
+	}
 	if list.Kind != yaml.SequenceNode {
 		return nil, bad(list, "must be a list of cluster names")
+	}
+	if maxClusters > 0 && len(list.Content) > maxClusters {
+		return nil, bad(list, "%d clusters listed, more than leases.max_config_clusters (%d): every one is added to the shared cluster_lease table at start and stays there; add that many with studioctl leases add, or raise leases.max_config_clusters",
+			len(list.Content), maxClusters)
 	}
 	var out []string
 	seen := map[string]int{}
 	for _, n := range list.Content {
 		if n.Kind != yaml.ScalarNode {
 			return nil, bad(n, "each entry must be a cluster name")
+		}
+		if n.Value == "owned" {
+			return nil, bad(n, "owned is not a cluster name here: clusters: owned belongs on a job (it runs the job once per owned cluster); this list names clusters (a cluster called owned is added with leases add)")
 		}
 		if err := ValidateCluster(n.Value); err != nil {
 			return nil, bad(n, "%v", err)

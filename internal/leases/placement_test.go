@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/studioctl/studioctl/internal/config"
 )
 
 func TestWeightIsTheDocumentedHash(t *testing.T) {
@@ -136,11 +138,11 @@ func TestClusterNames(t *testing.T) {
 }
 
 func TestConfigClustersList(t *testing.T) {
-	got, err := ParseConfig("studio.yaml", []byte("clusters: [c1, c2]\njobs: []\n"))
+	got, err := ParseConfig("studio.yaml", []byte("clusters: [c1, c2]\njobs: []\n"), 0)
 	if err != nil || strings.Join(got, ",") != "c1,c2" {
 		t.Fatalf("got %q, %v", got, err)
 	}
-	if got, err := ParseConfig("studio.yaml", []byte("jobs: []\n")); err != nil || got != nil {
+	if got, err := ParseConfig("studio.yaml", []byte("jobs: []\n"), 0); err != nil || got != nil {
 		t.Fatalf("no clusters: got %q, %v", got, err)
 	}
 	for _, tc := range []struct{ doc, want string }{
@@ -149,9 +151,43 @@ func TestConfigClustersList(t *testing.T) {
 		{"clusters:\n  - ''\n", "studio.yaml:2: clusters: invalid cluster name: cluster name is empty"},
 		{"clusters:\n  - {a: 1}\n", "studio.yaml:2: clusters: each entry must be a cluster name"},
 	} {
-		_, err := ParseConfig("studio.yaml", []byte(tc.doc))
+		_, err := ParseConfig("studio.yaml", []byte(tc.doc), 0)
 		if err == nil || err.Error() != tc.want {
 			t.Errorf("%q: got %v, want %s", tc.doc, err, tc.want)
 		}
+	}
+}
+
+// A list holding the word owned is the job key's value put on the
+// top-level list by mistake: refused, not taken as a cluster named owned
+// (issue 21). So is clusters: owned at the top level.
+func TestTheWordOwnedIsNotAClusterOfTheList(t *testing.T) {
+	for _, doc := range []string{"clusters: [owned]\n", "clusters:\n  - c1\n  - owned\n", "clusters: owned\n"} {
+		_, err := ParseConfig("studio.yaml", []byte(doc), 0)
+		if err == nil || !strings.Contains(err.Error(), "clusters: owned belongs on a job") {
+			t.Errorf("%q: got %v; want owned refused", doc, err)
+		}
+	}
+}
+
+// leases.max_config_clusters bounds the list: one more is a config error
+// that names leases add and the key; as many passes.
+func TestTheConfigListIsBoundedByMaxConfigClusters(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("clusters:\n")
+	for i := range 1001 {
+		fmt.Fprintf(&b, "  - c%d\n", i)
+	}
+	_, err := ParseConfig("studio.yaml", []byte(b.String()), 1000)
+	if err == nil || !strings.Contains(err.Error(), "leases add") || !strings.Contains(err.Error(), "leases.max_config_clusters (1000)") ||
+		!strings.HasPrefix(err.Error(), "studio.yaml:2: clusters: 1001 clusters listed") {
+		t.Fatalf("1,001 clusters under a bound of 1,000: %v", err)
+	}
+	var cerr *config.Error
+	if !errors.As(err, &cerr) {
+		t.Errorf("%T is not a config error (exit 2)", err)
+	}
+	if got, err := ParseConfig("studio.yaml", []byte(b.String()), 1001); err != nil || len(got) != 1001 {
+		t.Fatalf("1,001 clusters under a bound of 1,001: %d, %v", len(got), err)
 	}
 }

@@ -128,6 +128,13 @@ type Service struct {
 	wasLive  bool
 	timer    *time.Timer // the trust window's watchdog
 	failing  bool        // the last round failed (log once)
+	// batching: a round's loop of trust or lose calls arms the watchdog
+	// once at its end (batch), not once a cluster: arming scans every
+	// held lease, and a round over 5,000 clusters scanned 25 million of
+	// them, long enough on a loaded host to miss the trust window
+	// (issue 21). armPending: an arm was asked for meanwhile.
+	batching, armPending bool
+	scanned              int64 // held leases scanned by arming, for a test
 
 	rounds atomic.Int64
 }
@@ -256,32 +263,36 @@ func (s *Service) round(ctx context.Context) {
 	me := !draining && slices.Contains(live, s.o.ID)
 	var away, want []string
 	listed := make(map[string]bool, len(clusters))
-	for _, c := range clusters {
-		listed[c] = true
-		_, mine := owned[c]
-		placedHere := me && Place(c, live) == s.o.ID
-		switch {
-		case mine && !placedHere:
-			away = append(away, c)
-		case mine:
-			s.trust(c, owned[c], began)
-		case placedHere:
-			want = append(want, c)
+	s.batch(func() {
+		for _, c := range clusters {
+			listed[c] = true
+			_, mine := owned[c]
+			placedHere := me && Place(c, live) == s.o.ID
+			switch {
+			case mine && !placedHere:
+				away = append(away, c)
+			case mine:
+				s.trust(c, owned[c], began)
+			case placedHere:
+				want = append(want, c)
+			}
 		}
-	}
-	// A lease owned but no longer listed (removed meanwhile) is not trusted.
-	for c := range owned {
-		if !listed[c] {
-			s.lose(c, ErrGone)
+		// A lease owned but no longer listed (removed meanwhile) is not trusted.
+		for c := range owned {
+			if !listed[c] {
+				s.lose(c, ErrGone)
+			}
 		}
-	}
+	})
 
 	// 3. Release what moved away: duties first, then the rows, then a signal.
 	signal := false
 	if len(away) > 0 {
-		for _, c := range away {
-			s.lose(c, ErrMoved)
-		}
+		s.batch(func() {
+			for _, c := range away {
+				s.lose(c, ErrMoved)
+			}
+		})
 		s.awaitDuties(ctx, away)
 		released, err := s.release(ctx, releaseSQL, away)
 		if err != nil {
@@ -304,9 +315,11 @@ func (s *Service) round(ctx context.Context) {
 			return
 		}
 		if len(claimed) > 0 {
-			for _, c := range slices.SortedFunc(maps.Keys(claimed), natsort.Compare) {
-				s.trust(c, claimed[c], began)
-			}
+			s.batch(func() {
+				for _, c := range slices.SortedFunc(maps.Keys(claimed), natsort.Compare) {
+					s.trust(c, claimed[c], began)
+				}
+			})
 			s.log.Info("leases claimed", "clusters", slices.SortedFunc(maps.Keys(claimed), natsort.Compare))
 		}
 	}
@@ -511,6 +524,11 @@ func (s *Service) loseAll(cause error) {
 
 // armLocked sets the watchdog to the earliest end of a trust window.
 func (s *Service) armLocked() {
+	if s.batching {
+		s.armPending = true
+		return
+	}
+	s.scanned += int64(len(s.held))
 	var first time.Time
 	for _, h := range s.held {
 		if first.IsZero() || h.anchor.Before(first) {
@@ -529,6 +547,24 @@ func (s *Service) armLocked() {
 		return
 	}
 	s.timer.Reset(d)
+}
+
+// batch runs f, a loop of trust or lose calls that runs no statement,
+// and arms the watchdog once at its end.
+func (s *Service) batch(f func()) {
+	s.mu.Lock()
+	s.batching = true
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.batching = false
+		if s.armPending {
+			s.armPending = false
+			s.armLocked()
+		}
+	}()
+	f()
 }
 
 // expire drops every lease whose trust window has ended.

@@ -107,8 +107,10 @@ func (r *Runner) HasClusterJobs() bool {
 }
 
 // AddCluster starts the duties of cluster: one timer per per-cluster job,
-// firing at once for a fixed-delay job (the duty moved here and should
-// not wait) and at the next cron time for a cron job. ctx is the lease's
+// firing after Options.DutySpread for a fixed-delay job (nearly at once
+// when few clusters are hosted: the duty moved here and should not wait;
+// spread over its interval when many are) and at the next cron time for a
+// cron job. ctx is the lease's
 // duty context; a run in progress is cancelled when it ends. It does not
 // block, so the lease loop may call it with its lock held. A runner that
 // has not started or is stopping ignores it.
@@ -139,7 +141,9 @@ func (r *Runner) AddCluster(cluster string, ctx context.Context) {
 		js.status.ReplicaID, js.status.JobID, js.status.Scope = r.o.ReplicaID, key, j.Scope
 		js.status.Schedule = js.sched.String()
 		js.status.Since = now
-		due := now
+		// A fixed-delay duty's first fire is spread (slots.go): nearly at
+		// once for a few clusters, over up to its interval for many.
+		due := now.Add(r.o.DutySpread(key, js.sched.Every, len(r.clusters.owned)*len(r.clusters.templates)))
 		if js.sched.IsCron() {
 			due = js.sched.Next(now)
 		}

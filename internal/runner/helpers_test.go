@@ -272,6 +272,7 @@ func (e *env) options(js ...jobs.Job) runner.Options {
 		Clock: e.clk, Logger: slog.New(slog.NewTextHandler(e.logs, nil)), Metrics: e.reg,
 		ShutdownWait: 5 * time.Second,
 		InitialDelay: func(jobs.Job) time.Duration { return 0 },
+		DutySpread:   func(string, time.Duration, int) time.Duration { return 0 },
 	}
 }
 

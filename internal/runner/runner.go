@@ -90,6 +90,17 @@ type Options struct {
 	// clock.Offset), none on any other clock (tests advance a fake clock to
 	// exact due times); negative: none.
 	TimerResolution time.Duration
+	// MaxConcurrentRuns is runner.max_concurrent_runs: the most runs in
+	// progress at once; a fire past it waits for a slot (it starts late,
+	// and its timeout counts from its start). 0: no cap (unit tests); the
+	// configuration's default is DefaultMaxConcurrentRuns. Built-in jobs
+	// (studio-housekeeping) are not counted.
+	MaxConcurrentRuns int
+	// DutySpread is the delay of a new duty's first fire after its cluster
+	// is acquired, from its key, its interval and the number of duties
+	// hosted here (default dutySpread; slots.go). Cron duties fire at their
+	// next cron time.
+	DutySpread func(key string, every time.Duration, duties int) time.Duration
 }
 
 // DefaultTimerResolution: at 10,000 jobs on 1-10 s delays (about 3,000
@@ -136,6 +147,11 @@ type Runner struct {
 	idle        atomic.Int32
 	workersQuit chan struct{}
 	workersWG   sync.WaitGroup
+
+	// slots caps the runs in progress (slots.go); quit is closed when Stop
+	// begins, so fires waiting for a slot give up.
+	slots *slots
+	quit  chan struct{}
 }
 
 // fireWork is one fire handed to a run goroutine.
@@ -188,8 +204,15 @@ func New(o Options) (*Runner, error) {
 	if o.SettingsPollEvery == 0 {
 		o.SettingsPollEvery = DefaultSettingsPollEvery
 	}
+	if o.MaxConcurrentRuns < 0 {
+		return nil, fmt.Errorf("max concurrent runs %d: want 0 (no cap) or more", o.MaxConcurrentRuns)
+	}
+	if o.DutySpread == nil {
+		o.DutySpread = dutySpread(o.MaxConcurrentRuns)
+	}
 	r := &Runner{o: o, log: o.Logger, jobs: map[string]*jobState{}, wake: make(chan struct{}, 1),
-		work: make(chan fireWork), workersQuit: make(chan struct{}), resolution: o.TimerResolution}
+		work: make(chan fireWork), workersQuit: make(chan struct{}), resolution: o.TimerResolution,
+		slots: newSlots(o.MaxConcurrentRuns), quit: make(chan struct{})}
 	if o.TimerResolution == 0 && r.realClock() {
 		r.resolution = DefaultTimerResolution
 	}
@@ -240,6 +263,13 @@ func New(o Options) (*Runner, error) {
 		return nil, err
 	}
 	r.metrics = m
+	if o.Metrics != nil {
+		for _, c := range r.slots.collectors(o.MaxConcurrentRuns) {
+			if err := o.Metrics.Register(c); err != nil {
+				return nil, err
+			}
+		}
+	}
 	if !perJob && o.PerJobMetrics != PerJobOff {
 		r.log.Info("runner: more jobs than metrics.per_job_limit: the job metrics are for the whole replica (job_id=\"\"), studio_job_failing names failing jobs",
 			"jobs", configured, "per_job_limit", o.PerJobMetricsLimit)
@@ -796,6 +826,7 @@ func (r *Runner) Stop() {
 		r.stopping = true
 		cancel := r.cancel
 		r.mu.Unlock()
+		close(r.quit)  // fires waiting for a slot give up
 		r.Base.Stop()  // the timer goroutine
 		defer func() { // the idle run goroutines, once no run is left
 			close(r.workersQuit)
@@ -844,6 +875,15 @@ func (r *Runner) tick(js *jobState, fire time.Time, forced bool) {
 		r.finish(js, sched.Next(now))
 		return
 	}
+	// The cap on concurrent runs: a fire past it waits for a slot, before
+	// the shared schedule is read and before any lock is taken, so an
+	// installation job holds no lock while it waits and reads the shared
+	// schedule as it is when it may start (one run per tick).
+	if !r.acquireSlot(js) {
+		r.finish(js, time.Time{}) // stopping, or the duty's lease ended: off the timer
+		return
+	}
+	defer r.releaseSlot(js)
 	// A shared job asks the database first: a run that ended elsewhere
 	// since this timer was set (its bus signal lost or late) moves the due
 	// time, and this replica does not even try the lock. A read that fails

@@ -281,7 +281,7 @@ func ShimMain() int {
 		os.Unsetenv("GORACE")
 	}
 	os.Unsetenv(shimEnv)
-	s := &shim{self: os.Getpid(), replica: replica, grace: time.Duration(grace)}
+	s := &shim{self: os.Getpid(), replica: replica, grace: time.Duration(grace), killWait: killWaitMax}
 	return s.main(os.Args[4:], os.NewFile(3, "report"), os.NewFile(4, "control"))
 }
 
@@ -292,6 +292,7 @@ type shim struct {
 	job           int                 // the command's pid; 0 before it starts
 	status        *syscall.WaitStatus // the command's, once reaped
 	sigkill       bool
+	killWait      time.Duration // killWaitMax; a test sets it
 	sigs          chan os.Signal
 	stop, gone    chan struct{}
 }
@@ -441,21 +442,33 @@ func (s *shim) terminate(left []int) []int {
 
 // kill SIGKILLs every descendant, again and again (the subreaper keeps
 // receiving orphans, and a process may fork before its SIGKILL lands),
-// until none is left or killWaitMax has passed. It returns what is left.
+// until none is left or killWait has passed. It returns what is left.
+//
+// The command gets its SIGKILL first, before any walk of /proc, and every
+// process a walk finds gets one before the deadline is looked at: on a
+// loaded host (hundreds of runs, load 130 on 2 cores) one walk of /proc
+// by a starved shim took longer than killWait, and the shim used to give
+// up after that walk without a single SIGKILL, leaving its command to
+// PID 1 (issue 21: a duty command still running 51 s after kill -9 of its
+// replica).
 func (s *shim) kill() []int {
-	deadline := time.Now().Add(killWaitMax)
+	deadline := time.Now().Add(s.killWait)
+	if s.job != 0 && s.status == nil { // not reaped: the pid is still the command's
+		syscall.Kill(s.job, syscall.SIGKILL)
+		s.sigkill = true
+	}
 	for {
 		s.reap()
 		left := s.descendants()
 		if len(left) == 0 && (s.status != nil || s.job == 0) {
 			return nil
 		}
-		if !time.Now().Before(deadline) {
-			return left
-		}
 		for _, pid := range left {
 			syscall.Kill(pid, syscall.SIGKILL)
 			s.sigkill = true
+		}
+		if !time.Now().Before(deadline) {
+			return left
 		}
 		time.Sleep(descendantPollEvery) // polling a kill in progress, no synchronisation to wait for
 	}
