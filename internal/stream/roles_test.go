@@ -301,7 +301,7 @@ VALUES ('payments', 'r1', now(), 'running') RETURNING seq`).Scan(&earlier); err 
 		t.Fatal(err)
 	}
 	for name, stmt := range map[string]string{
-		"the issue's event": `SELECT studio_event_runs(array['{"job_id":"forged-payments","outcome":"succeeded","seq":424242,"replica_id":"r1"}'::jsonb])`,
+		"the issue's event":                    `SELECT studio_event_runs(array['{"job_id":"forged-payments","outcome":"succeeded","seq":424242,"replica_id":"r1"}'::jsonb])`,
 		"a real run of an earlier transaction": fmt.Sprintf(`SELECT studio_event_runs(array['{"job_id":"payments","outcome":"running","seq":%d,"replica_id":"r1","cluster":""}'::jsonb])`, earlier),
 		"a run of this transaction with another outcome": `WITH r AS (INSERT INTO studio_job_run (job_id, replica_id, started_at, outcome) VALUES ('payments', 'r1', now(), 'running') RETURNING *)
 SELECT studio_event_runs(ARRAY[jsonb_set(studio_event_run_data(r), '{outcome}', '"succeeded"')]) FROM r`,
