@@ -6,11 +6,18 @@
 --     psql "$OWNER_URL" -v ON_ERROR_STOP=1 -f docs/roles.sql
 --
 -- and again after every `studioctl migrate up` that adds a table. It is
--- idempotent. It creates three group roles without LOGIN; give them to login
--- roles with, for example:
+-- idempotent. The role that runs it needs CREATEROLE (or is a superuser):
+-- it creates roles and makes studio_operator a member of studio_inspector.
+-- An owner without CREATEROLE fails at the first CREATE ROLE ("permission
+-- denied to create role") and nothing is granted: have an administrator
+-- run it as a superuser, or give the owner CREATEROLE for it.
+--
+-- It creates four group roles without LOGIN; give them to login roles
+-- with, for example:
 --
 --     CREATE ROLE alice LOGIN PASSWORD '...' IN ROLE studio_operator;
 --     CREATE ROLE web   LOGIN PASSWORD '...' IN ROLE studio_replica;
+--     CREATE ROLE web_jobs LOGIN PASSWORD '...' IN ROLE studio_sql_job;
 --
 -- Roles belong to the whole server; the grants belong to this database.
 
@@ -24,6 +31,9 @@ BEGIN
     END IF;
     IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'studio_replica') THEN
         CREATE ROLE studio_replica NOLOGIN;
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'studio_sql_job') THEN
+        CREATE ROLE studio_sql_job NOLOGIN;
     END IF;
 END
 $$;
@@ -44,7 +54,9 @@ GRANT SELECT ON shedlock, studio_replica, cluster_lease, studio_job_status, stud
 
 -- The operator: the inspector, plus the writes its commands make.
 GRANT studio_inspector TO studio_operator;
--- locks release: a compare-and-set on lock_until (never a DELETE).
+-- locks release: a compare-and-set on lock_until (never a DELETE). A
+-- trigger (migration 00009) lets the operator only lower it, to now at the
+-- latest, with its locks.release audit row.
 GRANT UPDATE (lock_until) ON shedlock TO studio_operator;
 -- every change writes its audit row; drain and trigger are request rows.
 GRANT INSERT ON studio_audit, studio_request TO studio_operator;
@@ -56,6 +68,13 @@ GRANT DELETE ON studio_replica TO studio_operator;
 -- jobs forget: the status rows replicas that no longer run a job left, and
 -- its setting once none is left.
 GRANT DELETE ON studio_job_status, studio_job_setting TO studio_operator;
+-- leases add, remove, release (an UPDATE that only sets owner to NULL and
+-- raises the generation).
+GRANT INSERT, DELETE ON cluster_lease TO studio_operator;
+GRANT UPDATE (owner, acquired_at, renewed_at, generation) ON cluster_lease TO studio_operator;
+-- Each of these writes needs the command's studio_audit row in the same
+-- transaction: triggers of migration 00009 refuse it otherwise, for every
+-- role that may not register a replica.
 
 -- The replica: `studioctl run` with database.migrate: off (the owner migrates).
 GRANT SELECT, INSERT, UPDATE ON shedlock TO studio_replica;
@@ -74,3 +93,11 @@ GRANT SELECT ON studio_job_setting, studio_audit, goose_db_version TO studio_rep
 GRANT SELECT, DELETE ON studio_event TO studio_replica;
 GRANT EXECUTE ON FUNCTION studio_event_runs(jsonb[], text[]) TO studio_replica;
 GRANT USAGE ON SEQUENCE studio_job_run_seq_seq TO studio_replica;
+
+-- The role sql: jobs run as (database.sql_url, docs/jobs-sql.md): nothing
+-- of studioctl's. It cannot write run history or call the event writer,
+-- nor lock or change any studio table; grant it what its jobs need of your
+-- own tables (GRANT DELETE ON sessions TO studio_sql_job).
+REVOKE ALL ON shedlock, studio_replica, cluster_lease, studio_job_status, studio_job_run, studio_job_setting,
+    studio_audit, studio_request, studio_job_schedule, studio_event FROM studio_sql_job;
+REVOKE EXECUTE ON FUNCTION studio_event_runs(jsonb[], text[]), studio_event_add(text, jsonb) FROM studio_sql_job;

@@ -79,6 +79,7 @@ func configShowRun(ctx context.Context, o *configShowOptions) error {
 	e := o.Embedded()
 	c.Database.URL = databaseInUse(ctx, c.Database.URL, o.PGEnv(), o.Getenv, e)
 	c.Database.ListenURL = db.Redact(c.Database.ListenURL)
+	c.Database.SQLURL = db.Redact(c.Database.SQLURL)
 	c.Actor = o.Actor()
 	c.Embedded.Dir = e.Dir
 	if c.Replica.ID == "" {
@@ -179,7 +180,7 @@ func parsedJobs(file string, maxClusters int) ([]jobView, []string, error) {
 func configView(c config.Config) map[string]any {
 	return map[string]any{
 		"config_file": c.File,
-		"database": map[string]any{"url": c.Database.URL, "listen_url": c.Database.ListenURL, "migrate": c.Database.Migrate,
+		"database": map[string]any{"url": c.Database.URL, "listen_url": c.Database.ListenURL, "sql_url": c.Database.SQLURL, "migrate": c.Database.Migrate,
 			"max_conns": c.Database.MaxConns},
 		"output":   c.Output,
 		"no_color": c.NoColor,

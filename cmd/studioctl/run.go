@@ -180,6 +180,11 @@ func runRun(ctx context.Context, o *runOptions) error {
 				"connection beside a database.url that goes through a pooler (docs/poolers.md)")
 		}
 	}
+	if s := cfg.Database.SQLURL; s != "" {
+		if _, err := db.ParseConnConfig(s); err != nil {
+			return usageErrorf("database.sql_url (STUDIO_DATABASE_SQL_URL): %v", err)
+		}
+	}
 	cs, migrated, err := o.ConnString(ctx)
 	if err != nil {
 		return err
@@ -195,6 +200,7 @@ func runRun(ctx context.Context, o *runOptions) error {
 		LockTable:        table,
 		ConnString:       cs,
 		ListenConnString: listen,
+		SQLConnString:    cfg.Database.SQLURL,
 		ID:               cfg.Replica.ID,
 		Listen:           cfg.Replica.Listen,
 		Version:          o.Version,

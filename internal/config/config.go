@@ -26,6 +26,7 @@ const EnvPrefix = "STUDIO"
 var defaults = map[string]any{
 	"database.url":               "",
 	"database.listen_url":        "",
+	"database.sql_url":           "",
 	"database.migrate":           "on",
 	"database.max_conns":         DefaultMaxConns,
 	"output":                     "table",
@@ -69,7 +70,10 @@ type Config struct {
 		// the migrations when URL goes through a pooler in transaction
 		// mode (docs/poolers.md); "" means URL.
 		ListenURL string `mapstructure:"listen_url"`
-		Migrate   string `mapstructure:"migrate"`
+		// SQLURL is the connection sql: jobs run on, as a role of their
+		// own (docs/jobs-sql.md); "" means the replica's own.
+		SQLURL  string `mapstructure:"sql_url"`
+		Migrate string `mapstructure:"migrate"`
 		// MaxConns is the replica's pool size (docs/connections.md); Load
 		// reads and bounds it.
 		MaxConns int `mapstructure:"-"`
@@ -340,6 +344,7 @@ func Load(file string, getenv func(string) string, flags []FlagBinding) (*Config
 	// around a pasted URL is never meant.
 	c.Database.URL = strings.TrimSpace(c.Database.URL)
 	c.Database.ListenURL = strings.TrimSpace(c.Database.ListenURL)
+	c.Database.SQLURL = strings.TrimSpace(c.Database.SQLURL)
 	if c.Drain.Delay, err = Duration("drain.delay", v.Get("drain.delay"), 0, MaxDrainDelay); err != nil {
 		return nil, nil, err
 	}

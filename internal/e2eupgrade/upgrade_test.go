@@ -135,7 +135,12 @@ func TestOldReplicasRunBesideANewOneThatMigrated(t *testing.T) {
 	if code := again.WaitExit(t, replicaproc.ReadyTimeout); code != exitUsage {
 		t.Fatalf("old-2 restarted on the migrated database exited %d, want %d:\n%s", code, exitUsage, again.Stderr())
 	}
-	refusal := fmt.Sprintf("the database schema is newer than this studioctl: the database has migration %05d applied, this binary knows migrations up to %05d; run a studioctl at least as new as the one that migrated it", newVersion, oldVersion)
+	// It names every applied version it does not know.
+	var unknown []string
+	for v := int64(oldVersion) + 1; v <= newVersion; v++ {
+		unknown = append(unknown, fmt.Sprintf("%05d", v))
+	}
+	refusal := fmt.Sprintf("the database schema is newer than this studioctl: the database has migration %s applied, this binary knows migrations up to %05d; run a studioctl at least as new as the one that migrated it", strings.Join(unknown, ", "), oldVersion)
 	if !strings.Contains(again.Stderr(), refusal) {
 		t.Fatalf("old-2's refusal does not say %q:\n%s", refusal, again.Stderr())
 	}

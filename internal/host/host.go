@@ -81,13 +81,17 @@ type Options struct {
 	// migrations, while the pool goes through ConnString, which may be a
 	// pooler in transaction mode (docs/poolers.md). "": ConnString.
 	ListenConnString string
-	ID               string // replica id; DefaultID when empty
-	Listen           string // HTTP address; 127.0.0.1:0 picks a free port
-	Version          string
-	DrainDelay       time.Duration // 0 (unset): DefaultDrainDelay; NoDrainDelay (any negative value): none
-	MaxConns         int           // the pool's size (database.max_conns); 0: poolMaxConns
-	Migrate          bool
-	Logger           *slog.Logger
+	// SQLConnString (database.sql_url) is what sql: jobs connect with, as
+	// a role of their own that may not write studioctl's tables
+	// (studio_sql_job, docs/jobs-sql.md). "": the replica's own.
+	SQLConnString string
+	ID            string // replica id; DefaultID when empty
+	Listen        string // HTTP address; 127.0.0.1:0 picks a free port
+	Version       string
+	DrainDelay    time.Duration // 0 (unset): DefaultDrainDelay; NoDrainDelay (any negative value): none
+	MaxConns      int           // the pool's size (database.max_conns); 0: poolMaxConns
+	Migrate       bool
+	Logger        *slog.Logger
 
 	// Jobs from the configuration; the built-in studio-housekeeping job is
 	// added unless NoHousekeeping.

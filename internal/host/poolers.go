@@ -56,6 +56,9 @@ func (h *Host) pooledByConfig() bool {
 // scrub hides the passwords of both URLs in err's text.
 func (h *Host) scrub(err error) error {
 	err = db.Scrub(err, h.o.ConnString)
+	if h.o.SQLConnString != "" {
+		err = db.Scrub(err, h.o.SQLConnString)
+	}
 	if h.o.ListenConnString != "" {
 		err = db.Scrub(err, h.o.ListenConnString)
 	}
@@ -232,6 +235,11 @@ func (h *Host) migrate(ctx context.Context) error {
 // the listen URL's, wherever they came from (URL, PGPASSWORD, passfile).
 func (h *Host) secrets() []string {
 	out := []string{h.pool.Config().ConnConfig.Password}
+	if h.o.SQLConnString != "" {
+		if cfg, err := db.ParseConnConfig(h.o.SQLConnString); err == nil && cfg.Password != "" {
+			out = append(out, cfg.Password)
+		}
+	}
 	if h.o.ListenConnString != "" {
 		if cfg, err := db.ParseConnConfig(h.o.ListenConnString); err == nil && cfg.Password != "" {
 			out = append(out, cfg.Password)
@@ -261,11 +269,19 @@ func (s sessionSource) Config() *pgxpool.Config { return s.cfg.Copy() }
 // Begin is never called by tasks.SQL (see errSessionSource).
 func (s sessionSource) Begin(context.Context) (pgx.Tx, error) { return nil, errSessionSource }
 
-// sqlJobsDB is the database handle sql jobs are bound to: the pool, or,
-// with database.listen_url, a sessionSource on it.
+// sqlJobsDB is the database handle sql jobs are bound to: with
+// database.sql_url, a sessionSource on it (the jobs' own role); else the
+// pool, or, with database.listen_url, a sessionSource on that.
 func (h *Host) sqlJobsDB() (interface {
 	Begin(context.Context) (pgx.Tx, error)
 }, error) {
+	if h.o.SQLConnString != "" {
+		cfg, err := db.ParsePoolConfig(h.o.SQLConnString)
+		if err != nil {
+			return nil, fmt.Errorf("database.sql_url (STUDIO_DATABASE_SQL_URL): %w", db.Scrub(err, h.o.SQLConnString))
+		}
+		return sessionSource{cfg: cfg}, nil
+	}
 	if !h.pooledByConfig() {
 		return h.pool, nil
 	}

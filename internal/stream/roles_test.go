@@ -2,6 +2,7 @@ package stream
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -209,7 +210,8 @@ func TestATemporaryTableCannotPassTheRequestGuard(t *testing.T) {
 // replica's flush), for as long as it stays stopped: the replica's
 // sessions pin idle_in_transaction_session_timeout to 0. studio_event_runs
 // sets it, for its own transaction only, so the server ends such a
-// session (10 s idle) and the others go on.
+// session (5 s idle) and the others go on: within the 10 s the others wait
+// for the lock (migration 00009), so none of them fails.
 func TestAStoppedFlushDoesNotStallEventWritersForever(t *testing.T) {
 	t.Parallel()
 	pool, _ := openPool(t)
@@ -222,7 +224,8 @@ func TestAStoppedFlushDoesNotStallEventWritersForever(t *testing.T) {
 	if _, err := stopped.Exec(ctx, `BEGIN`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := stopped.Exec(ctx, `SELECT studio_event_runs(ARRAY['{"job_id":"frozen"}'::jsonb])`); err != nil {
+	if _, err := stopped.Exec(ctx, `WITH r AS (INSERT INTO studio_job_run (job_id, replica_id, started_at, outcome)
+VALUES ('frozen', 'r1', now(), 'running') RETURNING *) SELECT studio_event_runs(ARRAY[studio_event_run_data(r)]) FROM r`); err != nil {
 		t.Fatal(err)
 	}
 	// ... and the replica stops sending.
@@ -271,4 +274,143 @@ func TestAnImmediateTriggerDoesNotStallEventWritersForever(t *testing.T) {
 		t.Fatalf("an audited action behind an idle immediate trigger: %v after %s", err, time.Since(start).Round(time.Millisecond))
 	}
 	t.Logf("went through after %s", time.Since(start).Round(time.Millisecond))
+}
+
+// The forged event of issue 21, as a sql: job under the replica role sent
+// it: a run that no replica ran, "succeeded", to every /v1/events client.
+// studio_event_runs now writes only events that describe run rows the
+// calling transaction wrote (migration 00009), so neither the issue's
+// event nor one that names a real run with another outcome, nor one of a
+// run an earlier transaction wrote, is written.
+func TestTheReplicaRoleCannotForgeARunEvent(t *testing.T) {
+	pool, _ := openPool(t)
+	applyRoles(t, pool)
+	ctx := context.Background()
+	var earlier int64
+	if err := pool.QueryRow(ctx, `INSERT INTO studio_job_run (job_id, replica_id, started_at, outcome)
+VALUES ('payments', 'r1', now(), 'running') RETURNING seq`).Scan(&earlier); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	defer conn.Exec(ctx, `RESET ROLE`)
+	if _, err := conn.Exec(ctx, `SET ROLE studio_replica`); err != nil {
+		t.Fatal(err)
+	}
+	for name, stmt := range map[string]string{
+		"the issue's event":                    `SELECT studio_event_runs(array['{"job_id":"forged-payments","outcome":"succeeded","seq":424242,"replica_id":"r1"}'::jsonb])`,
+		"a real run of an earlier transaction": fmt.Sprintf(`SELECT studio_event_runs(array['{"job_id":"payments","outcome":"running","seq":%d,"replica_id":"r1","cluster":""}'::jsonb])`, earlier),
+		"a run of this transaction with another outcome": `WITH r AS (INSERT INTO studio_job_run (job_id, replica_id, started_at, outcome) VALUES ('payments', 'r1', now(), 'running') RETURNING *)
+SELECT studio_event_runs(ARRAY[jsonb_set(studio_event_run_data(r), '{outcome}', '"succeeded"')]) FROM r`,
+		"a run of this transaction under another replica": `WITH r AS (INSERT INTO studio_job_run (job_id, replica_id, started_at, outcome) VALUES ('payments', 'r1', now(), 'running') RETURNING *)
+SELECT studio_event_runs(ARRAY[jsonb_set(studio_event_run_data(r), '{replica_id}', '"r2"')]) FROM r`,
+		"a seq that is no number": `SELECT studio_event_runs(array['{"job_id":"payments","outcome":"running","seq":"1 OR true","replica_id":"r1"}'::jsonb])`,
+	} {
+		_, err := conn.Exec(ctx, stmt)
+		if err == nil || !strings.Contains(err.Error(), "describes no run row this transaction wrote") {
+			t.Errorf("%s: %v, want it refused", name, err)
+		}
+	}
+	// The run store's own way still writes its event.
+	if _, err := conn.Exec(ctx, `WITH r AS (INSERT INTO studio_job_run (job_id, replica_id, started_at, outcome) VALUES ('payments', 'r1', now(), 'running') RETURNING *)
+SELECT studio_event_runs(ARRAY[studio_event_run_data(r)]) FROM r`); err != nil {
+		t.Fatalf("a run and its event in one transaction: %v", err)
+	}
+	evs := events(t, pool, 0)
+	if len(evs) != 1 || data(t, evs[0])["job_id"] != "payments" || data(t, evs[0])["outcome"] != "running" {
+		t.Fatalf("events %v: want the one event of the run written with it", evs)
+	}
+}
+
+// The issue's hostile sql: job, `select studio_event_runs(...); select
+// pg_sleep(45)`, held the lock that orders event ids for 45 s: `jobs
+// resume` took 42 s. The event is refused now, so the job fails at once;
+// and a writer that does hold the lock in a long statement (a replica's
+// session; sql jobs run as studio_sql_job, which may not call the writer)
+// makes the others wait at most 10 s (lock_timeout, migration 00009), after
+// which their statement fails and changes nothing.
+func TestAHostileSQLJobNeitherStallsNorForges(t *testing.T) {
+	pool, _ := openPool(t)
+	applyRoles(t, pool)
+	ctx := context.Background()
+	asRole := func(role string) *pgxpool.Conn {
+		t.Helper()
+		c, err := pool.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Exec(context.Background(), `RESET ROLE`); c.Release() })
+		if _, err := c.Exec(ctx, `SET ROLE `+role); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	hostile := `select studio_event_runs(array['{"job_id":"forged-payments","outcome":"succeeded","seq":424242,"replica_id":"r1"}'::jsonb]); select pg_sleep(45)`
+
+	// Under the role sql jobs run as: no call at all.
+	sqlJob := asRole("studio_sql_job")
+	start := time.Now()
+	err := sqlJob.Conn().PgConn().Exec(ctx, hostile).Close()
+	if err == nil || !strings.Contains(err.Error(), "permission denied for function studio_event_runs") {
+		t.Fatalf("the hostile job as studio_sql_job: %v, want permission denied", err)
+	}
+	for _, stmt := range []string{
+		`INSERT INTO studio_job_run (job_id, replica_id, started_at, outcome) VALUES ('forged-payments', 'r1', now(), 'succeeded')`,
+		`LOCK TABLE studio_job_run IN ACCESS EXCLUSIVE MODE`,
+		`SELECT 1 FROM studio_job_status FOR UPDATE`,
+	} {
+		err := sqlJob.Conn().PgConn().Exec(ctx, `BEGIN; `+stmt+`; ROLLBACK`).Close()
+		if err == nil || !strings.Contains(err.Error(), "permission denied") {
+			t.Errorf("studio_sql_job: %s: %v, want permission denied", stmt, err)
+		}
+		sqlJob.Exec(ctx, `ROLLBACK`)
+	}
+	// Under the replica role (a job without database.sql_url): refused,
+	// and the sleep never runs.
+	if err := asRole("studio_replica").Conn().PgConn().Exec(ctx, hostile).Close(); err == nil || !strings.Contains(err.Error(), "describes no run row") {
+		t.Fatalf("the hostile job as studio_replica: %v, want the event refused", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("the hostile jobs took %s, want them refused at once", d)
+	}
+	if evs := events(t, pool, 0); len(evs) != 0 {
+		t.Fatalf("events %v: want none", evs)
+	}
+
+	// A replica session that holds the lock in a long statement.
+	holder := asRole("studio_replica")
+	if _, err := holder.Exec(ctx, `BEGIN`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := holder.Exec(ctx, `WITH r AS (INSERT INTO studio_job_run (job_id, replica_id, started_at, outcome) VALUES ('slow', 'r1', now(), 'running') RETURNING *)
+SELECT studio_event_runs(ARRAY[studio_event_run_data(r)]) FROM r`); err != nil {
+		t.Fatal(err)
+	}
+	sleeping := make(chan error, 1)
+	go func() { _, err := holder.Exec(ctx, `SELECT pg_sleep(40)`); sleeping <- err }()
+	defer func() {
+		holder.Conn().PgConn().CancelRequest(context.Background())
+		<-sleeping
+		holder.Exec(context.Background(), `ROLLBACK`)
+	}()
+	op := asRole("studio_operator")
+	start = time.Now()
+	wctx, cancel := context.WithTimeout(ctx, 35*time.Second)
+	defer cancel()
+	_, err = op.Exec(wctx, `INSERT INTO studio_audit (actor, action, target, reason) VALUES ('alice', 'jobs.resume', 'j', 'r')`)
+	waited := time.Since(start)
+	if err == nil || !strings.Contains(err.Error(), "lock timeout") {
+		t.Fatalf("an audited write behind a writer in a 40 s statement: %v after %s, want a lock timeout", err, waited.Round(time.Millisecond))
+	}
+	if waited < 9*time.Second || waited > 15*time.Second {
+		t.Fatalf("it waited %s, want the 10 s bound", waited.Round(time.Millisecond))
+	}
+	t.Logf("an audited write behind a writer in a long statement failed after %s", waited.Round(time.Millisecond))
+	var audits int
+	if err := op.QueryRow(ctx, `SELECT count(*) FROM studio_audit`).Scan(&audits); err != nil || audits != 0 {
+		t.Fatalf("audit rows %d (%v): want none, the write failed whole", audits, err)
+	}
 }
