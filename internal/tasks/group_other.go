@@ -15,6 +15,12 @@ import (
 	"time"
 )
 
+// groupPollEvery is how often Run looks whether a process group is empty.
+// It lives here, the only file that uses it: in command.go, a Linux
+// staticcheck found it unused and it was removed, which broke every other
+// system's build.
+const groupPollEvery = 10 * time.Millisecond
+
 // run starts the command in a new process group and stops that group. There
 // is no child subreaper here: a process that leaves the group (setsid)
 // escapes, and a replica killed with SIGKILL leaves the group running
