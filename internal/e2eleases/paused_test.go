@@ -123,6 +123,19 @@ func TestAPausedReplicasCommandsEndBeforeTheNextOwnerStarts(t *testing.T) {
 	took := f.waitExecStarts(90*time.Second, other, stoppedAt, append(dutyKeys(moved), "nightly@"))
 	t.Logf("%s started the duties after %v and the installation job after %v", other, took[:len(took)-1], took[len(took)-1])
 
+	// A measurement window: what the paused replica's commands do after
+	// the other's have started gets recorded too.
+	lastStart := stoppedAt.Add(took[len(took)-1])
+	for _, d := range took {
+		lastStart = maxTime(lastStart, stoppedAt.Add(d))
+	}
+	replicaproc.Eventually(t, 10*time.Second, "2 s past the last start", func() error {
+		if now := f.dbNow(); now.Before(lastStart.Add(2 * time.Second)) {
+			return fmt.Errorf("database time %s", now.Format(time.RFC3339Nano))
+		}
+		return nil
+	})
+
 	// The checker: the commands' own records only.
 	gaps, overlaps := f.handovers(holder, other, stoppedAt)
 	for _, g := range gaps {
@@ -135,6 +148,13 @@ func TestAPausedReplicasCommandsEndBeforeTheNextOwnerStarts(t *testing.T) {
 		t.Errorf("the paused replica's state is %q, want T (stopped) throughout", state)
 	}
 	procs[holder].Signal(t, syscall.SIGCONT)
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 func dutyKeys(clusters []string) []string {
