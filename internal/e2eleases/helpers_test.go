@@ -56,7 +56,7 @@ type fixture struct {
 type jobConf struct {
 	ID       string            `yaml:"id"`
 	Scope    string            `yaml:"scope"`
-	Clusters string            `yaml:"clusters"`
+	Clusters string            `yaml:"clusters,omitempty"`
 	Every    string            `yaml:"every"`
 	Run      map[string]any    `yaml:"run"`
 	Env      map[string]string `yaml:"env"`

@@ -110,6 +110,51 @@ type held struct {
 	gen    int64
 	ctx    context.Context
 	cancel context.CancelCauseFunc
+	end    *trustEnd // anchor + the trust window, for TrustedUntil
+}
+
+// setAnchor records that the last successful renewal of h began at t.
+// s.mu held.
+func (s *Service) setAnchor(h *held, t time.Time) {
+	h.anchor = t
+	h.end.set(t.Add(s.t.trust))
+}
+
+// trustEnd is the end of a lease's trust window, read without the
+// service's lock by the duties' commands (TrustedUntil).
+type trustEnd struct {
+	mu sync.Mutex
+	at time.Time
+}
+
+func (e *trustEnd) set(t time.Time) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.at = t
+}
+
+func (e *trustEnd) get() time.Time {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.at
+}
+
+// trustKey is the key of a duty context's *trustEnd.
+type trustKey struct{}
+
+// TrustedUntil returns when the trust window of the lease whose duty
+// context is ctx (the one OnAcquire gives) ends, as of the last successful
+// renewal: after it the replica no longer counts the lease as its own, and
+// LeaseTTL - TrustWindow later another replica may claim it. The runner
+// gives it to a duty's command as its deadline, which the command's job
+// shim enforces even while the replica is paused (docs/leases.md). It is
+// on the monotonic clock; ok is false for any other context.
+func TrustedUntil(ctx context.Context) (time.Time, bool) {
+	e, ok := ctx.Value(trustKey{}).(*trustEnd)
+	if !ok {
+		return time.Time{}, false
+	}
+	return e.get(), true
 }
 
 // Service is one replica's lease loop.
@@ -442,7 +487,7 @@ func (s *Service) applyRenewal(owned map[string]int64, began time.Time) {
 			s.loseLocked(c, ErrGone)
 			continue
 		}
-		h.anchor = began
+		s.setAnchor(h, began)
 	}
 	s.armLocked()
 }
@@ -457,7 +502,7 @@ func (s *Service) trust(c string, gen int64, began time.Time) {
 	}
 	if h, ok := s.held[c]; ok {
 		if began.After(h.anchor) {
-			h.anchor = began
+			s.setAnchor(h, began)
 		}
 		h.gen = gen
 		s.armLocked()
@@ -466,8 +511,12 @@ func (s *Service) trust(c string, gen int64, began time.Time) {
 	if time.Since(began) >= s.t.trust {
 		return // the statement took longer than the window: trust it next round
 	}
-	ctx, cancel := context.WithCancelCause(context.Background())
-	s.held[c] = &held{anchor: began, gen: gen, ctx: ctx, cancel: cancel}
+	end := &trustEnd{}
+	cctx, cancel := context.WithCancelCause(context.Background())
+	ctx := context.WithValue(cctx, trustKey{}, end)
+	h := &held{gen: gen, ctx: ctx, cancel: cancel, end: end}
+	s.setAnchor(h, began)
+	s.held[c] = h
 	s.armLocked()
 	if s.o.OnAcquire != nil {
 		s.o.OnAcquire(c, ctx)

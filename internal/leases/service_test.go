@@ -368,3 +368,32 @@ func TestARoundOverManyClustersScansTheHeldLeasesAFewTimes(t *testing.T) {
 		t.Fatalf("two rounds over %d clusters scanned %d held leases; want a few passes (at most %d), not one per cluster", n, scanned, 10*n)
 	}
 }
+
+// A duty context says until when its lease is trusted, and each renewal
+// moves that on: the runner gives it to a duty's command as the deadline
+// its job shim enforces while the replica is paused (issue 21, item 7).
+func TestADutyContextSaysUntilWhenItsLeaseIsTrusted(t *testing.T) {
+	t.Parallel()
+	_, pool := newDB(t)
+	addReplica(t, pool, "a", "ready")
+	addClusters(t, pool, 1)
+	var j journal
+	var b inproc
+	s := startService(t, pool, "a", &j, &b, svcOpts{timing: fast})
+	poll(t, 10*time.Second, "own c1", func() bool { return len(s.Owned()) == 1 })
+	ctx := s.Owned()["c1"]
+	first, ok := TrustedUntil(ctx)
+	if !ok {
+		t.Fatal("TrustedUntil of a duty context: not ok")
+	}
+	if left := time.Until(first); left <= 0 || left > fast.trust {
+		t.Errorf("trusted for %v more, want within the trust window %v", left, fast.trust)
+	}
+	poll(t, 10*time.Second, "a renewal to move the end of the trust window on", func() bool {
+		until, _ := TrustedUntil(ctx)
+		return until.After(first)
+	})
+	if _, ok := TrustedUntil(context.Background()); ok {
+		t.Error("TrustedUntil of another context: ok, want not")
+	}
+}

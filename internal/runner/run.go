@@ -19,8 +19,10 @@ import (
 func (r *Runner) run(js *jobState, sched jobs.Schedule, fire time.Time) {
 	id := js.job.ID
 	var lock Lock
+	var lockEnd *lockDeadline // deadline.go
 	if js.job.Scope == jobs.ScopeInstallation {
 		r.releaseStale(js)
+		lockFrom := time.Now() // the real clock, as the job shim's (deadline.go)
 		ctx, cancel := context.WithTimeout(r.runsCtx, lockStatementTimeout)
 		// The lock is the job's lock: name, or its id (SPEC §5.3).
 		l, err := r.o.Locks.TryLock(ctx, js.job.LockName(), jobs.LockAtMostFor(sched), jobs.LockAtLeastFor(sched))
@@ -41,6 +43,7 @@ func (r *Runner) run(js *jobState, sched jobs.Schedule, fire time.Time) {
 			return
 		}
 		lock = l
+		lockEnd = newLockDeadline(lockFrom, jobs.LockAtMostFor(sched))
 	}
 	r.mu.Lock()
 	stopping := r.stopping || js.dutyOver() // per-cluster duties (clusters.go): the lease ended meanwhile
@@ -95,6 +98,7 @@ func (r *Runner) run(js *jobState, sched jobs.Schedule, fire time.Time) {
 				cur := lock
 				lockMu.Unlock()
 				ctx, cancel := context.WithTimeout(runCtx, lockStatementTimeout)
+				from := time.Now()
 				next, err := cur.Extend(ctx, jobs.LockAtMostFor(sched), jobs.LockAtLeastFor(sched))
 				cancel()
 				if err != nil {
@@ -111,6 +115,7 @@ func (r *Runner) run(js *jobState, sched jobs.Schedule, fire time.Time) {
 				lockMu.Lock()
 				lock = next
 				lockMu.Unlock()
+				lockEnd.extended(from)
 				t.Reset(every)
 			}
 		}()
@@ -121,8 +126,12 @@ func (r *Runner) run(js *jobState, sched jobs.Schedule, fire time.Time) {
 	if !js.labelled { // made once per job: one allocation fewer per run
 		js.labels, js.labelled = pprof.Labels("job_id", id), true
 	}
+	env := tasks.Env{JobID: id, ReplicaID: r.o.ReplicaID, RunSeq: seq, Cluster: js.cluster(), Deadline: dutyDeadline(js)}
+	if lockEnd != nil {
+		env.Deadline = lockEnd.deadline
+	}
 	pprof.Do(runCtx, js.labels, func(ctx context.Context) {
-		res = js.job.Task.Run(ctx, tasks.Env{JobID: id, ReplicaID: r.o.ReplicaID, RunSeq: seq, Cluster: js.cluster()})
+		res = js.job.Task.Run(ctx, env)
 	})
 	// The cause is read as the task returns: a timeout that fires after a
 	// successful return does not relabel it.
@@ -143,12 +152,16 @@ func (r *Runner) run(js *jobState, sched jobs.Schedule, fire time.Time) {
 		outcome, errText = jobs.OutcomeTimedOut, "timed out after "+timeout.String()
 	case errors.Is(cause, errShutdown):
 		outcome, errText = jobs.OutcomeInterrupted, "interrupted: the replica shut down"
+	case errors.Is(res.Err, tasks.ErrDeadline): // deadline.go: the replica was paused or stalled
+		outcome, errText = jobs.OutcomeLockLost, deadlineText(js)
 	case res.Err != nil:
 		outcome, errText = jobs.OutcomeFailed, res.Err.Error()
 	}
 	if res.Err != nil && outcome != jobs.OutcomeFailed {
 		var killed *tasks.ErrKilled
 		switch {
+		case errors.As(res.Err, &killed) && killed.Deadline:
+			errText += ": the job shim killed the command with SIGKILL at its deadline"
 		case errors.As(res.Err, &killed) && killed.SIGKILL:
 			errText += fmt.Sprintf(": the command was killed with SIGKILL after a %s grace period", killed.Grace)
 		case errors.As(res.Err, &killed):

@@ -20,6 +20,18 @@ const (
 	drainWaitMax = 500 * time.Millisecond
 )
 
+// DeadlineRefreshEvery is how often a running command reads Env.Deadline
+// and passes a deadline that moved to its job shim. A caller whose
+// deadline moves in steps (a lease renewal) lets it run this much past the
+// true end, so that the shim never acts on a value this stale.
+const DeadlineRefreshEvery = 250 * time.Millisecond
+
+// ErrDeadline is the cause of a run that its job shim ended because
+// Env.Deadline passed: the replica did not move it later in time (it was
+// paused, or stalled), so another replica may soon hold the lease or lock.
+// errors.Is finds it in the error of such a run.
+var ErrDeadline = errors.New("the run's deadline passed: the replica did not renew it in time")
+
 // Command runs a program in its own process group, with a clean
 // environment (see Environ). On Linux a job shim (see IsShim) runs it so
 // that no process it starts outlives the run or the replica.
@@ -34,7 +46,7 @@ type Command struct {
 func (Command) Kind() string { return KindCommand }
 
 // ErrKilled wraps the error of a command that was stopped because its
-// context was done. Find it with errors.As:
+// context was done, or ended by its job shim at its deadline (Env.Deadline). Find it with errors.As:
 //
 //	var killed *tasks.ErrKilled
 //	if errors.As(res.Err, &killed) && killed.SIGKILL { ... }
@@ -44,16 +56,24 @@ func (Command) Kind() string { return KindCommand }
 type ErrKilled struct {
 	Cause   error // context.Cause of the run's context
 	SIGKILL bool  // SIGTERM was not enough: the group was SIGKILLed after the grace period
-	Grace   time.Duration
-	Err     error // how the command ended: "signal: terminated", "exit status 143"; nil if it exited 0
+	// Deadline: Env.Deadline passed before the command ended, and the job
+	// shim SIGKILLed every process of the run at once, without (or before
+	// the end of) the grace period. Cause is then ErrDeadline, or the
+	// context's cause when the replica had asked to stop the run first.
+	Deadline bool
+	Grace    time.Duration
+	Err      error // how the command ended: "signal: terminated", "exit status 143"; nil if it exited 0
 }
 
 func (e *ErrKilled) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%v: ", e.Cause)
-	if e.SIGKILL {
+	switch {
+	case e.Deadline:
+		b.WriteString("killed with SIGKILL by its job shim at the deadline")
+	case e.SIGKILL:
 		fmt.Fprintf(&b, "killed with SIGKILL after SIGTERM and a %v grace period", e.Grace)
-	} else {
+	default:
 		b.WriteString("stopped with SIGTERM")
 	}
 	if e.Err != nil {
@@ -62,9 +82,13 @@ func (e *ErrKilled) Error() string {
 	return b.String()
 }
 
-// Unwrap returns the context's cause and the command's own error.
+// Unwrap returns the context's cause, ErrDeadline when the deadline
+// passed, and the command's own error.
 func (e *ErrKilled) Unwrap() []error {
 	errs := []error{e.Cause}
+	if e.Deadline && !errors.Is(e.Cause, ErrDeadline) {
+		errs = append(errs, ErrDeadline)
+	}
 	if e.Err != nil {
 		errs = append(errs, e.Err)
 	}
@@ -82,6 +106,11 @@ func (e *ErrKilled) Unwrap() []error {
 // running; that does not change the result. Run returns once the command is
 // reaped and its processes are gone: after ctx is done, within KillGrace
 // plus a few seconds at worst.
+//
+// When env.Deadline is set (Linux only), the job shim also ends every
+// process of the run with SIGKILL once the deadline passes, whether or not
+// this process is still running; the error is then an *ErrKilled that
+// wraps ErrDeadline.
 //
 // "Every process of the run" is, on Linux, every descendant of the job
 // shim, daemons that left the group with setsid included; elsewhere it is
@@ -107,5 +136,5 @@ func (c Command) Run(ctx context.Context, env Env) Result {
 	if grace <= 0 {
 		grace = DefaultKillGrace
 	}
-	return c.run(ctx, name, grace, Environ(env, c.Env))
+	return c.run(ctx, name, grace, Environ(env, c.Env), env.Deadline)
 }

@@ -13,3 +13,7 @@ func fakeSecretReplica() int { return 2 }
 const fakeArgsEnv = "STUDIOCTL_TASKS_FAKE_ARGS"
 
 func fakeArgs() int { return 2 }
+
+const fakePausedReplicaEnv = "STUDIOCTL_TASKS_FAKE_PAUSED_REPLICA"
+
+func fakePausedReplica(string) int { return 2 }

@@ -15,11 +15,18 @@ import (
 	"time"
 )
 
+// groupPollEvery is how often Run looks whether a process group is empty.
+// It lives here, the only file that uses it: in command.go, a Linux
+// staticcheck found it unused and it was removed, which broke every other
+// system's build.
+const groupPollEvery = 10 * time.Millisecond
+
 // run starts the command in a new process group and stops that group. There
 // is no child subreaper here: a process that leaves the group (setsid)
-// escapes, and a replica killed with SIGKILL leaves the group running
+// escapes, a replica killed with SIGKILL leaves the group running, and the
+// deadline is not enforced: nothing outlives a paused replica to do it
 // (docs/jobs-processes.md).
-func (c Command) run(ctx context.Context, name string, grace time.Duration, environ []string) Result {
+func (c Command) run(ctx context.Context, name string, grace time.Duration, environ []string, deadline func() time.Time) Result {
 	// One pipe for stdout and stderr, read by our own goroutine: cmd.Wait
 	// then returns when the process exits, whoever else holds the pipe.
 	pr, pw, err := os.Pipe()

@@ -14,6 +14,9 @@ func TestMain(m *testing.M) {
 	if dir := os.Getenv(fakeReplicaEnv); dir != "" {
 		os.Exit(fakeReplica(dir))
 	}
+	if v := os.Getenv(fakePausedReplicaEnv); v != "" {
+		os.Exit(fakePausedReplica(v))
+	}
 	if os.Getenv(fakeArgsEnv) != "" {
 		os.Exit(fakeArgs())
 	}

@@ -3,7 +3,9 @@
 package tasks
 
 import (
+	"bufio"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +18,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 	"unsafe"
@@ -37,11 +40,29 @@ import (
 // enough: the control pipe reads end of file (the kernel closes the
 // replica's end when the replica exits, however it dies), and the parent
 // death signal (SIGTERM) arrives with getppid no longer the replica.
+//
+// A replica that is paused (SIGSTOP) is neither: its shim would wait for
+// it while another replica takes the lease or the lock over. So a run with
+// a deadline (Env.Deadline) gives it to the shim, first on its command
+// line, then on the control pipe each time it moves; when the deadline
+// passes, the shim SIGKILLs every descendant at once, whatever the replica
+// does. Deadlines are read on CLOCK_BOOTTIME, which both processes share
+// and which also counts a suspend of the host.
 
 const (
 	// shimStop is the byte the replica writes on the control pipe to stop
 	// the run: SIGTERM, then SIGKILL after the grace period.
 	shimStop = 't'
+	// shimDeadline starts a message on the control pipe that moves the
+	// run's deadline: 8 more bytes, the new deadline on CLOCK_BOOTTIME in
+	// nanoseconds, big-endian. One write of 9 bytes, so it never
+	// interleaves with a stop byte.
+	shimDeadline = 'd'
+	// controlWriteMax bounds one write on the control pipe: a shim that is
+	// stopped (kill -STOP) does not read it, and the pipe may fill.
+	controlWriteMax = time.Second
+	// clockBoottime is CLOCK_BOOTTIME of clock_gettime(2).
+	clockBoottime = 7
 	// shimStopSlack is how long past the grace period the replica waits for
 	// a stopping shim before it SIGKILLs the shim's process group.
 	shimStopSlack = killWaitMax + time.Second
@@ -62,12 +83,15 @@ type shimReport struct {
 	// Left lists processes still there after SIGKILL and killWaitMax (a
 	// process in uninterruptible sleep dies only when it wakes up).
 	Left []int `json:"left,omitempty"`
+	// Deadline: the deadline passed while the command ran, and every
+	// process of the run got SIGKILL.
+	Deadline bool `json:"deadline,omitempty"`
 }
 
 // startError carries a failure to start the command from the shim, so the
 // replica's error wraps exec.ErrNotFound or fs.ErrNotExist as before.
 type startError struct {
-	Kind  string `json:"kind"` // "lookup" (an *exec.Error), "path" (an *fs.PathError) or "other"
+	Kind  string `json:"kind"` // "lookup" (an *exec.Error), "path" (an *fs.PathError), "deadline" (ErrDeadline) or "other"
 	Name  string `json:"name,omitempty"`
 	Op    string `json:"op,omitempty"`
 	Path  string `json:"path,omitempty"`
@@ -100,12 +124,14 @@ func (e *startError) err() error {
 		return &exec.Error{Name: e.Name, Err: inner}
 	case "path":
 		return &fs.PathError{Op: e.Op, Path: e.Path, Err: syscall.Errno(e.Errno)}
+	case "deadline":
+		return ErrDeadline
 	}
 	return errors.New(e.Msg)
 }
 
 // run starts the command under a job shim.
-func (c Command) run(ctx context.Context, name string, grace time.Duration, environ []string) Result {
+func (c Command) run(ctx context.Context, name string, grace time.Duration, environ []string, deadline func() time.Time) Result {
 	if os.Getenv(shimEnv) != "" {
 		return Result{Err: fmt.Errorf("command %q not started: this process is a job shim whose binary does not dispatch %s (call tasks.IsShim first in main or TestMain)", name, shimArg)}
 	}
@@ -126,7 +152,11 @@ func (c Command) run(ctx context.Context, name string, grace time.Duration, envi
 	outR, outW, repR, repW, ctlR, ctlW := pipes[0], pipes[1], pipes[2], pipes[3], pipes[4], pipes[5]
 	defer outR.Close()
 
-	args := append([]string{shimArg, strconv.Itoa(os.Getpid()), strconv.FormatInt(int64(grace), 10), name}, c.Argv[1:]...)
+	var first time.Time // the deadline the shim starts with; zero: none
+	if deadline != nil {
+		first = deadline()
+	}
+	args := append([]string{shimArg, strconv.Itoa(os.Getpid()), strconv.FormatInt(int64(grace), 10), strconv.FormatInt(bootDeadline(first), 10), name}, c.Argv[1:]...)
 	// /proc/self/exe is the replica's own binary even after it was
 	// replaced or deleted on disk (an upgrade), so shim and replica always
 	// speak the same protocol. argv[0] names the binary for ps.
@@ -154,6 +184,7 @@ func (c Command) run(ctx context.Context, name string, grace time.Duration, envi
 		return Result{Err: fmt.Errorf("start command %q: job shim: %w", name, err)}
 	}
 	pgid := cmd.Process.Pid // the shim leads its group; the command stays in it
+	ctl := startControl(ctlW, deadline, first)
 
 	out := newTailBuffer(OutputTailBytes)
 	drained := make(chan struct{})
@@ -179,7 +210,7 @@ func (c Command) run(ctx context.Context, name string, grace time.Duration, envi
 	case waitErr = <-exited:
 	case <-ctx.Done():
 		stopped = true
-		ctlW.Write([]byte{shimStop})
+		ctl.stop()
 		// A stopped shim (kill -STOP of the job's group, or of the shim
 		// by its own job) would not read the byte, and the fallback
 		// below would kill only its group: wake it so that it ends every
@@ -195,7 +226,7 @@ func (c Command) run(ctx context.Context, name string, grace time.Duration, envi
 		}
 		timer.Stop()
 	}
-	ctlW.Close() // only now: end of file tells the shim the replica is gone
+	ctl.close() // only now: end of file tells the shim the replica is gone
 	raw := <-reported
 	if len(raw) == 0 && !fallback {
 		// The shim died without its report: something killed it (a job
@@ -223,7 +254,11 @@ func (c Command) run(ctx context.Context, name string, grace time.Duration, envi
 		res.Err = fmt.Errorf("start command %q: %w", name, rep.StartErr.err())
 	case stopped:
 		res.Err = fmt.Errorf("command %q: %w", name, &ErrKilled{
-			Cause: context.Cause(ctx), SIGKILL: fallback || rep.SIGKILL, Grace: grace, Err: waitErr,
+			Cause: context.Cause(ctx), SIGKILL: fallback || rep.SIGKILL, Deadline: rep.Deadline, Grace: grace, Err: waitErr,
+		})
+	case reportOK && rep.Deadline:
+		res.Err = fmt.Errorf("command %q: %w", name, &ErrKilled{
+			Cause: ErrDeadline, SIGKILL: rep.SIGKILL, Deadline: true, Grace: grace, Err: waitErr,
 		})
 	case !reportOK:
 		res.Err = fmt.Errorf("command %q: the job shim ended without a report (%v)", name, waitErr)
@@ -231,6 +266,99 @@ func (c Command) run(ctx context.Context, name string, grace time.Duration, envi
 		res.Err = fmt.Errorf("command %q: %w", name, waitErr)
 	}
 	return res
+}
+
+// control is the replica's end of a shim's control pipe. One goroutine
+// writes on it: the stop byte when asked, and the run's deadline each time
+// it moves. Each write is bounded (controlWriteMax), so a stopped shim
+// that no longer reads cannot block the run; a deadline whose write failed
+// is sent again at the next refresh, a stop byte at once.
+type control struct {
+	w      *os.File
+	stopCh chan struct{} // closed by stop
+	once   sync.Once
+	quit   chan struct{} // closed by close
+	done   chan struct{} // closed when the goroutine has returned
+}
+
+// startControl starts the writer of w. deadline, when not nil, is read
+// every DeadlineRefreshEvery; last is the deadline the shim already has.
+func startControl(w *os.File, deadline func() time.Time, last time.Time) *control {
+	c := &control{w: w, stopCh: make(chan struct{}), quit: make(chan struct{}), done: make(chan struct{})}
+	go c.loop(deadline, last)
+	return c
+}
+
+func (c *control) loop(deadline func() time.Time, last time.Time) {
+	defer close(c.done)
+	var refresh <-chan time.Time
+	if deadline != nil {
+		t := time.NewTicker(DeadlineRefreshEvery)
+		defer t.Stop()
+		refresh = t.C
+	}
+	stop := c.stopCh
+	for {
+		select {
+		case <-c.quit:
+			return
+		case <-stop:
+			if c.write([]byte{shimStop}) {
+				stop = nil
+			}
+		case <-refresh:
+			d := deadline()
+			if d.IsZero() || d.Equal(last) {
+				continue
+			}
+			var msg [9]byte
+			msg[0] = shimDeadline
+			binary.BigEndian.PutUint64(msg[1:], uint64(bootDeadline(d)))
+			if c.write(msg[:]) {
+				last = d
+			}
+		}
+	}
+}
+
+// write writes b in one write(2) (at most 9 bytes: atomic on a pipe), or
+// not at all if the pipe stays full for controlWriteMax.
+func (c *control) write(b []byte) bool {
+	c.w.SetWriteDeadline(time.Now().Add(controlWriteMax))
+	_, err := c.w.Write(b)
+	return err == nil
+}
+
+// stop asks the shim to stop the run. It does not block.
+func (c *control) stop() { c.once.Do(func() { close(c.stopCh) }) }
+
+// close ends the writer and closes the pipe.
+func (c *control) close() {
+	close(c.quit)
+	<-c.done
+	c.w.Close()
+}
+
+// bootNow reads CLOCK_BOOTTIME in nanoseconds: a clock every process of the
+// host shares, which keeps counting while the host is suspended.
+func bootNow() int64 {
+	var ts syscall.Timespec
+	if _, _, errno := syscall.RawSyscall(syscall.SYS_CLOCK_GETTIME, clockBoottime, uintptr(unsafe.Pointer(&ts)), 0); errno != 0 {
+		// Linux before 2.6.39: the monotonic clock (1), which stops
+		// during a suspend.
+		syscall.RawSyscall(syscall.SYS_CLOCK_GETTIME, 1, uintptr(unsafe.Pointer(&ts)), 0)
+	}
+	return ts.Nano()
+}
+
+// bootDeadline converts t to CLOCK_BOOTTIME nanoseconds; 0 for the zero
+// time (no deadline). Both clocks are read at once, so a pause of this
+// process does not make the value stale.
+func bootDeadline(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return max(1, bootNow()+int64(time.Until(t)))
 }
 
 // shimEnviron is the environment of a shim that runs a command with
@@ -251,14 +379,15 @@ func shimEnviron(environ []string) []string {
 const shimEnvKeep = "keep-gorace"
 
 // ShimMain is the job shim: os.Args are [exe, shimArg, replica pid, grace
-// in nanoseconds, argv...], fd 3 the report pipe and fd 4 the control pipe.
+// in nanoseconds, deadline on CLOCK_BOOTTIME in nanoseconds (0: none),
+// argv...], fd 3 the report pipe and fd 4 the control pipe.
 // It returns the exit code (or dies by the signal) of the command.
 func ShimMain() int {
 	fail := func(format string, args ...any) int {
 		fmt.Fprintf(os.Stderr, "studioctl: "+shimArg+": "+format+"\n", args...)
 		return 2
 	}
-	if len(os.Args) < 5 {
+	if len(os.Args) < 6 {
 		return fail("is internal: a replica starts it to run one job command")
 	}
 	replica, err := strconv.Atoi(os.Args[2])
@@ -268,6 +397,10 @@ func ShimMain() int {
 	grace, err := strconv.ParseInt(os.Args[3], 10, 64)
 	if err != nil || grace <= 0 {
 		return fail("bad grace period %q", os.Args[3])
+	}
+	deadline, err := strconv.ParseInt(os.Args[4], 10, 64)
+	if err != nil || deadline < 0 {
+		return fail("bad deadline %q", os.Args[4])
 	}
 	var st syscall.Stat_t
 	if syscall.Fstat(3, &st) != nil || syscall.Fstat(4, &st) != nil {
@@ -281,8 +414,8 @@ func ShimMain() int {
 		os.Unsetenv("GORACE")
 	}
 	os.Unsetenv(shimEnv)
-	s := &shim{self: os.Getpid(), replica: replica, grace: time.Duration(grace), killWait: killWaitMax}
-	return s.main(os.Args[4:], os.NewFile(3, "report"), os.NewFile(4, "control"))
+	s := &shim{self: os.Getpid(), replica: replica, grace: time.Duration(grace), killWait: killWaitMax, deadline: deadline}
+	return s.main(os.Args[5:], os.NewFile(3, "report"), os.NewFile(4, "control"))
 }
 
 // shim is the state of a job shim.
@@ -295,37 +428,29 @@ type shim struct {
 	killWait      time.Duration // killWaitMax; a test sets it
 	sigs          chan os.Signal
 	stop, gone    chan struct{}
+	// deadline is the run's deadline on CLOCK_BOOTTIME, 0 for none;
+	// deadlines brings the ones the replica sends (the latest only).
+	deadline    int64
+	deadlines   chan int64
+	deadlineHit bool // the deadline passed while the command ran
 }
 
 // stopMode says why the shim ends the run.
 type stopMode int
 
 const (
-	stopExited  stopMode = iota // the command exited: its leftovers get SIGTERM, grace, SIGKILL
-	stopAsked                   // the replica asked: everything gets SIGTERM, grace, SIGKILL
-	stopOrphans                 // the replica is gone: SIGKILL at once
+	stopExited   stopMode = iota // the command exited: its leftovers get SIGTERM, grace, SIGKILL
+	stopAsked                    // the replica asked: everything gets SIGTERM, grace, SIGKILL
+	stopOrphans                  // the replica is gone: SIGKILL at once
+	stopDeadline                 // the deadline passed: SIGKILL at once
 )
 
 func (s *shim) main(argv []string, report, control *os.File) int {
 	s.sigs = make(chan os.Signal, 64)
 	signal.Notify(s.sigs, syscall.SIGCHLD, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	s.stop, s.gone = make(chan struct{}, 1), make(chan struct{})
-	go func() {
-		b := make([]byte, 1)
-		for {
-			n, err := control.Read(b)
-			if n > 0 && b[0] == shimStop {
-				select {
-				case s.stop <- struct{}{}:
-				default:
-				}
-			}
-			if err != nil {
-				close(s.gone) // the replica closed it, or died
-				return
-			}
-		}
-	}()
+	s.deadlines = make(chan int64, 1)
+	go s.readControl(control)
 	rep := shimReport{}
 	if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0); errno != 0 {
 		rep.StartErr = &startError{Kind: "other", Msg: "job shim: become a child subreaper: " + errno.Error()}
@@ -335,6 +460,10 @@ func (s *shim) main(argv []string, report, control *os.File) int {
 	if os.Getppid() != s.replica {
 		return 1
 	}
+	if s.pastDeadline() {
+		rep.StartErr = &startError{Kind: "deadline"}
+		return s.finish(report, rep)
+	}
 	if err := s.start(argv); err != nil {
 		rep.StartErr = newStartError(err)
 		return s.finish(report, rep)
@@ -342,9 +471,22 @@ func (s *shim) main(argv []string, report, control *os.File) int {
 
 	mode := stopExited
 	reapTick := time.NewTicker(shimReapEvery)
+	// The deadline is checked on CLOCK_BOOTTIME at every turn: the timer
+	// runs on the monotonic clock, which stops while the host is
+	// suspended, and the reap tick catches up then.
+	deadlineTimer := time.NewTimer(s.untilDeadline())
 wait:
 	for s.reap(); s.status == nil; s.reap() {
+		if s.pastDeadline() {
+			mode, s.deadlineHit = stopDeadline, true
+			break wait
+		}
 		select {
+		case d := <-s.deadlines:
+			s.deadline = d
+			deadlineTimer.Reset(s.untilDeadline())
+		case <-deadlineTimer.C:
+			deadlineTimer.Reset(s.untilDeadline())
 		case sig := <-s.sigs:
 			if sig == syscall.SIGCHLD {
 				continue
@@ -364,16 +506,62 @@ wait:
 		}
 	}
 	reapTick.Stop()
+	deadlineTimer.Stop()
 	s.reap()
 	left := s.descendants()
-	if mode != stopOrphans {
+	if mode != stopOrphans && mode != stopDeadline {
 		left = s.terminate(left)
 	}
 	if len(left) > 0 || s.status == nil {
 		rep.Left = s.kill()
 	}
 	rep.SIGKILL = s.sigkill
+	rep.Deadline = s.deadlineHit
 	return s.finish(report, rep)
+}
+
+// readControl reads the control pipe until end of file: stop bytes and
+// deadline messages.
+func (s *shim) readControl(control *os.File) {
+	defer close(s.gone) // the replica closed it, or died
+	r := bufio.NewReader(control)
+	for {
+		b, err := r.ReadByte()
+		if err != nil {
+			return
+		}
+		switch b {
+		case shimStop:
+			select {
+			case s.stop <- struct{}{}:
+			default:
+			}
+		case shimDeadline:
+			var msg [8]byte
+			if _, err := io.ReadFull(r, msg[:]); err != nil {
+				return
+			}
+			select { // only the latest counts; this is the only sender
+			case <-s.deadlines:
+			default:
+			}
+			s.deadlines <- int64(binary.BigEndian.Uint64(msg[:]))
+		}
+	}
+}
+
+// pastDeadline reports whether the run has a deadline and it has passed.
+func (s *shim) pastDeadline() bool {
+	return s.deadline > 0 && bootNow() >= s.deadline
+}
+
+// untilDeadline is how long until the deadline; a day when there is none
+// (the timer is then only re-armed).
+func (s *shim) untilDeadline() time.Duration {
+	if s.deadline <= 0 {
+		return 24 * time.Hour
+	}
+	return max(0, time.Duration(s.deadline-bootNow()))
 }
 
 // start starts the command, in the shim's process group, with the shim's
@@ -409,14 +597,15 @@ func (s *shim) replicaGone() bool {
 
 // terminate sends SIGTERM (and SIGCONT, for stopped processes) to the
 // descendants left, then waits until they are all gone, the grace period
-// ends or the replica goes away, and returns the descendants still there.
+// ends, the deadline passes or the replica goes away, and returns the
+// descendants still there.
 // Processes started after the SIGTERM (a trap's cleanup) are not signalled:
 // they get until the end of the grace period.
 func (s *shim) terminate(left []int) []int {
 	if len(left) == 0 && s.status != nil {
 		return nil
 	}
-	deadline := time.Now().Add(s.grace)
+	graceEnd := time.Now().Add(s.grace)
 	for _, pid := range left {
 		syscall.Kill(pid, syscall.SIGTERM)
 		syscall.Kill(pid, syscall.SIGCONT)
@@ -429,13 +618,18 @@ func (s *shim) terminate(left []int) []int {
 		if s.status != nil && len(left) == 0 {
 			return nil
 		}
-		if !time.Now().Before(deadline) || s.replicaGone() {
+		if s.pastDeadline() {
+			s.deadlineHit = s.deadlineHit || s.status == nil
+			return left
+		}
+		if !time.Now().Before(graceEnd) || s.replicaGone() {
 			return left
 		}
 		select {
 		case <-tick.C:
 		case <-s.sigs:
 		case <-s.gone:
+		case s.deadline = <-s.deadlines:
 		}
 	}
 }

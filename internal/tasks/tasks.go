@@ -28,6 +28,15 @@ type Env struct {
 	ReplicaID string
 	RunSeq    int64
 	Cluster   string // "" when the job is not per cluster
+	// Deadline, when set, says by when every process of a command must be
+	// gone unless the replica moves it later: the end of the trust window
+	// of a duty's lease, or lock_until minus a margin for an installation
+	// job. The command reads it every DeadlineRefreshEvery and passes it to
+	// its job shim, which ends the whole process tree with SIGKILL when the
+	// deadline passes, even while the replica is paused (SIGSTOP) and
+	// cannot stop the run itself (docs/jobs-processes.md). The zero time
+	// means no deadline. sql and http tasks ignore it.
+	Deadline func() time.Time
 }
 
 // Result of one run. Err is nil on success. Output is the tail (at most
