@@ -5,6 +5,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -113,7 +115,11 @@ func TestAResumeBurstEndsNoLiveStream(t *testing.T) {
 		}
 	})
 	defer func() { close(drained); drain.Wait() }()
-	const clients = 600
+	// 600 in CI; STUDIO_STREAM_BURST=2000 for the size.
+	clients := 600
+	if n, err := strconv.Atoi(os.Getenv("STUDIO_STREAM_BURST")); err == nil && n > 0 {
+		clients = n
+	}
 	var wg sync.WaitGroup
 	for range clients {
 		wg.Go(func() {
@@ -128,6 +134,7 @@ func TestAResumeBurstEndsNoLiveStream(t *testing.T) {
 	wg.Wait()
 	close(stop)
 	writer.Wait()
+	t.Logf("%d resuming clients, 950 events back each, while events kept coming: the live stream stayed", clients)
 	select {
 	case <-live.Done():
 		t.Fatalf("the live stream ended during a resume burst: %v", live.Err())
