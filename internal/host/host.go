@@ -230,6 +230,7 @@ func (h *Host) Start(ctx context.Context) error {
 	}
 	h.startCalled.Store(true)
 	h.runCtx = runCtx
+	h.warnSQLRole()
 	if err := h.start(ctx); err != nil {
 		if errors.Is(err, errStopWhileWaiting) {
 			// Nothing registered: a clean end (exit 0 for a drain).
@@ -742,4 +743,25 @@ func (h *Host) newMetrics() *prometheus.Registry {
 	)
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return reg
+}
+
+// warnSQLRole says, once at start, when sql: jobs run as the replica's own
+// role: without database.sql_url a job's statements may do whatever the
+// replica may, write run history and its events included (docs/jobs-sql.md,
+// "Which role a job runs as"). Issue 21, finding 3.
+func (h *Host) warnSQLRole() {
+	if h.o.SQLConnString != "" {
+		return
+	}
+	var ids []string
+	for _, j := range h.o.Jobs {
+		if j.Spec.Kind() == tasks.KindSQL {
+			ids = append(ids, j.ID)
+		}
+	}
+	if len(ids) == 0 {
+		return
+	}
+	h.log.Warn("sql jobs run as the replica's own role (database.sql_url is not set): their statements can write run history and events as this replica; set database.sql_url to a login of studio_sql_job (docs/jobs-sql.md)",
+		"jobs", ids)
 }
