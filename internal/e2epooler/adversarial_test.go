@@ -142,10 +142,11 @@ func TestSessionCommandsRefuseATransactionPooler(t *testing.T) {
 	if code != 2 || !strings.Contains(out+errOut, "database.listen_url (STUDIO_DATABASE_LISTEN_URL)") || strings.Contains(out+errOut, secret) {
 		t.Errorf("events through the transaction pooler: exit %d, want 2 naming database.listen_url without the password:\n%s%s", code, out, errOut)
 	}
-	// With the listen URL, events hears a NOTIFY sent through the pooler.
+	// With the listen URL, events --raw hears a NOTIFY sent through the pooler
+	// (without --raw it prints the decoded event stream, not bus messages).
 	done := make(chan result, 1)
 	go func() {
-		out, errOut, code := studioctlBin.RunEnv(t, lenv, "events", "--wait", "20s", "--count", "1", "-o", "json")
+		out, errOut, code := studioctlBin.RunEnv(t, lenv, "events", "--raw", "--wait", "20s", "--count", "1", "-o", "json")
 		done <- result{out + errOut, code}
 	}()
 	pooledPool := testPool(t, b.Through(t, direct))
