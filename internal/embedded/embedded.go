@@ -263,9 +263,11 @@ func (e *Embedded) ensure(ctx context.Context) (url string, started bool, err er
 	}
 	if !c.Running(ctx) {
 		err := c.Start(ctx)
-		if err != nil && fresh {
+		if err != nil && (fresh || !portFree(c.Port)) {
 			// Another program may have taken the port since it was found
-			// free; a new cluster can move to another one.
+			// free, or since this server last stopped: no server of this
+			// folder runs, and every client reads the port file, so the
+			// cluster moves to a free port.
 			if c.Port, err = pgcluster.FreePort(); err != nil {
 				return "", false, fmt.Errorf("pick a port: %w", err)
 			}

@@ -638,3 +638,33 @@ func TestLockFileIsPrivate(t *testing.T) {
 		t.Errorf("lock on another user's file: %v, want a refusal naming its owner", err)
 	}
 }
+
+// A stopped cluster whose port another program took meanwhile starts on a
+// free port and records it (a script test's replica failed to start when a
+// parallel test's embedded database took port 54329 in the gap).
+func TestEnsureMovesAStoppedClusterOffATakenPort(t *testing.T) {
+	ctx := testContext(t)
+	e := newEmbedded(t)
+	ensure(t, ctx, e)
+	if err := e.Stop(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	port, err := e.port()
+	if err != nil || port == 0 {
+		t.Fatalf("the port file after a stop: %d, %v", port, err)
+	}
+	taken, err := netListen(port)
+	if err != nil {
+		t.Fatalf("take port %d: %v", port, err)
+	}
+	defer taken.Close()
+	url, started := ensure(t, ctx, e)
+	moved, err := e.port()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !started || moved == port || !strings.Contains(url, ":"+strconv.Itoa(moved)+"/") {
+		t.Errorf("started=%v on port %d (was %d, taken), url %s", started, moved, port, url)
+	}
+	checkSecured(t, ctx, e)
+}
