@@ -85,6 +85,11 @@ func (r *Runner) releaseSlot(js *jobState) {
 	<-r.slots.ch
 }
 
+// spreadFrom: a replica that hosts at most spreadFrom x max_concurrent_runs
+// duties starts a new one's first fire at once (the handover of a drain,
+// which docs/leases.md promises at once); past that, first fires spread.
+const spreadFrom = 4
+
 // dutySpread is the default delay of a new duty's first fire: a fixed
 // fraction of the duty key's hash over a window, the smaller of the
 // duty's interval and one second per max_concurrent_runs duties hosted
@@ -96,6 +101,11 @@ func dutySpread(maxRuns int) func(key string, every time.Duration, n int) time.D
 		maxRuns = DefaultMaxConcurrentRuns
 	}
 	return func(key string, every time.Duration, n int) time.Duration {
+		if n <= spreadFrom*maxRuns {
+			// A few rounds of the cap: they fire at once and queue for a
+			// slot, so a drain's handover starts its duties at once.
+			return 0
+		}
 		window := min(every, time.Duration(n)*time.Second/time.Duration(maxRuns))
 		if window <= 0 {
 			return 0
