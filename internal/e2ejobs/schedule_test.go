@@ -228,7 +228,9 @@ func TestSharedScheduleMissedRuns(t *testing.T) {
 	wantSkip := lastEnd.Add(100 * time.Second) // when the replica was ready in time
 	t.Logf("ready %s after the last end; m-once first ran %s after ready; m-skip first ran %s after last end + 100s",
 		ready.Sub(lastEnd).Round(time.Millisecond), onceList[0].Start.Sub(ready).Round(time.Millisecond), skipList[0].Start.Sub(wantSkip).Round(time.Millisecond))
-	if d := onceList[0].Start.Sub(ready); d > 3*time.Second {
+	// At once: well within the first interval (a loaded CI machine took
+	// 3.2 s to start the process and record it).
+	if d := onceList[0].Start.Sub(ready); d > every/2 {
 		t.Errorf("m-once (missed: run-once) first ran %s after the replica was ready, want at once", d)
 	}
 	// Once, not once per missed interval: the second run is an interval after the first.
@@ -358,7 +360,10 @@ WHERE datname = current_database() AND pid <> pg_backend_pid() AND application_n
 		if list[i].End.Year() == 9999 {
 			break
 		}
-		if g := list[i].Start.Sub(list[i-1].End); g < 1800*time.Millisecond || g > every+time.Second {
+		// Not before the delay (a run at once would be a second run of
+		// the tick); not stalled: the next within the delay plus 2 s for
+		// a loaded machine's process starts (a CI run measured 3.47 s).
+		if g := list[i].Start.Sub(list[i-1].End); g < 1800*time.Millisecond || g > every+2*time.Second {
 			t.Errorf("after the bus came back, execution %d started %s after the previous end, want about %s", list[i].Seq, g, every)
 		}
 	}
