@@ -51,6 +51,7 @@ type fixture struct {
 	pool     *pgxpool.Pool
 	config   string
 	clusters []string
+	env      []string // more environment for the replicas
 }
 
 type jobConf struct {
@@ -124,7 +125,7 @@ func (f *fixture) exec(sql string, args ...any) {
 // it is ready.
 func (f *fixture) start(id string) *replicaproc.Proc {
 	f.t.Helper()
-	p := studioctlBin.Start(f.t, replicaproc.Options{ID: id, DatabaseURL: f.dbURL, Args: []string{"--config", f.config}, FailOnRace: true})
+	p := studioctlBin.Start(f.t, replicaproc.Options{ID: id, DatabaseURL: f.dbURL, Args: []string{"--config", f.config}, FailOnRace: true, Env: f.env})
 	p.WaitReady(f.t)
 	return p
 }

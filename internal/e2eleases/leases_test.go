@@ -17,6 +17,11 @@ import (
 // leases list` shows it all.
 func TestThreeReplicasShareTwelveClustersThroughACrashAndADrain(t *testing.T) {
 	f := newFixture(t, 12, "2s")
+	// This measures the lease handover, not the cap on runs at once: with
+	// the default 8, a replica handed ten clusters at a drain queues the
+	// duties past the eighth behind runs of a second or two on a loaded
+	// machine (docs/jobs-processes.md, "How many runs at once").
+	f.env = []string{"STUDIO_RUNNER_MAX_CONCURRENT_RUNS=64"}
 	ids := []string{"r1", "r2", "r3"}
 	procs := map[string]*replicaproc.Proc{}
 	for _, id := range ids {
