@@ -49,7 +49,8 @@ $$;
 
 -- The inspector: every list, show and status command, with SELECT only.
 GRANT SELECT ON shedlock, studio_replica, cluster_lease, studio_job_status, studio_job_run,
-    studio_job_setting, studio_audit, studio_request, studio_job_schedule, studio_event, goose_db_version
+    studio_job_setting, studio_audit, studio_request, studio_job_schedule, studio_event, goose_db_version,
+    studio_occurrence, studio_occurrences
     TO studio_inspector;
 
 -- The operator: the inspector, plus the writes its commands make.
@@ -93,6 +94,12 @@ GRANT SELECT ON studio_job_setting, studio_audit, goose_db_version TO studio_rep
 GRANT SELECT, DELETE ON studio_event TO studio_replica;
 GRANT EXECUTE ON FUNCTION studio_event_runs(jsonb[], text[]) TO studio_replica;
 GRANT USAGE ON SEQUENCE studio_job_run_seq_seq TO studio_replica;
+-- occurrences (migration 00010): a replica records skips and misses (the
+-- insert's trigger writes their events as its owner) and housekeeping
+-- prunes them.
+GRANT SELECT, INSERT, DELETE ON studio_occurrence TO studio_replica;
+GRANT SELECT ON studio_occurrences TO studio_replica;
+GRANT USAGE ON SEQUENCE studio_occurrence_id_seq TO studio_replica;
 
 -- The role sql: jobs run as (database.sql_url, docs/jobs-sql.md): nothing
 -- of studioctl's. It cannot write run history or call the event writer,
