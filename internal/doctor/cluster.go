@@ -257,6 +257,10 @@ func checkLeases(ctx context.Context, e *env) Result {
 	if err != nil {
 		return failed(err)
 	}
+	unhosted, unhostedHint, err := unhostedDuties(ctx, e)
+	if err != nil {
+		return failed(err)
+	}
 	if len(bad) > 0 {
 		hint := "no live, ready replica renews them: start a replica (with the clusters in its configuration)"
 		if len(live) > 0 {
@@ -266,7 +270,13 @@ func checkLeases(ctx context.Context, e *env) Result {
 		if over != "" {
 			detail += "; " + over
 		}
+		if unhosted != "" {
+			detail += "; " + unhosted
+		}
 		return Result{Status: Fail, Detail: detail, Hint: hint}
+	}
+	if unhosted != "" {
+		return Result{Status: Fail, Detail: unhosted, Hint: unhostedHint}
 	}
 	detail := fmt.Sprintf("every one of %s owned and renewed", plural(len(infos), "cluster", "clusters"))
 	if moving > 0 {

@@ -630,3 +630,34 @@ func TestDoctorsDefaultCapIsTheRunners(t *testing.T) {
 		t.Fatalf("doctor's %d != runner's %d", defaultMaxConcurrentRuns, runner.DefaultMaxConcurrentRuns)
 	}
 }
+
+// Adversarial finding A of issue 20: placement ignores which replicas
+// declare a per-cluster job, so with configurations that differ the
+// clusters placed on a replica without the job never run it. The leases
+// check names them.
+func TestLeasesFailWhenAClustersOwnerDoesNotDeclareADuty(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, true)
+	f.exec(liveReplica, "web-1")
+	f.exec(liveReplica, "web-2")
+	f.exec(`INSERT INTO cluster_lease (cluster, owner, acquired_at, renewed_at, generation) VALUES
+  ('eu-1', 'web-1', now() - interval '5 minutes', now(), 1),
+  ('eu-2', 'web-2', now() - interval '5 minutes', now(), 1),
+  ('eu-3', 'web-2', now() - interval '5 seconds', now(), 1)`)
+	duty := `INSERT INTO studio_job_status (replica_id, job_id, scope, schedule) VALUES ($1, $2, 'instance', 'every 10s')`
+	f.exec(duty, "web-1", "sync@eu-1")
+	f.exec(duty, "web-2", "sync@eu-2")
+	f.expect(CheckLeases, OK, "every one of 3 clusters owned and renewed")
+	// web-1 declares a second per-cluster job that web-2 lacks: eu-2 does
+	// not run it (eu-3 was acquired within the grace: not yet judged).
+	f.exec(duty, "web-1", "audit@eu-1")
+	r := f.expect(CheckLeases, Fail, "1 per-cluster duty does not run: audit on eu-2 (owner web-2 does not declare it)")
+	if !strings.Contains(r.Hint, "web-2's configuration lacks audit") {
+		t.Errorf("hint %q", r.Hint)
+	}
+	// A stopped replica's rows declare nothing.
+	f.exec(`UPDATE studio_replica SET state = 'stopped' WHERE id = 'web-1'`)
+	f.exec(`UPDATE cluster_lease SET owner = 'web-2' WHERE cluster = 'eu-1'`)
+	f.exec(duty, "web-2", "sync@eu-1")
+	f.expect(CheckLeases, OK, "every one of 3 clusters owned and renewed")
+}
