@@ -76,6 +76,7 @@ It starts no database and connects to none.`,
 // configShowRun prints the effective configuration (YAML unless -o json).
 func configShowRun(ctx context.Context, o *configShowOptions) error {
 	c := *o.Config()
+	onEmbedded := c.Database.URL == "" && !o.PGEnv()
 	e := o.Embedded()
 	c.Database.URL = databaseInUse(ctx, c.Database.URL, o.PGEnv(), o.Getenv, e)
 	c.Database.ListenURL = db.Redact(c.Database.ListenURL)
@@ -87,7 +88,7 @@ func configShowRun(ctx context.Context, o *configShowOptions) error {
 	}
 	shown := configView(c)
 	if o.Jobs {
-		js, cs, err := parsedJobs(c.File, c.Leases.MaxConfigClusters)
+		js, cs, err := parsedJobs(o.Config(), onEmbedded)
 		if err != nil {
 			return err
 		}
@@ -142,9 +143,11 @@ type jobView struct {
 	Line     int     `json:"line" yaml:"line"`
 }
 
-// parsedJobs parses the jobs and clusters of file as run does.
-func parsedJobs(file string, maxClusters int) ([]jobView, []string, error) {
+// parsedJobs parses the jobs and clusters of cfg's file as run does, and
+// refuses sql: jobs without a role of their own as run does (sqlJobsRole).
+func parsedJobs(cfg *config.Config, onEmbedded bool) ([]jobView, []string, error) {
 	views, clusters := []jobView{}, []string{}
+	file := cfg.File
 	if file == "" {
 		return views, clusters, nil
 	}
@@ -152,7 +155,10 @@ func parsedJobs(file string, maxClusters int) ([]jobView, []string, error) {
 	if err != nil {
 		return nil, nil, &usageError{err: err}
 	}
-	cs, err := leases.LoadFile(file, maxClusters)
+	if err := sqlJobsRole(cfg, list, onEmbedded); err != nil {
+		return nil, nil, err
+	}
+	cs, err := leases.LoadFile(file, cfg.Leases.MaxConfigClusters)
 	if err != nil {
 		return nil, nil, &usageError{err: err}
 	}
@@ -180,7 +186,8 @@ func parsedJobs(file string, maxClusters int) ([]jobView, []string, error) {
 func configView(c config.Config) map[string]any {
 	return map[string]any{
 		"config_file": c.File,
-		"database": map[string]any{"url": c.Database.URL, "listen_url": c.Database.ListenURL, "sql_url": c.Database.SQLURL, "migrate": c.Database.Migrate,
+		"database": map[string]any{"url": c.Database.URL, "listen_url": c.Database.ListenURL, "sql_url": c.Database.SQLURL,
+			"sql_as_replica": c.Database.SQLAsReplica, "migrate": c.Database.Migrate,
 			"max_conns": c.Database.MaxConns},
 		"output":   c.Output,
 		"no_color": c.NoColor,

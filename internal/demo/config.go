@@ -64,6 +64,10 @@ func configYAML() string {
 	fmt.Fprintf(&b, `# Written by studioctl demo; removed when the demo ends.
 database:
   migrate: "off"   # the demo applied the schema itself
+  # The demo's own jobs, on its throwaway database, record the replica
+  # through application_name: they run as the replica's role (it says so
+  # with a WARN at start; docs/jobs-sql.md).
+  sql_as_replica: true
 drain:
   delay: %s
 clusters: [%s]
