@@ -71,6 +71,14 @@ It runs the jobs declared under jobs: in the config file (see
 configuration error stops it before it registers, naming the file, the job
 and the field (exit 2).
 
+sql: jobs run as a role of their own: database.sql_url
+(STUDIO_DATABASE_SQL_URL), a login of studio_sql_job (docs/roles.sql); on
+the embedded default, the login studio_sql_job_login that studioctl
+provisions there. On another database a config with sql: jobs and no
+database.sql_url is refused (exit 2), unless database.sql_as_replica: true
+(STUDIO_DATABASE_SQL_AS_REPLICA) runs them as the replica's own role, with
+a warning at start. See docs/jobs-sql.md.
+
 Before it registers, run checks what it can, each error naming the key
 (exit 2): durations (drain.delay needs a unit, 0s to 10m; 0s means no
 delay), replica.id ([a-z0-9][a-z0-9._-]*, at most 64 bytes), the schema
