@@ -47,7 +47,8 @@ func newConfigShowCmd(a *app, runF func(context.Context, *configShowOptions) err
 environment variables, the config file and defaults, with each default
 resolved to the value in use: actor (user@host), embedded.dir (the folder),
 database.url (the configured URL, the PG* variables' target, or the embedded
-database's URL when it runs). replica.id without a value is a new random id
+database's URL when it runs), database.sql_url (on the embedded default, its
+login studio_sql_job_login unless database.sql_as_replica is true). replica.id without a value is a new random id
 at every start, <host>-<6 hex digits>: it is shown as <host>-?????? (...),
 not as an id it will not have. Passwords are replaced by xxxxx. Each key's
 environment variable is STUDIO_ plus the key in upper case with "." turned
@@ -56,7 +57,8 @@ into "_" (database.url: STUDIO_DATABASE_URL).
 --jobs adds the jobs and clusters of the config file as run would parse
 them: each job's id, scope, schedule, timeout (the default when none is
 set), task kind, lock and clusters. A job configuration error is reported
-as run reports it (exit 2). Commands, SQL text, URLs and env values are not
+as run reports it (exit 2), and so are sql: jobs without a role of their
+own (database.sql_url; docs/jobs-sql.md). Commands, SQL text, URLs and env values are not
 printed.
 
 It starts no database and connects to none.`,
@@ -80,7 +82,7 @@ func configShowRun(ctx context.Context, o *configShowOptions) error {
 	e := o.Embedded()
 	c.Database.URL = databaseInUse(ctx, c.Database.URL, o.PGEnv(), o.Getenv, e)
 	c.Database.ListenURL = db.Redact(c.Database.ListenURL)
-	c.Database.SQLURL = db.Redact(c.Database.SQLURL)
+	c.Database.SQLURL = sqlJobsInUse(ctx, &c, onEmbedded, e)
 	c.Actor = o.Actor()
 	c.Embedded.Dir = e.Dir
 	if c.Replica.ID == "" {
@@ -128,6 +130,22 @@ func databaseInUse(ctx context.Context, url string, pgEnv bool, getenv func(stri
 		return db.Redact(st.URL)
 	}
 	return fmt.Sprintf("(the embedded database in %s, not running: the first command that needs it starts it)", e.Dir)
+}
+
+// sqlJobsInUse is the connection sql: jobs would use, password redacted:
+// database.sql_url, or on the embedded default (unless
+// database.sql_as_replica) its login studio_sql_job_login, a URL when the
+// server runs (a description otherwise); "" is the replica's own.
+func sqlJobsInUse(ctx context.Context, c *config.Config, onEmbedded bool, e *embedded.Embedded) string {
+	if c.Database.SQLURL != "" || !onEmbedded || c.Database.SQLAsReplica {
+		return db.Redact(c.Database.SQLURL)
+	}
+	if st, err := e.Status(ctx); err == nil && st.Running {
+		if u, err := e.SQLJobURL(); err == nil && u != "" {
+			return db.Redact(u)
+		}
+	}
+	return fmt.Sprintf("(%s on the embedded database, password in %s)", embedded.SQLJobUser, e.SQLPasswordFile())
 }
 
 // jobView is one job as config show --jobs prints it.
