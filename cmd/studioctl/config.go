@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -140,9 +141,11 @@ func sqlJobsInUse(ctx context.Context, c *config.Config, onEmbedded bool, e *emb
 	if c.Database.SQLURL != "" || !onEmbedded || c.Database.SQLAsReplica {
 		return db.Redact(c.Database.SQLURL)
 	}
-	if st, err := e.Status(ctx); err == nil && st.Running {
-		if u, err := e.SQLJobURL(); err == nil && u != "" {
-			return db.Redact(u)
+	if st, err := e.Status(ctx); err == nil && st.Running && st.URL != "" {
+		// database.url's form: the status URL, without a password.
+		if u, err := url.Parse(st.URL); err == nil {
+			u.User = url.User(embedded.SQLJobUser)
+			return u.String()
 		}
 	}
 	return fmt.Sprintf("(%s on the embedded database, password in %s)", embedded.SQLJobUser, e.SQLPasswordFile())
