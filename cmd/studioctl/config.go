@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -47,7 +48,8 @@ func newConfigShowCmd(a *app, runF func(context.Context, *configShowOptions) err
 environment variables, the config file and defaults, with each default
 resolved to the value in use: actor (user@host), embedded.dir (the folder),
 database.url (the configured URL, the PG* variables' target, or the embedded
-database's URL when it runs). replica.id without a value is a new random id
+database's URL when it runs), database.sql_url (on the embedded default, its
+login studio_sql_job_login unless database.sql_as_replica is true). replica.id without a value is a new random id
 at every start, <host>-<6 hex digits>: it is shown as <host>-?????? (...),
 not as an id it will not have. Passwords are replaced by xxxxx. Each key's
 environment variable is STUDIO_ plus the key in upper case with "." turned
@@ -56,7 +58,8 @@ into "_" (database.url: STUDIO_DATABASE_URL).
 --jobs adds the jobs and clusters of the config file as run would parse
 them: each job's id, scope, schedule, timeout (the default when none is
 set), task kind, lock and clusters. A job configuration error is reported
-as run reports it (exit 2). Commands, SQL text, URLs and env values are not
+as run reports it (exit 2), and so are sql: jobs without a role of their
+own (database.sql_url; docs/jobs-sql.md). Commands, SQL text, URLs and env values are not
 printed.
 
 It starts no database and connects to none.`,
@@ -76,10 +79,11 @@ It starts no database and connects to none.`,
 // configShowRun prints the effective configuration (YAML unless -o json).
 func configShowRun(ctx context.Context, o *configShowOptions) error {
 	c := *o.Config()
+	onEmbedded := c.Database.URL == "" && !o.PGEnv()
 	e := o.Embedded()
 	c.Database.URL = databaseInUse(ctx, c.Database.URL, o.PGEnv(), o.Getenv, e)
 	c.Database.ListenURL = db.Redact(c.Database.ListenURL)
-	c.Database.SQLURL = db.Redact(c.Database.SQLURL)
+	c.Database.SQLURL = sqlJobsInUse(ctx, &c, onEmbedded, e)
 	c.Actor = o.Actor()
 	c.Embedded.Dir = e.Dir
 	if c.Replica.ID == "" {
@@ -87,7 +91,7 @@ func configShowRun(ctx context.Context, o *configShowOptions) error {
 	}
 	shown := configView(c)
 	if o.Jobs {
-		js, cs, err := parsedJobs(c.File, c.Leases.MaxConfigClusters)
+		js, cs, err := parsedJobs(o.Config(), onEmbedded)
 		if err != nil {
 			return err
 		}
@@ -129,6 +133,24 @@ func databaseInUse(ctx context.Context, url string, pgEnv bool, getenv func(stri
 	return fmt.Sprintf("(the embedded database in %s, not running: the first command that needs it starts it)", e.Dir)
 }
 
+// sqlJobsInUse is the connection sql: jobs would use, password redacted:
+// database.sql_url, or on the embedded default (unless
+// database.sql_as_replica) its login studio_sql_job_login, a URL when the
+// server runs (a description otherwise); "" is the replica's own.
+func sqlJobsInUse(ctx context.Context, c *config.Config, onEmbedded bool, e *embedded.Embedded) string {
+	if c.Database.SQLURL != "" || !onEmbedded || c.Database.SQLAsReplica {
+		return db.Redact(c.Database.SQLURL)
+	}
+	if st, err := e.Status(ctx); err == nil && st.Running && st.URL != "" {
+		// database.url's form: the status URL, without a password.
+		if u, err := url.Parse(st.URL); err == nil {
+			u.User = url.User(embedded.SQLJobUser)
+			return u.String()
+		}
+	}
+	return fmt.Sprintf("(%s on the embedded database, password in %s)", embedded.SQLJobUser, e.SQLPasswordFile())
+}
+
 // jobView is one job as config show --jobs prints it.
 type jobView struct {
 	ID       string  `json:"id" yaml:"id"`
@@ -142,9 +164,11 @@ type jobView struct {
 	Line     int     `json:"line" yaml:"line"`
 }
 
-// parsedJobs parses the jobs and clusters of file as run does.
-func parsedJobs(file string, maxClusters int) ([]jobView, []string, error) {
+// parsedJobs parses the jobs and clusters of cfg's file as run does, and
+// refuses sql: jobs without a role of their own as run does (sqlJobsRole).
+func parsedJobs(cfg *config.Config, onEmbedded bool) ([]jobView, []string, error) {
 	views, clusters := []jobView{}, []string{}
+	file := cfg.File
 	if file == "" {
 		return views, clusters, nil
 	}
@@ -152,7 +176,10 @@ func parsedJobs(file string, maxClusters int) ([]jobView, []string, error) {
 	if err != nil {
 		return nil, nil, &usageError{err: err}
 	}
-	cs, err := leases.LoadFile(file, maxClusters)
+	if err := sqlJobsRole(cfg, list, onEmbedded); err != nil {
+		return nil, nil, err
+	}
+	cs, err := leases.LoadFile(file, cfg.Leases.MaxConfigClusters)
 	if err != nil {
 		return nil, nil, &usageError{err: err}
 	}
@@ -180,7 +207,8 @@ func parsedJobs(file string, maxClusters int) ([]jobView, []string, error) {
 func configView(c config.Config) map[string]any {
 	return map[string]any{
 		"config_file": c.File,
-		"database": map[string]any{"url": c.Database.URL, "listen_url": c.Database.ListenURL, "sql_url": c.Database.SQLURL, "migrate": c.Database.Migrate,
+		"database": map[string]any{"url": c.Database.URL, "listen_url": c.Database.ListenURL, "sql_url": c.Database.SQLURL,
+			"sql_as_replica": c.Database.SQLAsReplica, "migrate": c.Database.Migrate,
 			"max_conns": c.Database.MaxConns},
 		"output":   c.Output,
 		"no_color": c.NoColor,

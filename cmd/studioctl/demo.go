@@ -26,6 +26,9 @@ type demoOptions struct {
 	// Database resolves the database the demo creates its own in: the
 	// connection string (password included) and a description without it.
 	Database func(context.Context) (cs, described string, err error)
+	// SQLJobURL, after Database, is the embedded default's login for sql:
+	// jobs (docs/embedded.md), "" on another database; nil means none.
+	SQLJobURL func() string
 	// Executable is the binary the replicas run (os.Executable).
 	Executable func() (string, error)
 	// Environ is the children's base environment.
@@ -37,7 +40,8 @@ type demoOptions struct {
 }
 
 func newDemoCmd(a *app, runF func(context.Context, *demoOptions) error) *cobra.Command {
-	o := &demoOptions{deps: a.deps(), Database: a.demoDatabase, Executable: os.Executable, Environ: os.Environ,
+	o := &demoOptions{deps: a.deps(), Database: a.demoDatabase, SQLJobURL: func() string { return a.embeddedSQLURL },
+		Executable: os.Executable, Environ: os.Environ,
 		Format: func() output.Format { return a.format }, StderrTTY: a.stderrTTY,
 		NoColor: func() bool { return a.cfg.NoColor || a.getenv("NO_COLOR") != "" }}
 	cmd := withFormats(&cobra.Command{
@@ -104,6 +108,17 @@ func demoRun(ctx context.Context, o *demoOptions) error {
 		return err
 	}
 	opts.ConnString, opts.Described, opts.Executable = cs, described, exe
+	// On the embedded default the demo's sql: jobs run as its login of
+	// studio_sql_job; elsewhere as the replica's role (docs/demo.md).
+	if o.SQLJobURL != nil {
+		if u := o.SQLJobURL(); u != "" {
+			cfg, err := db.ParseConnConfig(u)
+			if err != nil {
+				return fmt.Errorf("demo: the embedded database's sql jobs login: %w", db.Scrub(err, u))
+			}
+			opts.SQLJobUser, opts.SQLJobPassword = cfg.User, cfg.Password
+		}
+	}
 	opts.Environ, opts.Stderr, opts.Terminal, opts.NoColor = o.Environ(), o.IO.Err, o.StderrTTY, o.NoColor()
 	// A closed terminal (SIGHUP) ends the demo as Ctrl-C does: the replicas
 	// are stopped and the database dropped, rather than left to Pdeathsig.
@@ -143,6 +158,9 @@ func (a *app) demoDatabase(ctx context.Context) (string, string, error) {
 	}
 	if started {
 		fmt.Fprintf(a.stderr, "started the embedded database in %s\n", e.Dir)
+	}
+	if a.embeddedSQLURL, err = e.SQLJobURL(); err != nil {
+		return "", "", fmt.Errorf("embedded database: the sql jobs' login: %w", err)
 	}
 	return url, "the embedded database " + db.Redact(url) + " (password in " + e.PasswordFile() + ")", nil
 }

@@ -127,6 +127,9 @@ type app struct {
 	// embeddedBanner: connString says which embedded database it uses
 	// (run only: docs/embedded.md).
 	embeddedBanner bool
+	// embeddedSQLURL: the embedded default's login for sql: jobs
+	// (embedded.SQLJobUser), set by connString when it uses that database.
+	embeddedSQLURL string
 }
 
 // Main runs studioctl with os.Args and returns the exit code.
@@ -431,6 +434,9 @@ func (a *app) connString(ctx context.Context) (string, error) {
 		return "", err
 	}
 	a.migrated = true
+	if a.embeddedSQLURL, err = e.SQLJobURL(); err != nil {
+		return "", fmt.Errorf("embedded database: the sql jobs' login: %w", err)
+	}
 	return url, nil
 }
 

@@ -36,6 +36,10 @@ type runOptions struct {
 	ConnString func(context.Context) (cs string, migrated bool, err error)
 	// PGEnv: a PG* variable configures the database (database.url unset).
 	PGEnv bool
+	// EmbeddedSQLURL, after ConnString, is the embedded default's login
+	// for sql: jobs (docs/embedded.md), "" on any other database; nil
+	// means none.
+	EmbeddedSQLURL func() string
 	// Logger is the replica's logger (text on a terminal, JSON otherwise).
 	Logger *slog.Logger
 	// Signals subscribes to the signals that drain (the first) and stop
@@ -66,6 +70,14 @@ It runs the jobs declared under jobs: in the config file (see
 "studioctl jobs --help"), and the built-in studio-housekeeping job. A job
 configuration error stops it before it registers, naming the file, the job
 and the field (exit 2).
+
+sql: jobs run as a role of their own: database.sql_url
+(STUDIO_DATABASE_SQL_URL), a login of studio_sql_job (docs/roles.sql); on
+the embedded default, the login studio_sql_job_login that studioctl
+provisions there. On another database a config with sql: jobs and no
+database.sql_url is refused (exit 2), unless database.sql_as_replica: true
+(STUDIO_DATABASE_SQL_AS_REPLICA) runs them as the replica's own role, with
+a warning at start. See docs/jobs-sql.md.
 
 Before it registers, run checks what it can, each error naming the key
 (exit 2): durations (drain.delay needs a unit, 0s to 10m; 0s means no
@@ -100,6 +112,7 @@ on stdout, so it takes no -o.`,
 				cs, err := a.connString(ctx)
 				return cs, a.migrated, err
 			}
+			o.EmbeddedSQLURL = func() string { return a.embeddedSQLURL }
 			o.Signals = processSignals
 			if runF != nil {
 				return runF(cmd.Context(), o)
@@ -185,9 +198,21 @@ func runRun(ctx context.Context, o *runOptions) error {
 			return usageErrorf("database.sql_url (STUDIO_DATABASE_SQL_URL): %v", err)
 		}
 	}
+	// sql: jobs need a role of their own (database.sql_url), the embedded
+	// default's, or the explicit opt-out: checked before anything starts.
+	if err := sqlJobsRole(cfg, list, cfg.Database.URL == "" && !o.PGEnv); err != nil {
+		return err
+	}
 	cs, migrated, err := o.ConnString(ctx)
 	if err != nil {
 		return err
+	}
+	// On the embedded default, sql: jobs run as its own login of
+	// studio_sql_job unless database.sql_url names another or
+	// database.sql_as_replica keeps the replica's role.
+	sqlURL := cfg.Database.SQLURL
+	if sqlURL == "" && !cfg.Database.SQLAsReplica && o.EmbeddedSQLURL != nil {
+		sqlURL = o.EmbeddedSQLURL()
 	}
 	// The configuration's default is 5s already; an explicit 0 means none.
 	drainDelay := cfg.Drain.Delay
@@ -200,7 +225,7 @@ func runRun(ctx context.Context, o *runOptions) error {
 		LockTable:        table,
 		ConnString:       cs,
 		ListenConnString: listen,
-		SQLConnString:    cfg.Database.SQLURL,
+		SQLConnString:    sqlURL,
 		ID:               cfg.Replica.ID,
 		Listen:           cfg.Replica.Listen,
 		Version:          o.Version,

@@ -27,6 +27,7 @@ var defaults = map[string]any{
 	"database.url":               "",
 	"database.listen_url":        "",
 	"database.sql_url":           "",
+	"database.sql_as_replica":    false,
 	"database.migrate":           "on",
 	"database.max_conns":         DefaultMaxConns,
 	"output":                     "table",
@@ -72,8 +73,13 @@ type Config struct {
 		ListenURL string `mapstructure:"listen_url"`
 		// SQLURL is the connection sql: jobs run on, as a role of their
 		// own (docs/jobs-sql.md); "" means the replica's own.
-		SQLURL  string `mapstructure:"sql_url"`
-		Migrate string `mapstructure:"migrate"`
+		SQLURL string `mapstructure:"sql_url"`
+		// SQLAsReplica lets sql: jobs run as the replica's own role when
+		// SQLURL is unset, on a database other than the embedded default
+		// (docs/jobs-sql.md); without it, run refuses such a config. Load
+		// reads it.
+		SQLAsReplica bool   `mapstructure:"-"`
+		Migrate      string `mapstructure:"migrate"`
 		// MaxConns is the replica's pool size (docs/connections.md); Load
 		// reads and bounds it.
 		MaxConns int `mapstructure:"-"`
@@ -185,6 +191,24 @@ func Choice(key string, raw any, allowed []string) (string, error) {
 	}
 	want := strings.Join(allowed[:len(allowed)-1], ", ") + " or " + allowed[len(allowed)-1]
 	return "", &Error{Msg: fmt.Sprintf("%s (%s): %q: want %s", key, EnvName(key), s, want)}
+}
+
+// Bool reads the boolean of key from its raw value: a YAML boolean, or
+// true, false, 1, 0, on or off as a string (the environment). Errors name
+// the key and its environment variable.
+func Bool(key string, raw any) (bool, error) {
+	switch x := raw.(type) {
+	case bool:
+		return x, nil
+	case string:
+		switch strings.ToLower(strings.TrimSpace(x)) {
+		case "true", "1", "on", "yes":
+			return true, nil
+		case "false", "0", "off", "no", "":
+			return false, nil
+		}
+	}
+	return false, &Error{Msg: fmt.Sprintf("%s (%s): %q: want true or false", key, EnvName(key), fmt.Sprint(raw))}
 }
 
 // Int reads the integer of key from its raw value (a string from the
@@ -361,6 +385,9 @@ func Load(file string, getenv func(string) string, flags []FlagBinding) (*Config
 		return nil, nil, err
 	}
 	if c.Leases.MaxConfigClusters, err = Int("leases.max_config_clusters", v.Get("leases.max_config_clusters"), 1, MaxMaxConfigClusters); err != nil {
+		return nil, nil, err
+	}
+	if c.Database.SQLAsReplica, err = Bool("database.sql_as_replica", v.Get("database.sql_as_replica")); err != nil {
 		return nil, nil, err
 	}
 	if c.Database.Migrate != "on" && c.Database.Migrate != "off" {

@@ -586,3 +586,52 @@ func TestTheRunAndClusterBoundsAreWholeNumbers(t *testing.T) {
 		})
 	}
 }
+
+// database.sql_as_replica (issue 21, item 3): off unless set, from the file
+// or the environment, and a clear error naming the key and its variable.
+func TestSQLAsReplicaIsAnExplicitBoolean(t *testing.T) {
+	tests := []struct {
+		name, file, env string
+		want            bool
+		wantErr         string
+	}{
+		{name: "unset is off", want: false},
+		{name: "the file turns it on", file: "database:\n  sql_as_replica: true\n", want: true},
+		{name: "the environment turns it on", env: "true", want: true},
+		{name: "the environment wins over the file", file: "database:\n  sql_as_replica: true\n", env: "false", want: false},
+		{name: "a word that is no boolean is refused", env: "sometimes",
+			wantErr: `database.sql_as_replica (STUDIO_DATABASE_SQL_AS_REPLICA): "sometimes": want true or false`},
+		{name: "a number in the file is refused", file: "database:\n  sql_as_replica: 2\n",
+			wantErr: `database.sql_as_replica (STUDIO_DATABASE_SQL_AS_REPLICA): "2": want true or false`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			t.Chdir(dir)
+			path := ""
+			if tt.file != "" {
+				path = writeFile(t, dir, "c.yaml", tt.file)
+			}
+			getenv := func(k string) string {
+				if k == "STUDIO_DATABASE_SQL_AS_REPLICA" {
+					return tt.env
+				}
+				return ""
+			}
+			c, _, err := config.Load(path, getenv, nil)
+			if tt.wantErr != "" {
+				var ce *config.Error
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) || !errors.As(err, &ce) {
+					t.Fatalf("Load: %v, want a config error with %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Database.SQLAsReplica != tt.want {
+				t.Fatalf("SQLAsReplica = %v, want %v", c.Database.SQLAsReplica, tt.want)
+			}
+		})
+	}
+}

@@ -52,19 +52,35 @@ func recordSQL(job string, run time.Duration) string {
 		"COMMIT; SELECT pg_sleep(%.3f); UPDATE demo_execution SET ended_at = clock_timestamp() WHERE id = lastval()", job, run.Seconds())
 }
 
+// grantSQL gives studio_sql_job what the jobs need of demo_execution, when
+// they run as a login of it (Options.SQLJobUser).
+const grantSQL = `
+GRANT SELECT, INSERT, UPDATE ON demo_execution TO studio_sql_job;
+GRANT USAGE, SELECT ON SEQUENCE demo_execution_id_seq TO studio_sql_job;`
+
 // drainDelay is drain.delay of the demo's replicas: long enough to see the
 // state draining in replicas list, short enough not to wait.
 const drainDelay = "1s"
 
 // configYAML is the configuration file of the demo's replicas. The
 // database is not in it: each replica gets STUDIO_DATABASE_URL (without
-// the password) and PGPASSFILE.
-func configYAML() string {
+// the password), with a login for the sql: jobs STUDIO_DATABASE_SQL_URL
+// (also without), and PGPASSFILE. asReplica: there is no such login, and
+// the jobs run as the replica's role.
+func configYAML(asReplica bool) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, `# Written by studioctl demo; removed when the demo ends.
+	b.WriteString(`# Written by studioctl demo; removed when the demo ends.
 database:
   migrate: "off"   # the demo applied the schema itself
-drain:
+`)
+	if asReplica {
+		b.WriteString(`  # No login of studio_sql_job here: the demo's own jobs, on its
+  # throwaway database, run as the replica's role (it says so with a WARN
+  # at start; docs/jobs-sql.md).
+  sql_as_replica: true
+`)
+	}
+	fmt.Fprintf(&b, `drain:
   delay: %s
 clusters: [%s]
 jobs:

@@ -44,6 +44,48 @@ type target struct {
 	passfile string
 	// isURL: public is a URL (else a keyword/value string).
 	isURL bool
+	// jobs is public as the sql: jobs' login (addJobsLogin), "" if none.
+	jobs string
+}
+
+// addJobsLogin makes the sql: jobs' login, user with pw, the one their
+// connections use (jobs), its password in the pgpass file beside the
+// demo's own. Only a URL target has one (the embedded default's).
+func (t *target) addJobsLogin(user, pw, name, dir string) error {
+	if !t.isURL {
+		return nil
+	}
+	u, _ := url.Parse(t.public)
+	u.User = url.User(user)
+	t.jobs = u.String()
+	if pw == "" {
+		return nil
+	}
+	if t.passfile == "" {
+		t.passfile = filepath.Join(dir, "pgpass")
+	}
+	f, err := os.OpenFile(t.passfile, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		return fmt.Errorf("write password file: %w", err)
+	}
+	_, err = f.WriteString("*:*:" + pgpassField(name) + ":" + pgpassField(user) + ":" + pgpassField(pw) + "\n")
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("write password file: %w", err)
+	}
+	return nil
+}
+
+// jobsWithApp is the jobs' login's connection string naming the session's
+// application_name, the replica app, which the demo's sql jobs record.
+func (t *target) jobsWithApp(app string) string {
+	u, _ := url.Parse(t.jobs)
+	q := u.Query()
+	q.Set("application_name", app)
+	u.RawQuery = q.Encode()
+	return u.String()
 }
 
 // newTarget derives the demo database's connection strings from admin (the

@@ -87,6 +87,12 @@ type Options struct {
 	ConnString string
 	// Described names that database for the narration (no password).
 	Described string
+	// SQLJobUser and SQLJobPassword are a login of studio_sql_job on that
+	// server (the embedded default's, docs/embedded.md): the demo grants
+	// studio_sql_job its table and its replicas run their sql: jobs as
+	// that login (database.sql_url). "" elsewhere: the jobs run as the
+	// replica's role (database.sql_as_replica, docs/jobs-sql.md).
+	SQLJobUser, SQLJobPassword string
 	// Executable is this binary: the replicas and the operator commands run it.
 	Executable string
 	// Environ is the base environment of the children (os.Environ()); every
@@ -196,6 +202,11 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if o.SQLJobUser != "" {
+		if err := tgt.addJobsLogin(o.SQLJobUser, o.SQLJobPassword, name, dir); err != nil {
+			return nil, err
+		}
+	}
 	r0.tgt = tgt
 	cfg, err := db.ParsePoolConfig(tgt.secret)
 	if err != nil {
@@ -213,12 +224,17 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	if _, err := pool.Exec(ctx, schemaSQL); err != nil {
 		return nil, fmt.Errorf("create demo_execution: %w", err)
 	}
+	if tgt.jobs != "" {
+		if _, err := pool.Exec(ctx, grantSQL); err != nil {
+			return nil, fmt.Errorf("grant demo_execution to studio_sql_job: %w", err)
+		}
+	}
 	la, err := locks.NewAdmin(pool, locks.DefaultTable())
 	if err != nil {
 		return nil, err
 	}
 	cfgFile := filepath.Join(dir, "demo.yaml")
-	if err := os.WriteFile(cfgFile, []byte(configYAML()), 0o600); err != nil {
+	if err := os.WriteFile(cfgFile, []byte(configYAML(tgt.jobs == "")), 0o600); err != nil {
 		return nil, err
 	}
 	env := []string{}
@@ -312,7 +328,11 @@ func (r *run) play(ctx context.Context) error {
 	r.scr.say("starting %d replicas, each a real `studioctl run` of this binary: %s", len(r.ids), strings.Join(r.ids, ", "))
 	t0 := time.Now()
 	for _, id := range r.ids {
-		p, err := r.kids.startReplica([]string{"--config", r.cfg, "run"}, "STUDIO_DATABASE_URL="+r.tgt.withApp(id), "STUDIO_REPLICA_ID="+id)
+		env := []string{"STUDIO_DATABASE_URL=" + r.tgt.withApp(id), "STUDIO_REPLICA_ID=" + id}
+		if r.tgt.jobs != "" {
+			env = append(env, "STUDIO_DATABASE_SQL_URL="+r.tgt.jobsWithApp(id))
+		}
+		p, err := r.kids.startReplica([]string{"--config", r.cfg, "run"}, env...)
 		if err != nil {
 			return err
 		}

@@ -21,9 +21,9 @@ func TestMeasureConnections(t *testing.T) {
 	if os.Getenv("STUDIO_BENCH_CONNS") != "1" {
 		t.Skip("a measurement: set STUDIO_BENCH_CONNS=1")
 	}
-	idle := "clusters: [c1, c2, c3]\njobs:\n  - id: hourly\n    scope: installation\n    every: 1h\n    run:\n      sql: SELECT 1\n"
+	idle := "# the jobs' own trusted text, on a test database: the replica's role (issue 21, item 3)\ndatabase:\n  sql_as_replica: true\nclusters: [c1, c2, c3]\njobs:\n  - id: hourly\n    scope: installation\n    every: 1h\n    run:\n      sql: SELECT 1\n"
 	var busy strings.Builder
-	busy.WriteString("clusters: [c1, c2, c3, c4, c5, c6]\njobs:\n")
+	busy.WriteString("# the jobs' own trusted text, on a test database: the replica's role (issue 21, item 3)\ndatabase:\n  sql_as_replica: true\nclusters: [c1, c2, c3, c4, c5, c6]\njobs:\n")
 	for i := range 20 {
 		fmt.Fprintf(&busy, "  - id: sql-%02d\n    scope: instance\n    every: 1s\n    run:\n      sql: SELECT pg_sleep(0.5)\n", i)
 	}

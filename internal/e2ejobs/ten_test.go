@@ -49,7 +49,8 @@ func TestMeasureTenReplicas(t *testing.T) {
 	}
 	every := map[string]time.Duration{}
 	var conf strings.Builder
-	conf.WriteString("jobs:\n")
+	// The executions record application_name, the replica's: its role.
+	conf.WriteString("database:\n  sql_as_replica: true\njobs:\n")
 	for i := range 10 {
 		id, d := fmt.Sprintf("one-%d", i), time.Second
 		if i >= 5 {

@@ -37,7 +37,11 @@ func TestSQLJobSessionStateStaysOffThePooledSessions(t *testing.T) {
 	b := pgbouncer.ForTest(t, pgbouncer.Transaction, 1)
 	pooled := b.Through(t, direct)
 	pool := testPool(t, direct)
-	conf := fmt.Sprintf(`jobs:
+	// The jobs run as the replica's role (database.sql_as_replica) on the
+	// listen URL's sessions, which is what this test is about.
+	conf := fmt.Sprintf(`database:
+  sql_as_replica: true
+jobs:
   - id: read-only
     scope: installation
     every: 1s

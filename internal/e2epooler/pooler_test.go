@@ -84,7 +84,11 @@ const execTable = `CREATE TABLE IF NOT EXISTS pooler_exec (job_id text NOT NULL,
 // triggers (due once a year), and four clusters for leases.
 func writeConfig(t *testing.T) string {
 	t.Helper()
-	conf := fmt.Sprintf(`clusters: [c1, c2, c3, c4]
+	// The jobs record application_name, the replica's: they run as its
+	// role (database.sql_as_replica), on its sessions.
+	conf := fmt.Sprintf(`database:
+  sql_as_replica: true
+clusters: [c1, c2, c3, c4]
 jobs:
   - id: every-1s
     scope: installation

@@ -46,7 +46,7 @@ func TestMeasureStreamLatencyAndClients(t *testing.T) {
 	}
 	url := pgtest.NewDB(t)
 	var conf strings.Builder
-	conf.WriteString("jobs:\n")
+	conf.WriteString("database:\n  sql_as_replica: true # the replica's role, as before issue 21's item 3\njobs:\n")
 	for i := range jobsN {
 		fmt.Fprintf(&conf, "  - id: tick-%02d\n    scope: instance\n    every: 1s\n    run:\n      sql: SELECT 1\n", i)
 	}

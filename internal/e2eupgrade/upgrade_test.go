@@ -95,7 +95,11 @@ func TestOldReplicasRunBesideANewOneThatMigrated(t *testing.T) {
 	newVersion := newestMigration(t)
 	startReplica := func(bin *replicaproc.Binary, id string, failOnRace bool) *replicaproc.Proc {
 		t.Helper()
-		return bin.Start(t, replicaproc.Options{ID: id, DatabaseURL: withAppName(t, dbURL, id), Args: []string{"--config", cfgPath}, FailOnRace: failOnRace})
+		// The jobs record application_name, the replica's: they run as its
+		// role. The environment, not the file: the old binary refuses a
+		// key it does not know in the file, and ignores the variable.
+		return bin.Start(t, replicaproc.Options{ID: id, DatabaseURL: withAppName(t, dbURL, id), Args: []string{"--config", cfgPath}, FailOnRace: failOnRace,
+			Env: []string{"STUDIO_DATABASE_SQL_AS_REPLICA=true"}})
 	}
 
 	// Phase 1: two old replicas migrate the fresh database to 00006 and

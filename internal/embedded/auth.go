@@ -90,7 +90,12 @@ func newPassword() (string, error) {
 // none. It refuses a file that others could read or that belongs to another
 // user: the password would not be a secret.
 func (e *Embedded) readPassword() (string, error) {
-	name := e.PasswordFile()
+	return readPassFile(e.PasswordFile())
+}
+
+// readPassFile returns the password in the pgpass file name, "" when there
+// is none (readPassword's checks).
+func readPassFile(name string) (string, error) {
 	f, err := os.Open(name)
 	if errors.Is(err, os.ErrNotExist) {
 		return "", nil

@@ -120,7 +120,12 @@ func (e *Embedded) newCluster() (*pgcluster.Cluster, error) {
 // URL is a connection string for database on the embedded server, with the
 // password pw when it is not "". A URL with a password is a secret.
 func URL(port int, pw, database string) string {
-	u := User
+	return userURL(User, port, pw, database)
+}
+
+// userURL is URL for the role user.
+func userURL(user string, port int, pw, database string) string {
+	u := user
 	if pw != "" {
 		u += ":" + pw
 	}
@@ -282,6 +287,9 @@ func (e *Embedded) ensure(ctx context.Context) (url string, started bool, err er
 		started = true
 	}
 	if err := e.prepare(ctx, c.Port, pw); err != nil {
+		return "", started, err
+	}
+	if err := e.provisionSQLJobs(ctx, c.Port, pw); err != nil {
 		return "", started, err
 	}
 	return URL(c.Port, pw, Database), started, nil

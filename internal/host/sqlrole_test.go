@@ -17,7 +17,8 @@ import (
 // Issue 21, item 3, end to end: the issue's hostile sql: job, run by a
 // replica with database.sql_url on a login of studio_sql_job (docs/roles.sql),
 // can neither call the event writer nor hold its lock: each run fails at
-// once with permission denied, and no forged event is written. A job of the
+// once with permission denied, and no forged event is written; nor can a
+// job insert a run row of its own. A job of the
 // same replica that does what such a role is for (a table granted to it)
 // runs, as that login.
 func TestSQLJobsRunAsTheRoleOfSQLURL(t *testing.T) {
@@ -67,6 +68,11 @@ jobs:
     every: 1s
     run:
       sql: "INSERT INTO job_probe SELECT current_user"
+  - id: forger
+    scope: instance
+    every: 1s
+    run:
+      sql: "INSERT INTO studio_job_run (job_id, replica_id, started_at, outcome) VALUES ('forged-payments', 'r1', now(), 'succeeded')"
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -94,13 +100,21 @@ jobs:
 		<-done
 	}()
 
-	var hostileErr string
+	var hostileErr, forgerErr string
 	waitUntil(t, 30*time.Second, "a finished run of each job", func() bool {
 		var probes int
 		check.QueryRow(ctx, `SELECT count(*) FROM job_probe`).Scan(&probes)
 		check.QueryRow(ctx, `SELECT coalesce(max(error), '') FROM studio_job_run WHERE job_id = 'hostile' AND outcome <> 'running'`).Scan(&hostileErr)
-		return probes > 0 && hostileErr != ""
+		check.QueryRow(ctx, `SELECT coalesce(max(error), '') FROM studio_job_run WHERE job_id = 'forger' AND outcome <> 'running'`).Scan(&forgerErr)
+		return probes > 0 && hostileErr != "" && forgerErr != ""
 	})
+	if !strings.Contains(forgerErr, "permission denied for table studio_job_run") {
+		t.Errorf("the forger's run failed with %q, want permission denied", forgerErr)
+	}
+	var forgedRuns int
+	if err := check.QueryRow(ctx, `SELECT count(*) FROM studio_job_run WHERE job_id = 'forged-payments'`).Scan(&forgedRuns); err != nil || forgedRuns != 0 {
+		t.Errorf("forged run rows: %d (%v), want none", forgedRuns, err)
+	}
 	if !strings.Contains(hostileErr, "permission denied for function studio_event_runs") {
 		t.Errorf("the hostile job's run failed with %q, want permission denied", hostileErr)
 	}
