@@ -52,6 +52,9 @@ GRANT SELECT ON shedlock, studio_replica, cluster_lease, studio_job_status, stud
     studio_job_setting, studio_audit, studio_request, studio_job_schedule, studio_event, goose_db_version,
     studio_occurrence, studio_occurrences
     TO studio_inspector;
+-- jobs overdue, doctor's overdue_jobs, a monitor's query (migration 00011):
+-- it runs with the caller's rights and reads only the tables above.
+GRANT EXECUTE ON FUNCTION studio_overdue_jobs(interval) TO studio_inspector;
 
 -- The operator: the inspector, plus the writes its commands make.
 GRANT studio_inspector TO studio_operator;
@@ -100,6 +103,9 @@ GRANT USAGE ON SEQUENCE studio_job_run_seq_seq TO studio_replica;
 GRANT SELECT, INSERT, DELETE ON studio_occurrence TO studio_replica;
 GRANT SELECT ON studio_occurrences TO studio_replica;
 GRANT USAGE ON SEQUENCE studio_occurrence_id_seq TO studio_replica;
+-- studio_job_overdue_seconds (/metrics): the overdue jobs, as the
+-- inspector reads them (its tables are granted above).
+GRANT EXECUTE ON FUNCTION studio_overdue_jobs(interval) TO studio_replica;
 
 -- The role sql: jobs run as (database.sql_url, docs/jobs-sql.md): nothing
 -- of studioctl's. It cannot write run history or call the event writer,
@@ -107,4 +113,5 @@ GRANT USAGE ON SEQUENCE studio_occurrence_id_seq TO studio_replica;
 -- own tables (GRANT DELETE ON sessions TO studio_sql_job).
 REVOKE ALL ON shedlock, studio_replica, cluster_lease, studio_job_status, studio_job_run, studio_job_setting,
     studio_audit, studio_request, studio_job_schedule, studio_event FROM studio_sql_job;
-REVOKE EXECUTE ON FUNCTION studio_event_runs(jsonb[], text[]), studio_event_add(text, jsonb) FROM studio_sql_job;
+REVOKE EXECUTE ON FUNCTION studio_event_runs(jsonb[], text[]), studio_event_add(text, jsonb),
+    studio_overdue_jobs(interval) FROM studio_sql_job;
