@@ -53,7 +53,8 @@ GRANT SELECT ON shedlock, studio_replica, cluster_lease, studio_job_status, stud
     studio_occurrence, studio_occurrences
     TO studio_inspector;
 -- jobs overdue, doctor's overdue_jobs, a monitor's query (migration 00011):
--- it runs with the caller's rights and reads only the tables above.
+-- it runs with the caller's rights and reads only the tables above (so
+-- a role without them, studio_sql_job, gets "permission denied").
 GRANT EXECUTE ON FUNCTION studio_overdue_jobs(interval) TO studio_inspector;
 
 -- The operator: the inspector, plus the writes its commands make.
@@ -113,5 +114,4 @@ GRANT EXECUTE ON FUNCTION studio_overdue_jobs(interval) TO studio_replica;
 -- own tables (GRANT DELETE ON sessions TO studio_sql_job).
 REVOKE ALL ON shedlock, studio_replica, cluster_lease, studio_job_status, studio_job_run, studio_job_setting,
     studio_audit, studio_request, studio_job_schedule, studio_event FROM studio_sql_job;
-REVOKE EXECUTE ON FUNCTION studio_event_runs(jsonb[], text[]), studio_event_add(text, jsonb),
-    studio_overdue_jobs(interval) FROM studio_sql_job;
+REVOKE EXECUTE ON FUNCTION studio_event_runs(jsonb[], text[]), studio_event_add(text, jsonb) FROM studio_sql_job;

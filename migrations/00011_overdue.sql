@@ -132,7 +132,9 @@ $$;
 -- Callers find the tables whatever their search_path (a monitor's session
 -- may not name the studio schema); pg_temp last, as in 00006. Invoker's
 -- rights: the caller needs SELECT on what it reads (docs/roles.sql grants
--- it to the inspector and the replica), and EXECUTE, granted there too.
+-- it to the inspector and the replica), so EXECUTE stays granted to
+-- PUBLIC, as for any function: it shows no caller more than its own
+-- SELECTs do.
 -- +goose StatementBegin
 DO $$
 BEGIN
@@ -140,7 +142,6 @@ BEGIN
 END
 $$;
 -- +goose StatementEnd
-REVOKE EXECUTE ON FUNCTION studio_overdue_jobs(interval) FROM PUBLIC;
 
 -- +goose Down
 -- The check keeps naming 'occurrence': 00010's trigger writes it.
