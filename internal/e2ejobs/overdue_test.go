@@ -64,18 +64,7 @@ func TestJobsOverdueWithEveryReplicaKilled(t *testing.T) {
 	// Kill both between two runs, once each replica's row says when the
 	// next is due (a row written during a run says so only once the
 	// runner keeps next_fire_at during runs: docs/occurrences-overdue.md).
-	var due time.Time
-	replicaproc.Eventually(t, 30*time.Second, "both rows idle with the next due time ahead", func() error {
-		var n int
-		if err := f.pool.QueryRow(t.Context(), `SELECT count(*), coalesce(max(next_fire_at), 'epoch') FROM studio_job_status
-WHERE job_id = 'od' AND NOT running AND next_fire_at > now() + interval '500 milliseconds'`).Scan(&n, &due); err != nil {
-			return err
-		}
-		if n != 2 {
-			return fmt.Errorf("%d of 2 rows idle with the next due time 0.5 s ahead", n)
-		}
-		return nil
-	})
+	due := f.waitIdle([]string{"od"}, 2)
 	a.Signal(t, syscall.SIGKILL)
 	b.Signal(t, syscall.SIGKILL)
 	a.WaitExit(t, 10*time.Second)
@@ -133,4 +122,53 @@ WHERE job_id = 'od' AND NOT running AND next_fire_at > now() + interval '500 mil
 		}
 		return nil
 	})
+}
+
+// waitIdle waits until the n status rows of the jobs are between two runs
+// with the next due time at least 0.5 s ahead, and returns the latest.
+func (f *fixture) waitIdle(jobs []string, n int) time.Time {
+	f.t.Helper()
+	var due time.Time
+	replicaproc.Eventually(f.t, 30*time.Second, "the rows idle with the next due time ahead", func() error {
+		var got int
+		if err := f.pool.QueryRow(f.t.Context(), `SELECT count(*), coalesce(max(next_fire_at), 'epoch') FROM studio_job_status
+WHERE job_id = ANY($1) AND NOT running AND next_fire_at > now() + interval '500 milliseconds'`, jobs).Scan(&got, &due); err != nil {
+			return err
+		}
+		if got != n {
+			return fmt.Errorf("%d of %d rows idle with the next due time 0.5 s ahead", got, n)
+		}
+		return nil
+	})
+	return due
+}
+
+// A job stays watched after every replica stopped cleanly: the stop keeps
+// the status rows and their due times, and jobs overdue exits 1 once the
+// due time plus the grace has passed.
+func TestJobsOverdueWithEveryReplicaStoppedCleanly(t *testing.T) {
+	t.Parallel()
+	const every = 2 * time.Second
+	f := newFixture(t, shJob("oc", "installation", every.String(), "", recordRun("0")),
+		shJob("oc-inst", "instance", every.String(), "", recordRun("0")))
+	a := f.startReplica("oc-1")
+	a.WaitReady(t)
+	f.waitExecutions("oc", time.Time{}, 1, 30*time.Second)
+	f.waitExecutions("oc-inst", time.Time{}, 1, 30*time.Second)
+	f.waitIdle([]string{"oc", "oc-inst"}, 2)
+	stopAll(t, []*replicaproc.Proc{a})
+	var found []map[string]any
+	replicaproc.Eventually(t, every+overdueGrace+30*time.Second, "jobs overdue to exit 1", func() error {
+		code, out := f.jobsOverdue()
+		if code != 1 || len(out) != 2 {
+			return fmt.Errorf("exit %d, %v", code, out)
+		}
+		found = out
+		return nil
+	})
+	// The installation job, and the instance job of the stopped replica
+	// (no replica is live).
+	if found[0]["job_id"] != "oc" || found[0]["scope_key"] != "" || found[1]["job_id"] != "oc-inst" || found[1]["scope_key"] != "oc-1" {
+		t.Fatalf("overdue: %v, want oc and oc-inst on oc-1", found)
+	}
 }
