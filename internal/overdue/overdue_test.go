@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/studioctl/studioctl/internal/db"
+	"github.com/studioctl/studioctl/internal/liveness"
 	"github.com/studioctl/studioctl/internal/overdue"
 	"github.com/studioctl/studioctl/internal/pgtest"
 )
@@ -362,3 +363,23 @@ func TestRolesCallTheFunction(t *testing.T) {
 }
 
 func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
+
+// The function writes the liveness rule out (SQL cannot call
+// liveness.LiveSQL): its numbers must be the rule's.
+func TestTheFunctionUsesTheLivenessRule(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile("../../migrations/00011_overdue.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sql := string(b)
+	for _, want := range []string{
+		fmt.Sprintf("r.heartbeat_at > now() - interval '%d seconds'", int(liveness.GoneAfter/time.Second)),
+		fmt.Sprintf("r.heartbeat_at <= now() + interval '%d seconds'", int(liveness.FutureTolerance/time.Second)),
+		"r.state <> 'stopped'",
+	} {
+		if n := strings.Count(sql, want); n < 2 {
+			t.Errorf("migration 00011 has %q %d times, want it in both liveness tests (liveness.LiveSQL)", want, n)
+		}
+	}
+}
