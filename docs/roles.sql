@@ -52,6 +52,10 @@ GRANT SELECT ON shedlock, studio_replica, cluster_lease, studio_job_status, stud
     studio_job_setting, studio_audit, studio_request, studio_job_schedule, studio_event, goose_db_version,
     studio_occurrence, studio_occurrences
     TO studio_inspector;
+-- jobs overdue, doctor's overdue_jobs, a monitor's query (migration 00011):
+-- it runs with the caller's rights and reads only the tables above (so
+-- a role without them, studio_sql_job, gets "permission denied").
+GRANT EXECUTE ON FUNCTION studio_overdue_jobs(interval) TO studio_inspector;
 
 -- The operator: the inspector, plus the writes its commands make.
 GRANT studio_inspector TO studio_operator;
@@ -100,6 +104,9 @@ GRANT USAGE ON SEQUENCE studio_job_run_seq_seq TO studio_replica;
 GRANT SELECT, INSERT, DELETE ON studio_occurrence TO studio_replica;
 GRANT SELECT ON studio_occurrences TO studio_replica;
 GRANT USAGE ON SEQUENCE studio_occurrence_id_seq TO studio_replica;
+-- studio_job_overdue_seconds (/metrics): the overdue jobs, as the
+-- inspector reads them (its tables are granted above).
+GRANT EXECUTE ON FUNCTION studio_overdue_jobs(interval) TO studio_replica;
 
 -- The role sql: jobs run as (database.sql_url, docs/jobs-sql.md): nothing
 -- of studioctl's. It cannot write run history or call the event writer,

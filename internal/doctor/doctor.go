@@ -47,6 +47,7 @@ const (
 	CheckFailingJobs      = "failing_jobs"
 	CheckStalledJobs      = "stalled_jobs"
 	CheckNearTimeout      = "near_timeout"
+	CheckOverdueJobs      = "overdue_jobs"
 )
 
 // Thresholds (docs/doctor.md says why each is what it is).
@@ -77,7 +78,8 @@ const (
 	// stuck (a start takes seconds).
 	StartingTooLong = time.Minute
 	// OverdueGrace: a next fire this far in the past on a live replica
-	// that is not running the job means its timer is stuck.
+	// that is not running the job means its timer is stuck; overdue_jobs
+	// uses it as its grace (jobs overdue's default).
 	OverdueGrace = time.Minute
 	// PastTimeoutGrace: a run still running this long after its timeout
 	// was not stopped by it.
@@ -171,6 +173,7 @@ var checks = []check{
 	{name: CheckFailingJobs, tables: []string{"studio_job_status", "studio_replica"}, run: checkFailingJobs},
 	{name: CheckStalledJobs, tables: []string{"studio_job_status", "studio_job_run", "studio_replica"}, run: checkStalledJobs},
 	{name: CheckNearTimeout, tables: []string{"studio_job_status", "studio_job_run", "studio_replica"}, run: checkNearTimeout},
+	{name: CheckOverdueJobs, tables: []string{"studio_job_status", "studio_job_run", "studio_replica"}, run: checkOverdueJobs},
 }
 
 // Names lists the check names in the order Run reports them.

@@ -123,7 +123,7 @@ func TestAHealthyDatabaseIsAllOK(t *testing.T) {
 		t.Error("Failed is not empty")
 	}
 	if !slices.Equal(Names(), []string{"database", "schema", "clock", "tls", "pooler", "bus", "shedlock_table", "stale_locks", "unknown_holders",
-		"crashed_replicas", "starting_replicas", "leases", "failing_jobs", "stalled_jobs", "near_timeout"}) {
+		"crashed_replicas", "starting_replicas", "leases", "failing_jobs", "stalled_jobs", "near_timeout", "overdue_jobs"}) {
 		t.Errorf("check names changed: %v", Names())
 	}
 }
@@ -162,7 +162,7 @@ func TestPendingMigrationsFailTheSchemaAndSkipTableChecks(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, false)
 	rs := f.run()
-	if r := rs[CheckSchema]; r.Status != Fail || !strings.Contains(r.Detail, "10 migrations pending: 00001, 00002, 00003, 00004, 00005, 00006, 00007, 00008, 00009, 00010") {
+	if r := rs[CheckSchema]; r.Status != Fail || !strings.Contains(r.Detail, "11 migrations pending: 00001, 00002, 00003, 00004, 00005, 00006, 00007, 00008, 00009, 00010, 00011") {
 		t.Errorf("schema: %s %q", r.Status, r.Detail)
 	}
 	for _, name := range []string{CheckStaleLocks, CheckCrashedReplicas, CheckLeases, CheckFailingJobs, CheckNearTimeout} {
@@ -423,11 +423,20 @@ func TestStalledJobs(t *testing.T) {
 		f.exec(liveReplica, "web-1")
 		f.exec(statusRow, "sweep", "succeeded", nil, 0, nil)
 		f.exec(`UPDATE studio_job_status SET schedule = 'every 1h', next_fire_at = now() - interval '5 minutes'`)
-		// A draining replica fires nothing new: not judged.
+		// A draining replica fires nothing new: not judged stalled. The
+		// job is overdue all the same (nothing runs it).
 		f.exec(`UPDATE studio_replica SET state = 'draining'`)
-		f.expect(CheckStalledJobs, OK)
+		rs := f.run()
+		if rs[CheckStalledJobs].Status != OK || rs[CheckOverdueJobs].Status != Fail {
+			t.Fatalf("draining: stalled_jobs %s, overdue_jobs %s; want ok and fail", rs[CheckStalledJobs].Status, rs[CheckOverdueJobs].Status)
+		}
 		f.exec(`UPDATE studio_replica SET state = 'ready'`)
-		f.expect(CheckStalledJobs, Fail, "sweep on web-1: due 5m", "s ago and not fired")
+		rs = f.run()
+		for name, want := range map[string]string{CheckStalledJobs: "sweep on web-1: due 5m", CheckOverdueJobs: "1 job past the due time by more than 1m0s with no run started: sweep: due 5m"} {
+			if r := rs[name]; r.Status != Fail || !strings.Contains(r.Detail, want) || r.Hint == "" {
+				t.Errorf("%s: %+v, want fail with %q and a hint", name, r, want)
+			}
+		}
 	})
 	t.Run("a run past its timeout", func(t *testing.T) {
 		t.Parallel()
@@ -660,4 +669,37 @@ func TestLeasesFailWhenAClustersOwnerDoesNotDeclareADuty(t *testing.T) {
 	f.exec(`UPDATE cluster_lease SET owner = 'web-2' WHERE cluster = 'eu-1'`)
 	f.exec(duty, "web-2", "sync@eu-1")
 	f.expect(CheckLeases, OK, "every one of 3 clusters owned and renewed")
+}
+
+// overdue_jobs: the database's answer (studio_overdue_jobs), with no live
+// replica: a job whose replicas stopped cleanly is still watched; a paused
+// one is not.
+func TestOverdueJobsCheck(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, true)
+	f.exec(stoppedReplica, "web-1")
+	f.exec(statusRow, "sweep", "succeeded", nil, 0, nil)
+	// The row is older than stalled_jobs' window of 24h, and due in the
+	// future: nothing is provoked.
+	f.exec(`UPDATE studio_job_status SET next_fire_at = now() + interval '1 minute', updated_at = now() - interval '2 days'`)
+	f.expect(CheckOverdueJobs, OK, "no job is past its due time by more than 1m0s without a run started")
+	f.exec(`UPDATE studio_job_status SET next_fire_at = now() - interval '5 minutes'`)
+	r := f.expect(CheckOverdueJobs, Fail, "1 job past the due time by more than 1m0s with no run started: sweep: due 5m")
+	if !strings.Contains(r.Hint, "studioctl jobs overdue") {
+		t.Errorf("hint %q does not name jobs overdue", r.Hint)
+	}
+	f.exec(`INSERT INTO studio_job_setting (job_id, paused, updated_by) VALUES ('sweep', true, 'alice')`)
+	f.expect(CheckOverdueJobs, OK)
+}
+
+// A database without migration 00011 (an older studioctl migrated it):
+// overdue_jobs says skip and how to add it.
+func TestOverdueJobsCheckWithoutTheFunction(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, true)
+	f.exec(`DROP FUNCTION studio_overdue_jobs(interval)`)
+	r := f.run()[CheckOverdueJobs]
+	if r.Status != Skip || !strings.Contains(r.Detail, "studio_overdue_jobs") || !strings.Contains(r.Hint, "migrate up") {
+		t.Fatalf("got %+v, want skip naming the function and migrate up", r)
+	}
 }

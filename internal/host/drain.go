@@ -73,6 +73,11 @@ func (h *Host) stops(drained bool) []stop {
 				h.stream.Stop()
 			}
 		}},
+		{"overdue metric", func() {
+			if h.overdue != nil {
+				h.overdue.Stop()
+			}
+		}},
 		// No more claims: a stopping runner would drop a claimed trigger,
 		// which another replica can still run.
 		{"control requests", h.req.Stop},

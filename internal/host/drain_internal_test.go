@@ -21,7 +21,7 @@ func TestTheDrainIsThisOrderedListOfStops(t *testing.T) {
 	for _, s := range h.stops(true) {
 		got = append(got, s.name)
 	}
-	want := []string{"mark draining", "release leases", "drain delay", "stream clients", "control requests",
+	want := []string{"mark draining", "release leases", "drain delay", "stream clients", "overdue metric", "control requests",
 		"runner", "run store", "bus", "registry", "http server", "pool"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("drain order\n got %q\nwant %q", got, want)

@@ -28,6 +28,7 @@ import (
 	"github.com/studioctl/studioctl/internal/leases"
 	"github.com/studioctl/studioctl/internal/locks"
 	"github.com/studioctl/studioctl/internal/migrate"
+	"github.com/studioctl/studioctl/internal/overdue"
 	"github.com/studioctl/studioctl/internal/replicas"
 	"github.com/studioctl/studioctl/internal/runner"
 	"github.com/studioctl/studioctl/internal/startstop"
@@ -145,7 +146,8 @@ type Host struct {
 	runner     *runner.Runner
 	store      *jobstore.Store
 	leases     *leases.Service
-	stream     *stream.Hub // GET /v1/events (docs/events.md)
+	stream     *stream.Hub      // GET /v1/events (docs/events.md)
+	overdue    *overdue.Sampler // studio_job_overdue_seconds (docs/occurrences-overdue.md)
 	http       *httpServer
 	metrics    *prometheus.Registry
 	req        *requests // claims control requests (requests.go)
@@ -338,6 +340,12 @@ func (h *Host) start(ctx context.Context) (err error) {
 	if err := h.newRunner(); err != nil {
 		return err
 	}
+	// The overdue jobs, read on a cadence for /metrics, in the runner's
+	// metrics mode (per job or for the replica).
+	h.overdue = overdue.NewSampler(overdue.SamplerOptions{DB: h.pool, PerJob: h.runner.PerJobMetrics, Logger: h.log})
+	if err := h.metrics.Register(h.overdue); err != nil {
+		return err
+	}
 	// Built before the bus listener starts: its handler wakes the loop.
 	h.leases = leases.New(leases.Options{ID: h.o.ID, DB: h.leasePool, Logger: h.log,
 		OnAcquire:   h.runner.AddCluster,
@@ -404,6 +412,9 @@ func (h *Host) start(ctx context.Context) (err error) {
 		return err
 	}
 	if err := h.stream.Start(ctx); err != nil {
+		return err
+	}
+	if err := h.overdue.Start(ctx); err != nil {
 		return err
 	}
 	if err := h.http.Start(ctx); err != nil {

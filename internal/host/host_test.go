@@ -86,6 +86,12 @@ jobs:
 	if _, body := get(t, "http://"+addr+"/metrics"); !strings.Contains(body, "studio_replica_ready 1") {
 		t.Fatalf("/metrics lacks studio_replica_ready 1:\n%s", body)
 	}
+	// The overdue sampler's first read (at start, then every 15 s): none
+	// overdue, and no per-job series (one job: per-job mode).
+	waitUntil(t, 30*time.Second, "studio_jobs_overdue 0 on /metrics", func() bool {
+		_, body := get(t, "http://"+addr+"/metrics")
+		return strings.Contains(body, "\nstudio_jobs_overdue 0\n") && !strings.Contains(body, "studio_job_overdue_seconds{")
+	})
 	pool, err := db.Open(context.Background(), url)
 	if err != nil {
 		t.Fatal(err)

@@ -84,13 +84,16 @@ const BusStream = "events"
 // SSE event names: the event kinds of studio_event, and the two control
 // events of the stream.
 const (
-	EventRun       = "run"
-	EventReplica   = "replica"
-	EventLease     = "lease"
-	EventLock      = "lock"
-	EventAudit     = "audit"
-	EventResync    = "resync"
-	EventReconnect = "reconnect"
+	EventRun     = "run"
+	EventReplica = "replica"
+	EventLease   = "lease"
+	EventLock    = "lock"
+	EventAudit   = "audit"
+	// EventOccurrence: a skip or a miss was recorded (studio_occurrence,
+	// migration 00010's trigger; docs/events.md).
+	EventOccurrence = "occurrence"
+	EventResync     = "resync"
+	EventReconnect  = "reconnect"
 )
 
 // Event is one row of studio_event.

@@ -1,0 +1,385 @@
+package overdue_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/studioctl/studioctl/internal/db"
+	"github.com/studioctl/studioctl/internal/liveness"
+	"github.com/studioctl/studioctl/internal/overdue"
+	"github.com/studioctl/studioctl/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.MainNoLeaks(m)) }
+
+func newPool(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pool, err := db.Open(ctx, pgtest.NewDB(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// The fixture's statements, with times written relative to the database's
+// now(), as the function judges them.
+
+// replica is a studio_replica row: live (heartbeat now), crashed (state
+// ready, heartbeat ago) or stopped (state stopped, heartbeat ago).
+func replica(id, state, ago string) string {
+	return fmt.Sprintf(`INSERT INTO studio_replica (id, incarnation, host, pid, version, state, heartbeat_at, stopped_at)
+VALUES ('%[1]s', gen_random_uuid(), '%[1]s.example', 1, 'v', '%[2]s', now() - interval '%[3]s',
+  CASE WHEN '%[2]s' = 'stopped' THEN now() - interval '%[3]s' END)`, id, state, ago)
+}
+
+// status is a status row; next and last are intervals before now() or
+// "" for NULL.
+func status(rep, job, scope, next, last string) string {
+	return fmt.Sprintf(`INSERT INTO studio_job_status (replica_id, job_id, scope, schedule, next_fire_at, last_started_at)
+VALUES ('%s', '%s', '%s', 'every 1m', %s, %s)`, rep, job, scope, ago(next), ago(last))
+}
+
+// run is a run row that started ago.
+func run(job, rep, cluster, started string) string {
+	c := "NULL"
+	if cluster != "" {
+		c = "'" + cluster + "'"
+	}
+	return fmt.Sprintf(`INSERT INTO studio_job_run (job_id, replica_id, cluster, started_at, finished_at, outcome)
+VALUES ('%s', '%s', %s, %s, %[4]s, 'succeeded')`, job, rep, c, ago(started))
+}
+
+func ago(d string) string {
+	if d == "" {
+		return "NULL"
+	}
+	if strings.HasPrefix(d, "+") {
+		return "now() + interval '" + d[1:] + "'"
+	}
+	return "now() - interval '" + d + "'"
+}
+
+const (
+	paused = `INSERT INTO studio_job_setting (job_id, paused, updated_by) VALUES ('%s', true, 'alice')`
+	lease  = `INSERT INTO cluster_lease (cluster) VALUES ('%s')`
+)
+
+// exec runs stmts in one transaction: one now() for the whole fixture, as
+// a run row and its status row carry the same start.
+func exec(t *testing.T, pool *pgxpool.Pool, stmts ...string) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	for _, s := range stmts {
+		if _, err := tx.Exec(ctx, s); err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// got lists the overdue jobs as "job/scope due-ago" strings, the due time
+// rounded to the minute before now (the fixture's times are whole
+// minutes).
+func got(t *testing.T, pool *pgxpool.Pool, grace time.Duration) []string {
+	t.Helper()
+	js, err := overdue.List(context.Background(), pool, grace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, j := range js {
+		out = append(out, fmt.Sprintf("%s/%s %dm", j.JobID, j.ScopeKey, int(j.OverdueSeconds/60)))
+	}
+	return out
+}
+
+func TestOverdueJobs(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name  string
+		rows  []string
+		grace time.Duration
+		want  []string
+	}{
+		{
+			name: "an installation job past its due time and the grace on a live replica is overdue",
+			rows: []string{replica("web-1", "ready", "1 second"), status("web-1", "sweep", "installation", "2 minutes", "")},
+			want: []string{"sweep/ 2m"},
+		},
+		{
+			name: "one within the grace is not",
+			rows: []string{replica("web-1", "ready", "1 second"), status("web-1", "sweep", "installation", "30 seconds", "")},
+		},
+		{
+			name:  "a longer grace covers it",
+			rows:  []string{replica("web-1", "ready", "1 second"), status("web-1", "sweep", "installation", "2 minutes", "")},
+			grace: 5 * time.Minute,
+		},
+		{
+			name: "a job due in the future is not",
+			rows: []string{replica("web-1", "ready", "1 second"), status("web-1", "sweep", "installation", "+1 minute", "")},
+		},
+		{
+			name: "a paused job (its setting) is not overdue, live or not",
+			rows: []string{replica("web-1", "ready", "1 second"), status("web-1", "sweep", "installation", "2 minutes", ""),
+				replica("web-2", "ready", "1 hour"), status("web-2", "sweep", "installation", "50 minutes", ""),
+				fmt.Sprintf(paused, "sweep")},
+		},
+		{
+			name: "a live replica's fresh row wins over a dead replica's stale one",
+			rows: []string{replica("web-1", "ready", "1 second"), status("web-1", "sweep", "installation", "+30 seconds", "30 seconds"),
+				replica("web-2", "ready", "1 hour"), status("web-2", "sweep", "installation", "2 hours", "3 hours"),
+				run("sweep", "web-1", "", "30 seconds")},
+		},
+		{
+			name: "a job with no live replica is watched: the rows of crashed replicas",
+			rows: []string{replica("web-1", "ready", "10 minutes"), status("web-1", "sweep", "installation", "5 minutes", "6 minutes"),
+				run("sweep", "web-1", "", "6 minutes")},
+			want: []string{"sweep/ 5m"},
+		},
+		{
+			name: "and of replicas stopped cleanly",
+			rows: []string{replica("web-1", "stopped", "10 minutes"), status("web-1", "sweep", "installation", "5 minutes", "6 minutes")},
+			want: []string{"sweep/ 5m"},
+		},
+		{
+			name: "a dead replica's stale due time is met by a later run of another replica, whose own row decides",
+			rows: []string{
+				replica("web-1", "ready", "3 hours"), status("web-1", "sweep", "installation", "2 hours", "3 hours"),
+				replica("web-2", "ready", "10 minutes"), status("web-2", "sweep", "installation", "7 minutes", "20 minutes"),
+				run("sweep", "web-1", "", "3 hours"), run("sweep", "web-2", "", "20 minutes")},
+			want: []string{"sweep/ 7m"},
+		},
+		{
+			name: "the fallback timer of a replica that lost the lock is met by the winner's run",
+			rows: []string{
+				replica("web-1", "ready", "10 minutes"), status("web-1", "sweep", "installation", "+50 minutes", "11 minutes"),
+				replica("web-2", "ready", "10 minutes"), status("web-2", "sweep", "installation", "8 minutes", ""),
+				run("sweep", "web-1", "", "11 minutes")},
+		},
+		{
+			name: "a run that started after the due time, by a replica without a row, meets it",
+			rows: []string{replica("web-1", "ready", "10 minutes"), status("web-1", "sweep", "installation", "8 minutes", "20 minutes"),
+				run("sweep", "web-1", "", "20 minutes"), run("sweep", "gone-9", "", "2 minutes")},
+		},
+		{
+			name: "a run of another job or of a duty does not",
+			rows: []string{replica("web-1", "ready", "10 minutes"), status("web-1", "sweep", "installation", "8 minutes", "20 minutes"),
+				run("sweep", "web-1", "", "20 minutes"), run("other", "web-1", "", "2 minutes"), run("sweep", "web-1", "eu-1", "2 minutes")},
+			want: []string{"sweep/ 8m"},
+		},
+		{
+			name: "a job declared within the last 7 days is watched",
+			rows: []string{replica("web-1", "ready", "6 days 23 hours"), status("web-1", "sweep", "installation", "6 days 23 hours", "")},
+			want: []string{"sweep/ 10020m"},
+		},
+		{
+			name: "one whose replicas were last up more than 7 days ago is not",
+			rows: []string{replica("web-1", "stopped", "7 days 1 minute"), status("web-1", "sweep", "installation", "7 days", "")},
+		},
+		{
+			name: "a status row of a forgotten replica (no replica row) is not",
+			rows: []string{status("web-9", "sweep", "installation", "5 minutes", "")},
+		},
+		{
+			name: "a heartbeat far ahead of now (not a replica's) declares nothing",
+			rows: []string{replica("web-1", "ready", "-1 hour"), status("web-1", "sweep", "installation", "5 minutes", "")},
+		},
+		{
+			name: "an instance job is watched per replica: a crashed replica's, while another replica is live",
+			rows: []string{
+				replica("web-1", "ready", "1 second"), status("web-1", "tmp", "instance", "+30 seconds", "30 seconds"),
+				replica("web-2", "ready", "10 minutes"), status("web-2", "tmp", "instance", "9 minutes", "10 minutes"),
+				run("tmp", "web-1", "", "30 seconds")},
+			want: []string{"tmp/web-2 9m"},
+		},
+		{
+			name: "not a cleanly stopped replica's while another is live (a scale-down)",
+			rows: []string{
+				replica("web-1", "ready", "1 second"), status("web-1", "tmp", "instance", "+30 seconds", "30 seconds"),
+				replica("web-2", "stopped", "10 minutes"), status("web-2", "tmp", "instance", "9 minutes", "10 minutes")},
+		},
+		{
+			name: "every replica's when none is live",
+			rows: []string{
+				replica("web-1", "stopped", "5 minutes"), status("web-1", "tmp", "instance", "4 minutes", "5 minutes"),
+				replica("web-2", "ready", "10 minutes"), status("web-2", "tmp", "instance", "9 minutes", "10 minutes")},
+			want: []string{"tmp/web-1 4m", "tmp/web-2 9m"},
+		},
+		{
+			name: "an instance job's run on one replica meets only that replica's due time",
+			rows: []string{
+				replica("web-1", "stopped", "5 minutes"), status("web-1", "tmp", "instance", "4 minutes", "5 minutes"),
+				replica("web-2", "ready", "10 minutes"), status("web-2", "tmp", "instance", "9 minutes", "10 minutes"),
+				run("tmp", "web-2", "", "1 minute")},
+			want: []string{"tmp/web-1 4m"},
+		},
+		{
+			name: "a per-cluster duty is watched per cluster",
+			rows: []string{
+				fmt.Sprintf(lease, "eu-1"), fmt.Sprintf(lease, "us-1"),
+				replica("web-1", "ready", "10 minutes"), status("web-1", "vacuum@eu-1", "installation", "9 minutes", "10 minutes"),
+				status("web-1", "vacuum@us-1", "installation", "3 minutes", "4 minutes"),
+				run("vacuum", "web-1", "eu-1", "10 minutes"), run("vacuum", "web-1", "us-1", "4 minutes")},
+			want: []string{"vacuum/eu-1 9m", "vacuum/us-1 3m"},
+		},
+		{
+			name: "a duty's run for its cluster meets its due time, another cluster's does not",
+			rows: []string{
+				fmt.Sprintf(lease, "eu-1"), fmt.Sprintf(lease, "us-1"),
+				replica("web-1", "ready", "10 minutes"), status("web-1", "vacuum@eu-1", "installation", "9 minutes", "10 minutes"),
+				replica("web-2", "ready", "10 minutes"), status("web-2", "vacuum@us-1", "installation", "8 minutes", "10 minutes"),
+				run("vacuum", "web-3", "eu-1", "2 minutes"), run("vacuum", "web-3", "eu-2", "1 minute")},
+			want: []string{"vacuum/us-1 8m"},
+		},
+		{
+			name: "a duty of a cluster removed from cluster_lease is not watched",
+			rows: []string{
+				replica("web-1", "ready", "10 minutes"), status("web-1", "vacuum@eu-1", "installation", "9 minutes", "10 minutes")},
+		},
+		{
+			name: "a duty whose owner died while live replicas hold it with no due time (moved away) is overdue from the owner's row",
+			rows: []string{
+				fmt.Sprintf(lease, "eu-1"),
+				replica("web-1", "ready", "1 second"), status("web-1", "vacuum@eu-1", "installation", "", "1 hour"),
+				replica("web-2", "ready", "10 minutes"), status("web-2", "vacuum@eu-1", "installation", "9 minutes", "10 minutes")},
+			want: []string{"vacuum/eu-1 9m"},
+		},
+		{
+			name: "a live replica's due time passed while another live replica's is ahead: overdue (one replica's timer is stuck)",
+			rows: []string{
+				replica("web-1", "ready", "1 second"), status("web-1", "sweep", "installation", "+30 seconds", ""),
+				replica("web-2", "ready", "1 second"), status("web-2", "sweep", "installation", "3 minutes", "")},
+			want: []string{"sweep/ 3m"},
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			pool := newPool(t)
+			exec(t, pool, c.rows...)
+			grace := c.grace
+			if grace == 0 {
+				grace = overdue.DefaultGrace
+			}
+			g := got(t, pool, grace)
+			if strings.Join(g, ", ") != strings.Join(c.want, ", ") {
+				t.Fatalf("overdue: %q, want %q", g, c.want)
+			}
+		})
+	}
+}
+
+// The due time and the overdue seconds are the row's, in database time.
+func TestOverdueJobsDueTime(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t)
+	exec(t, pool, replica("web-1", "ready", "10 minutes"),
+		`INSERT INTO studio_job_status (replica_id, job_id, scope, next_fire_at) VALUES ('web-1', 'sweep', 'installation', '2026-01-02 03:04:05.678+00')`)
+	js, err := overdue.List(context.Background(), pool, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var now time.Time
+	if err := pool.QueryRow(context.Background(), `SELECT now()`).Scan(&now); err != nil {
+		t.Fatal(err)
+	}
+	want := time.Date(2026, 1, 2, 3, 4, 5, 678e6, time.UTC)
+	if len(js) != 1 || !js[0].DueAt.Equal(want) || js[0].DueAt.Location() != time.UTC {
+		t.Fatalf("got %+v, want due at %s (UTC)", js, want)
+	}
+	if d := now.Sub(want).Seconds() - js[0].OverdueSeconds; d > 5 || d < -5 {
+		t.Fatalf("overdue_seconds %v, want about %v", js[0].OverdueSeconds, now.Sub(want).Seconds())
+	}
+}
+
+// The inspector of docs/roles.sql reads it (a monitor with read-only
+// access), and so does the replica (its metric); a sql job's role may
+// not. A session whose search_path does not name the studio schema finds
+// the tables all the same.
+func TestRolesCallTheFunction(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t)
+	roles, err := os.ReadFile("../../docs/roles.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if err := conn.Conn().PgConn().Exec(ctx, string(roles)).Close(); err != nil {
+		t.Fatalf("docs/roles.sql: %v", err)
+	}
+	exec(t, pool, replica("web-1", "ready", "10 minutes"), status("web-1", "sweep", "installation", "5 minutes", ""))
+	var schema string
+	if err := conn.QueryRow(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
+		t.Fatal(err)
+	}
+	for _, role := range []string{"studio_inspector", "studio_operator", "studio_replica", "studio_sql_job"} {
+		t.Run(role, func(t *testing.T) {
+			if _, err := conn.Exec(ctx, `SET ROLE `+role); err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Exec(ctx, `RESET ROLE`)
+			js, err := overdue.List(ctx, conn, time.Minute)
+			if role == "studio_sql_job" {
+				if err == nil || !strings.Contains(err.Error(), "permission denied") {
+					t.Fatalf("a sql job's role: %v, %v; want permission denied", js, err)
+				}
+				return
+			}
+			if err != nil || len(js) != 1 || js[0].JobID != "sweep" {
+				t.Fatalf("got %v, %v; want sweep", js, err)
+			}
+			if _, err := conn.Exec(ctx, `SET search_path = pg_catalog`); err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Exec(ctx, `RESET search_path`)
+			var n int
+			if err := conn.QueryRow(ctx, `SELECT count(*) FROM `+quoteIdent(schema)+`.studio_overdue_jobs()`).Scan(&n); err != nil || n != 1 {
+				t.Fatalf("with search_path pg_catalog: %d rows, %v; want 1", n, err)
+			}
+		})
+	}
+}
+
+func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
+
+// The function writes the liveness rule out (SQL cannot call
+// liveness.LiveSQL): its numbers must be the rule's.
+func TestTheFunctionUsesTheLivenessRule(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile("../../migrations/00011_overdue.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sql := string(b)
+	for _, want := range []string{
+		fmt.Sprintf("r.heartbeat_at > now() - interval '%d seconds'", int(liveness.GoneAfter/time.Second)),
+		fmt.Sprintf("r.heartbeat_at <= now() + interval '%d seconds'", int(liveness.FutureTolerance/time.Second)),
+		"r.state <> 'stopped'",
+	} {
+		if n := strings.Count(sql, want); n < 2 {
+			t.Errorf("migration 00011 has %q %d times, want it in both liveness tests (liveness.LiveSQL)", want, n)
+		}
+	}
+}
