@@ -112,7 +112,8 @@ late AS (
     WHERE d.next_fire_at + p_grace < now()
       AND NOT EXISTS (SELECT 1 FROM studio_job_setting g WHERE g.job_id = d.job_id AND g.paused)
       AND (d.kind <> 'duty' OR EXISTS (SELECT 1 FROM cluster_lease l WHERE l.cluster = d.scope_key))
-      AND (d.kind <> 'instance' OR d.live OR d.state <> 'stopped' OR NOT anylive.v)
+      AND (d.kind <> 'instance' OR d.live OR NOT EXISTS (
+          SELECT 1 FROM declared o WHERE o.kind = 'instance' AND o.job_id = d.job_id AND o.live))
       AND (d.live OR NOT EXISTS (
           SELECT 1 FROM live_units u WHERE u.kind = d.kind AND u.job_id = d.job_id AND u.scope_key = d.scope_key))
 ),

@@ -202,12 +202,26 @@ func TestOverdueJobs(t *testing.T) {
 			rows: []string{replica("web-1", "ready", "-1 hour"), status("web-1", "sweep", "installation", "5 minutes", "")},
 		},
 		{
-			name: "an instance job is watched per replica: a crashed replica's, while another replica is live",
+			name: "not a crashed replica's while a live replica runs the job (a replica replaced under a new id)",
 			rows: []string{
 				replica("web-1", "ready", "1 second"), status("web-1", "tmp", "instance", "+30 seconds", "30 seconds"),
 				replica("web-2", "ready", "10 minutes"), status("web-2", "tmp", "instance", "9 minutes", "10 minutes"),
 				run("tmp", "web-1", "", "30 seconds")},
+		},
+		{
+			name: "a crashed replica's when no live replica declares the job",
+			rows: []string{
+				replica("web-1", "ready", "1 second"), status("web-1", "other", "instance", "+30 seconds", "30 seconds"),
+				replica("web-2", "ready", "10 minutes"), status("web-2", "tmp", "instance", "9 minutes", "10 minutes")},
 			want: []string{"tmp/web-2 9m"},
+		},
+		{
+			name: "a live replica's own instance job, late, while others run it",
+			rows: []string{
+				replica("web-1", "ready", "1 second"), status("web-1", "tmp", "instance", "5 minutes", "6 minutes"),
+				replica("web-2", "ready", "1 second"), status("web-2", "tmp", "instance", "+30 seconds", "30 seconds"),
+				run("tmp", "web-2", "", "30 seconds")},
+			want: []string{"tmp/web-1 5m"},
 		},
 		{
 			name: "not a cleanly stopped replica's while another is live (a scale-down)",
