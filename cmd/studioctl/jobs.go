@@ -53,6 +53,7 @@ Jobs are declared in the config file:
 		newJobsPauseCmd(a, true, nil), newJobsPauseCmd(a, false, nil), newJobsSetCmd(a, nil), newJobsTriggerCmd(a, nil))
 	cmd.AddCommand(newJobsForgetCmd(a, nil))
 	cmd.AddCommand(newJobsOutputCmd(a, nil))
+	cmd.AddCommand(newJobsOccurrencesCmd(a, nil), newJobsWhyCmd(a, nil))
 	return cmd
 }
 

@@ -87,6 +87,9 @@ type OccurrenceQuery struct {
 	// Since, when not zero, keeps the occurrences whose last due time is
 	// at or after it.
 	Since time.Time
+	// SinceAgo, when not zero (and Since is), keeps those whose last due
+	// time is within it back from database now.
+	SinceAgo time.Duration
 	// Scope, when not nil, keeps one scope key ("" is an installation
 	// job's).
 	Scope *string
@@ -101,13 +104,20 @@ type OccurrenceQuery struct {
 // is bounded by the history's retention, so the sort is of one job's rows.
 func ListOccurrences(ctx context.Context, q Querier, oq OccurrenceQuery) ([]OccurrenceView, error) {
 	var since *time.Time
-	if !oq.Since.IsZero() {
+	var ago *float64
+	switch {
+	case !oq.Since.IsZero():
 		since = &oq.Since
+	case oq.SinceAgo > 0:
+		s := oq.SinceAgo.Seconds()
+		ago = &s
 	}
 	rows, err := q.Query(ctx, `SELECT `+occurrenceColumnsSQL+` FROM studio_occurrences
-WHERE job_id = $1 AND ($2::timestamptz IS NULL OR coalesce(last_nominal_at, nominal_at) >= $2)
+WHERE job_id = $1
+  AND ($2::timestamptz IS NULL OR coalesce(last_nominal_at, nominal_at) >= $2)
+  AND ($5::double precision IS NULL OR coalesce(last_nominal_at, nominal_at) >= now() - make_interval(secs => $5))
   AND ($3::text IS NULL OR scope_key = $3)
-ORDER BY nominal_at DESC, scope_key, seq DESC NULLS LAST LIMIT $4`, oq.Job, since, oq.Scope, oq.Limit)
+ORDER BY nominal_at DESC, scope_key, seq DESC NULLS LAST LIMIT $4`, oq.Job, since, oq.Scope, oq.Limit, ago)
 	if err != nil {
 		return nil, fmt.Errorf("read occurrences of job %q: %w", oq.Job, err)
 	}
