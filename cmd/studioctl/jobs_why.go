@@ -175,12 +175,12 @@ func explainOccurrence(o jobstore.OccurrenceView, ev jobstore.OccurrenceEvidence
 	return fmt.Sprintf("%s, was %s (%s)%s.", due, o.Outcome, o.Reason, on), "studioctl jobs occurrences " + o.JobID
 }
 
-// lateText is " N late" for a sentence.
+// lateText is ", started N late" for a sentence.
 func lateText(o jobstore.OccurrenceView) string {
 	if o.LatenessSeconds == nil {
 		return ""
 	}
-	return ", " + latenessText(*o.LatenessSeconds) + " late"
+	return ", started " + latenessText(*o.LatenessSeconds) + " late"
 }
 
 func explainRan(o jobstore.OccurrenceView, ev jobstore.OccurrenceEvidence, due string) (string, string) {
@@ -192,11 +192,7 @@ func explainRan(o jobstore.OccurrenceView, ev jobstore.OccurrenceEvidence, due s
 	if o.Triggered {
 		how = "was triggered (jobs trigger) and ran"
 	}
-	started := ""
-	if o.StartedAt != nil {
-		started = " at " + whenText(*o.StartedAt)
-	}
-	s := fmt.Sprintf("%s, %s on %s as run %d, started%s%s", due, how, o.ReplicaID, seq, started, lateText(o))
+	s := fmt.Sprintf("%s, %s on %s as run %d%s", due, how, o.ReplicaID, seq, lateText(o))
 	out := jobs.Outcome(o.RunOutcome)
 	switch {
 	case out == jobs.OutcomeRunning:
@@ -231,26 +227,33 @@ func explainLost(o jobstore.OccurrenceView, ev jobstore.OccurrenceEvidence, due 
 	if o.Seq != nil {
 		seq = *o.Seq
 	}
-	s := fmt.Sprintf("%s, was missed: run %d started on %s%s", due, seq, o.ReplicaID, lateText(o))
+	s := fmt.Sprintf("%s, was missed: run %d started on %s%s", due, seq, o.ReplicaID, lateParen(o))
 	r, known := ev.Replica(o.ReplicaID)
+	where := o.ReplicaID + " is no longer registered"
+	if known {
+		where = o.ReplicaID + " " + replicaNow(r)
+	}
 	switch jobs.Outcome(o.RunOutcome) {
 	case jobs.OutcomeLockLost:
 		s += " and lost its lock before it ended"
 		if ev.Run != nil && ev.Run.Error != "" {
-			s += " (" + oneLine(ev.Run.Error) + ")"
+			s += ": " + oneLine(ev.Run.Error)
 		}
 		return s + ".", fmt.Sprintf("studioctl jobs output %s %d", o.JobID, seq)
 	case jobs.OutcomeInterrupted:
-		s += " and was interrupted: its replica stopped or died before the run ended"
+		s += " and was interrupted before it ended: its replica stopped or died; " + where
 	default: // still marked running, its replica not live
-		s += " and is still marked running, but its replica is not live: it died before the run ended"
+		s += " and is still marked running, but its replica died before the run ended: " + where
 	}
-	if known {
-		s += "; " + o.ReplicaID + " " + replicaNow(r) + "."
-	} else {
-		s += "; " + o.ReplicaID + " is no longer registered."
+	return s + ".", "studioctl replicas list"
+}
+
+// lateParen is " (N late)" for a sentence.
+func lateParen(o jobstore.OccurrenceView) string {
+	if o.LatenessSeconds == nil {
+		return ""
 	}
-	return s, "studioctl replicas list"
+	return " (" + latenessText(*o.LatenessSeconds) + " late)"
 }
 
 // replicaNow says where a replica's row stands now.
@@ -261,7 +264,7 @@ func replicaNow(r jobstore.ReplicaTrace) string {
 	case r.State == "stopped" && r.StoppedAt != nil:
 		return "stopped at " + whenText(*r.StoppedAt)
 	}
-	return "is gone: its last heartbeat was at " + whenText(r.HeartbeatAt)
+	return "is gone (last heartbeat " + whenText(r.HeartbeatAt) + ")"
 }
 
 // maxReplicasTold bounds the replicas a missed/down sentence names.
@@ -300,7 +303,7 @@ func replicaAround(r jobstore.ReplicaTrace, t time.Time) string {
 	switch {
 	case r.StartedAt.After(t):
 		if r.LastCrashAt != nil && !r.LastCrashAt.After(r.StartedAt) {
-			parts = append(parts, "crashed before (last heartbeat "+whenText(*r.LastCrashAt)+")")
+			parts = append(parts, "was down (its previous process crashed, last heartbeat "+whenText(*r.LastCrashAt)+")")
 		}
 		parts = append(parts, "started at "+whenText(r.StartedAt))
 	case r.StoppedAt != nil && !r.StoppedAt.After(t):
@@ -313,7 +316,7 @@ func replicaAround(r jobstore.ReplicaTrace, t time.Time) string {
 	if r.Live && !r.StartedAt.After(t) {
 		parts = append(parts, "live now")
 	}
-	s := strings.Join(parts, ", ")
+	s := strings.Join(parts, " and ")
 	if !r.Hosts {
 		s += " (does not host the job)"
 	}
