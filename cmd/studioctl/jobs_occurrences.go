@@ -245,3 +245,37 @@ func printOccurrences(p *output.Printer, occ []jobstore.OccurrenceView) error {
 	}
 	return p.Print(data, occurrenceColumns, rows)
 }
+
+// occurrenceCells are the occurrence columns of jobs list and jobs status:
+// the last occurrence's outcome (and reason), the skips and misses of the
+// last 24 h, and (wide) the last occurrence's nominal time. A view whose
+// summary was not read (a replica's own row in jobs status ID) has none.
+func occurrenceCells(p *output.Printer, s *jobstore.OccurrenceSummary) (last, skips, misses, at output.Cell) {
+	if s == nil {
+		return
+	}
+	skips = output.Cell{Text: strconv.FormatInt(s.Skipped24h, 10)}
+	misses = output.Cell{Text: strconv.FormatInt(s.Missed24h, 10)}
+	if s.Skipped24h > 0 {
+		skips.Tone = output.Warn
+	}
+	if s.Missed24h > 0 {
+		misses.Tone = output.Bad
+	}
+	if l := s.Last; l != nil {
+		text := l.Outcome
+		if l.Reason != "" {
+			text += "/" + l.Reason
+		}
+		tone := output.Good
+		switch l.Outcome {
+		case jobs.OccurrenceSkipped:
+			tone = output.Warn
+		case jobs.OccurrenceMissed:
+			tone = output.Bad
+		}
+		last = output.Cell{Text: text, Tone: tone}
+		at = output.Cell{Text: nominalCell(p, l.NominalAt)}
+	}
+	return
+}

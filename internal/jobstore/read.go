@@ -244,7 +244,9 @@ type ViewJSON struct {
 type LastOccurrenceJSON struct {
 	Outcome   string    `json:"outcome" yaml:"outcome"`
 	Reason    *string   `json:"reason" yaml:"reason"`
-	NominalAt time.Time `json:"nominal_at" yaml:"nominal_at"`
+	// NominalAt is written as the occurrence key writes it
+	// (jobs.FormatNominal: milliseconds).
+	NominalAt string `json:"nominal_at" yaml:"nominal_at"`
 }
 
 func optString(s string) *string {
@@ -274,7 +276,7 @@ func (v View) JSON() ViewJSON {
 	if o := v.Occurrences; o != nil {
 		j.Skipped24h, j.Missed24h = o.Skipped24h, o.Missed24h
 		if o.Last != nil {
-			j.LastOccurrence = &LastOccurrenceJSON{Outcome: o.Last.Outcome, Reason: optString(o.Last.Reason), NominalAt: o.Last.NominalAt.UTC()}
+			j.LastOccurrence = &LastOccurrenceJSON{Outcome: o.Last.Outcome, Reason: optString(o.Last.Reason), NominalAt: jobs.FormatNominal(o.Last.NominalAt)}
 		}
 	}
 	return j
