@@ -242,8 +242,8 @@ type ViewJSON struct {
 
 // LastOccurrenceJSON is the stable shape of a job's newest occurrence.
 type LastOccurrenceJSON struct {
-	Outcome   string    `json:"outcome" yaml:"outcome"`
-	Reason    *string   `json:"reason" yaml:"reason"`
+	Outcome string  `json:"outcome" yaml:"outcome"`
+	Reason  *string `json:"reason" yaml:"reason"`
 	// NominalAt is written as the occurrence key writes it
 	// (jobs.FormatNominal: milliseconds).
 	NominalAt string `json:"nominal_at" yaml:"nominal_at"`
