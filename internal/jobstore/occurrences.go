@@ -344,7 +344,7 @@ type OccurrenceSummary struct {
 // lostRunSQL is the view's rule for a run that is missed/lost, on the
 // studio_job_run row aliased r: it lost its lock, was interrupted, or is
 // marked running while its replica is not live.
-var lostRunSQL = `(r.outcome IN ('lock_lost', 'interrupted') OR (r.outcome = 'running' AND NOT EXISTS (
+var lostRunSQL = `(r.outcome IN ('lock_lost', 'interrupted', 'running') AND (r.outcome <> 'running' OR NOT EXISTS (
   SELECT 1 FROM studio_replica p WHERE p.id = r.replica_id AND ` + liveness.LiveSQL("p") + `)))`
 
 // occurrenceSummarySQL reads the summary of many views in one statement:
@@ -356,6 +356,12 @@ var lostRunSQL = `(r.outcome IN ('lock_lost', 'interrupted') OR (r.outcome = 'ru
 // the newest skip or miss and the window's through the UNIQUE (job_id,
 // scope_key, nominal_at) of studio_occurrence, one probe per scope key;
 // the lost runs of the window again through (job_id, started_at DESC).
+//
+// The newest run is looked for among the job's newest 16 runs, read
+// newest first without a filter (a filter there makes the planner read
+// and sort all of them): a duty whose newest run is not among its job's
+// newest 16 (a per-cluster job with many clusters) shows its
+// newest skip or miss instead.
 var occurrenceSummarySQL = `
 SELECT v.id, last.nominal_at, last.outcome, last.reason,
        coalesce(w.skipped, 0), coalesce(w.missed, 0) + coalesce(b.missed, 0) + coalesce(l.lost, 0)
@@ -366,9 +372,9 @@ LEFT JOIN LATERAL (
   SELECT x.nominal_at, x.outcome, x.reason FROM (
     (SELECT r.nominal_at, CASE WHEN ` + lostRunSQL + ` THEN 'missed' ELSE 'ran' END AS outcome,
             CASE WHEN ` + lostRunSQL + ` THEN 'lost' END AS reason
-     FROM studio_job_run r
-     WHERE r.job_id = v.job AND r.nominal_at IS NOT NULL AND (v.cluster IS NULL OR r.cluster = v.cluster)
-     ORDER BY r.started_at DESC LIMIT 1)
+     FROM (SELECT r0.* FROM studio_job_run r0 WHERE r0.job_id = v.job ORDER BY r0.started_at DESC LIMIT 16) r
+     WHERE r.nominal_at IS NOT NULL AND r.cluster IS NOT DISTINCT FROM v.cluster
+     LIMIT 1)
     UNION ALL
     SELECT o.nominal_at, o.outcome, o.reason
     FROM unnest(k.keys) AS sk(key)
@@ -391,7 +397,7 @@ LEFT JOIN LATERAL (
 LEFT JOIN LATERAL (
   SELECT count(*) AS lost FROM studio_job_run r
   WHERE r.job_id = v.job AND r.started_at > now() - make_interval(secs => $5) AND r.nominal_at > now() - make_interval(secs => $5)
-    AND (v.cluster IS NULL OR r.cluster = v.cluster) AND ` + lostRunSQL + `) l ON true`
+    AND r.cluster IS NOT DISTINCT FROM v.cluster AND ` + lostRunSQL + `) l ON true`
 
 // OccurrenceSummaries reads the summaries of views (by View.ID) in one
 // statement.
@@ -400,23 +406,7 @@ func OccurrenceSummaries(ctx context.Context, q Querier, views []View) (map[stri
 	if len(views) == 0 {
 		return out, nil
 	}
-	ids := make([]string, 0, len(views))
-	jobIDs := make([]string, 0, len(views))
-	scopes := make([]*string, 0, len(views))
-	clusters := make([]*string, 0, len(views))
-	for _, v := range views {
-		job, cluster, duty := strings.Cut(v.ID, "@")
-		ids, jobIDs = append(ids, v.ID), append(jobIDs, job)
-		switch {
-		case duty:
-			scopes, clusters = append(scopes, &cluster), append(clusters, &cluster)
-		case v.Scope == jobs.ScopeInstallation:
-			empty := ""
-			scopes, clusters = append(scopes, &empty), append(clusters, nil)
-		default:
-			scopes, clusters = append(scopes, nil), append(clusters, nil)
-		}
-	}
+	ids, jobIDs, scopes, clusters := occurrenceSummaryArgs(views)
 	rows, err := q.Query(ctx, occurrenceSummarySQL, ids, jobIDs, scopes, clusters, OccurrenceWindow.Seconds())
 	if err != nil {
 		return nil, fmt.Errorf("read occurrence summaries: %w", err)
@@ -442,6 +432,28 @@ func OccurrenceSummaries(ctx context.Context, q Querier, views []View) (map[stri
 		return nil, fmt.Errorf("read occurrence summaries: %w", err)
 	}
 	return out, nil
+}
+
+// occurrenceSummaryArgs are occurrenceSummarySQL's $1 to $4 for views.
+func occurrenceSummaryArgs(views []View) (ids, jobIDs []string, scopes, clusters []*string) {
+	ids = make([]string, 0, len(views))
+	jobIDs = make([]string, 0, len(views))
+	scopes = make([]*string, 0, len(views))
+	clusters = make([]*string, 0, len(views))
+	for _, v := range views {
+		job, cluster, duty := strings.Cut(v.ID, "@")
+		ids, jobIDs = append(ids, v.ID), append(jobIDs, job)
+		switch {
+		case duty:
+			scopes, clusters = append(scopes, &cluster), append(clusters, &cluster)
+		case v.Scope == jobs.ScopeInstallation:
+			empty := ""
+			scopes, clusters = append(scopes, &empty), append(clusters, nil)
+		default:
+			scopes, clusters = append(scopes, nil), append(clusters, nil)
+		}
+	}
+	return ids, jobIDs, scopes, clusters
 }
 
 // AddOccurrenceSummaries fills the Occurrences of every view (one
