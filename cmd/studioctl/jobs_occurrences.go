@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -57,8 +58,8 @@ is recorded). A known job without occurrences prints an empty list.`,
 		Args: exactArgs("id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.ID = args[0]
-			if err := jobs.ValidateID(o.ID); err != nil {
-				return usageErrorf("job id: %v", err)
+			if err := validateOccurrenceJob(o.ID); err != nil {
+				return err
 			}
 			if o.Query.Limit < 1 || o.Query.Limit > historyMaxLimit {
 				return usageErrorf("--limit: must be between 1 and %d, got %d", historyMaxLimit, o.Query.Limit)
@@ -278,4 +279,16 @@ func occurrenceCells(p *output.Printer, s *jobstore.OccurrenceSummary) (last, sk
 		at = output.Cell{Text: nominalCell(p, l.NominalAt)}
 	}
 	return
+}
+
+// validateOccurrenceJob checks the ID of jobs occurrences and jobs why: a
+// job id; a duty's ID@CLUSTER is its job's id with --scope CLUSTER.
+func validateOccurrenceJob(id string) error {
+	if job, cluster, duty := strings.Cut(id, "@"); duty {
+		return usageErrorf("job id %q: occurrences are keyed by the job's id; give %s --scope %s", id, job, cluster)
+	}
+	if err := jobs.ValidateID(id); err != nil {
+		return usageErrorf("job id: %v", err)
+	}
+	return nil
 }

@@ -50,8 +50,8 @@ Exit 4 when the job is unknown, and when it has no occurrence recorded yet
 		Args: exactArgs("id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.ID = args[0]
-			if err := jobs.ValidateID(o.ID); err != nil {
-				return usageErrorf("job id: %v", err)
+			if err := validateOccurrenceJob(o.ID); err != nil {
+				return err
 			}
 			o.At = time.Time{}
 			if cmd.Flags().Changed("at") {

@@ -188,6 +188,9 @@ ORDER BY CASE WHEN $3::timestamptz BETWEEN nominal_at AND coalesce(last_nominal_
 		if kerr := KnownOccurrences(ctx, q, job); kerr != nil {
 			return OccurrenceView{}, kerr
 		}
+		if scope != "" {
+			return OccurrenceView{}, fmt.Errorf("job %q: %w for scope key %q (jobs occurrences %s lists the scope keys it has)", job, ErrNoOccurrence, scope, job)
+		}
 		return OccurrenceView{}, fmt.Errorf("job %q: %w yet (its runs before the upgrade to occurrences carry no due time; the first due time after it is recorded)", job, ErrNoOccurrence)
 	case err != nil:
 		return OccurrenceView{}, fmt.Errorf("read occurrence of job %q: %w", job, err)
