@@ -53,13 +53,14 @@ Jobs are declared in the config file:
 		newJobsPauseCmd(a, true, nil), newJobsPauseCmd(a, false, nil), newJobsSetCmd(a, nil), newJobsTriggerCmd(a, nil))
 	cmd.AddCommand(newJobsForgetCmd(a, nil))
 	cmd.AddCommand(newJobsOutputCmd(a, nil))
-	cmd.AddCommand(newJobsOverdueCmd(a, nil))
+	cmd.AddCommand(newJobsOccurrencesCmd(a, nil), newJobsWhyCmd(a, nil), newJobsOverdueCmd(a, nil))
 	return cmd
 }
 
 var jobColumns = []output.Column{
 	{Header: "ID"}, {Header: "SCOPE"}, {Header: "SCHEDULE"}, {Header: "HEALTH"}, {Header: "LAST RUN"}, {Header: "OUTCOME"},
 	{Header: "WHERE"}, {Header: "NEXT FIRE"}, {Header: "RUNS"}, {Header: "FAILURES"},
+	{Header: "LAST DUE"}, {Header: "SKIP 24H"}, {Header: "MISS 24H"}, {Header: "LAST DUE AT", Wide: true},
 	{Header: "TIMEOUTS", Wide: true}, {Header: "LOCK LOST", Wide: true}, {Header: "OVERRUNS", Wide: true}, {Header: "SKIPPED", Wide: true},
 	{Header: "ERROR", Wide: true},
 }
@@ -97,10 +98,12 @@ func jobRow(p *output.Printer, v jobstore.View) []output.Cell {
 	if len(errText) > 80 {
 		errText = errText[:77] + "..."
 	}
+	lastDue, skips, misses, lastDueAt := occurrenceCells(p, v.Occurrences)
 	return []output.Cell{
 		{Text: v.ID}, {Text: string(v.Scope)}, {Text: v.Schedule}, {Text: string(v.Health), Tone: healthTone(v.Health)},
 		{Text: p.TimePtr(v.LastStartedAt)}, {Text: string(v.LastOutcome), Tone: outcomeTone(v.LastOutcome)}, {Text: v.LastReplica},
 		{Text: p.TimePtr(v.NextFireAt)}, {Text: strconv.FormatInt(v.Runs, 10)}, {Text: strconv.FormatInt(v.Failures, 10)},
+		lastDue, skips, misses, lastDueAt,
 		{Text: strconv.FormatInt(v.Timeouts, 10)}, {Text: strconv.FormatInt(v.LockLost, 10)}, {Text: strconv.FormatInt(v.Overruns, 10)},
 		{Text: strconv.FormatInt(v.SkippedElsewhere, 10)}, {Text: strings.ReplaceAll(errText, "\n", " ")},
 	}
@@ -129,7 +132,11 @@ func jobViews(ctx context.Context, d deps, id string) ([]jobstore.View, []jobsto
 	if id != "" && len(rows) == 0 {
 		return nil, nil, now, fmt.Errorf("job %q: %w (no replica has reported it)", id, jobstore.ErrUnknownJob)
 	}
-	return jobstore.Merge(rows, now), rows, now, nil
+	views := jobstore.Merge(rows, now)
+	if err := jobstore.AddOccurrenceSummaries(ctx, pool, views); err != nil {
+		return nil, nil, now, err
+	}
+	return views, rows, now, nil
 }
 
 // jobsStatusOptions are the argument and dependencies of jobs list and jobs

@@ -1,14 +1,23 @@
 package host
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
+	"time"
 
 	"github.com/studioctl/studioctl/internal/jobstore"
 )
 
+// occurrencesReadTimeout bounds the database read of /v1/jobs: the
+// occurrence summaries (the rest is the replica's own memory).
+const occurrencesReadTimeout = 2 * time.Second
+
 // serveJobs is /v1/jobs: this replica's job status as JSON, in the shape of
-// `studioctl jobs status -o json`.
+// `studioctl jobs status -o json`. last_occurrence, skipped_24h and
+// missed_24h are the job's across the installation, read from the
+// database; when it cannot be read they are null and 0, and the rest is
+// still served.
 func (h *Host) serveJobs(w http.ResponseWriter, r *http.Request) {
 	snap := h.runner.Snapshot()
 	rows := make([]jobstore.ReplicaStatus, 0, len(snap))
@@ -16,6 +25,15 @@ func (h *Host) serveJobs(w http.ResponseWriter, r *http.Request) {
 		rows = append(rows, jobstore.ReplicaStatus{Status: st, Live: true})
 	}
 	views := jobstore.Merge(rows, h.o.clock().Now())
+	if h.pool != nil {
+		ctx, cancel := context.WithTimeout(r.Context(), occurrencesReadTimeout)
+		if err := jobstore.AddOccurrenceSummaries(ctx, h.pool, views); err != nil {
+			for i := range views {
+				views[i].Occurrences = nil
+			}
+		}
+		cancel()
+	}
 	out := make([]jobstore.ViewJSON, 0, len(views))
 	for _, v := range views {
 		out = append(out, v.JSON())

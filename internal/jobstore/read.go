@@ -90,6 +90,9 @@ type View struct {
 	InvalidSchedule  string
 	Paused           bool
 	Replicas         int // live replicas reporting it
+	// Occurrences is the newest occurrence and the skips and misses of the
+	// last 24 h (AddOccurrenceSummaries); nil when not read.
+	Occurrences *OccurrenceSummary
 }
 
 // Merge builds one View per job from status rows. Rows of replicas that are
@@ -229,6 +232,21 @@ type ViewJSON struct {
 	SkippedElsewhere int64      `json:"skipped_elsewhere" yaml:"skipped_elsewhere"`
 	InvalidSchedule  *string    `json:"invalid_schedule" yaml:"invalid_schedule"`
 	Paused           bool       `json:"paused" yaml:"paused"`
+	// LastOccurrence is the newest occurrence (null when none is
+	// recorded); Skipped24h and Missed24h count the skips and misses of
+	// the last 24 h (docs/occurrences.md).
+	LastOccurrence *LastOccurrenceJSON `json:"last_occurrence" yaml:"last_occurrence"`
+	Skipped24h     int64               `json:"skipped_24h" yaml:"skipped_24h"`
+	Missed24h      int64               `json:"missed_24h" yaml:"missed_24h"`
+}
+
+// LastOccurrenceJSON is the stable shape of a job's newest occurrence.
+type LastOccurrenceJSON struct {
+	Outcome string  `json:"outcome" yaml:"outcome"`
+	Reason  *string `json:"reason" yaml:"reason"`
+	// NominalAt is written as the occurrence key writes it
+	// (jobs.FormatNominal: milliseconds).
+	NominalAt string `json:"nominal_at" yaml:"nominal_at"`
 }
 
 func optString(s string) *string {
@@ -248,13 +266,20 @@ func utcPtr(t *time.Time) *time.Time {
 
 // JSON renders v in its stable shape.
 func (v View) JSON() ViewJSON {
-	return ViewJSON{
+	j := ViewJSON{
 		ID: v.ID, Scope: string(v.Scope), Schedule: v.Schedule, Health: string(v.Health),
 		LastOutcome: optString(string(v.LastOutcome)), LastStartedAt: utcPtr(v.LastStartedAt), LastFinishedAt: utcPtr(v.LastFinishedAt),
 		LastReplica: optString(v.LastReplica), NextFireAt: utcPtr(v.NextFireAt),
 		Runs: v.Runs, Failures: v.Failures, Timeouts: v.Timeouts, LockLost: v.LockLost, Overruns: v.Overruns,
 		SkippedElsewhere: v.SkippedElsewhere, InvalidSchedule: optString(v.InvalidSchedule), Paused: v.Paused,
 	}
+	if o := v.Occurrences; o != nil {
+		j.Skipped24h, j.Missed24h = o.Skipped24h, o.Missed24h
+		if o.Last != nil {
+			j.LastOccurrence = &LastOccurrenceJSON{Outcome: o.Last.Outcome, Reason: optString(o.Last.Reason), NominalAt: jobs.FormatNominal(o.Last.NominalAt)}
+		}
+	}
+	return j
 }
 
 // ErrUnknownRun: no run with that seq, or none of that job (a not-found

@@ -61,13 +61,13 @@ func ago(t, now time.Time) string {
 func tone(s any) string {
 	w := fmt.Sprint(s)
 	switch w {
-	case "ready", "ok", "succeeded", "live", "held":
+	case "ready", "ok", "succeeded", "live", "held", "ran":
 		return "good"
 	case "running", "starting", "draining", "moving":
 		return "info"
-	case "stalled", "paused", "expired", "stale", "unknown", "interrupted":
+	case "stalled", "paused", "expired", "stale", "unknown", "interrupted", "skipped":
 		return "warn"
-	case "failing", "failed", "timed_out", "lock_lost", "invalid-schedule", "crashed", "gone":
+	case "failing", "failed", "timed_out", "lock_lost", "invalid-schedule", "crashed", "gone", "missed":
 		return "bad"
 	default:
 		return "dim"

@@ -106,6 +106,11 @@ func (h *Handler) load(ctx context.Context) (*view, error) {
 		}
 	}
 	views, v.JobsHidden = capped(views, MaxRows)
+	// The last occurrence and the skips and misses of 24 h of the jobs
+	// shown (one statement; docs/occurrences.md).
+	if err := jobstore.AddOccurrenceSummaries(ctx, tx, views); err != nil {
+		return nil, err
+	}
 	for _, jv := range views {
 		v.Jobs = append(v.Jobs, jobRow{View: jv})
 	}

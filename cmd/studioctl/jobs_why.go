@@ -1,0 +1,324 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/studioctl/studioctl/internal/jobs"
+	"github.com/studioctl/studioctl/internal/jobstore"
+	"github.com/studioctl/studioctl/internal/output"
+)
+
+// jobsWhyOptions are the flags, argument and dependencies of jobs why.
+type jobsWhyOptions struct {
+	deps
+	ID    string
+	Scope string
+	// At is the time asked about; zero: the last occurrence that fell due.
+	At time.Time
+}
+
+func newJobsWhyCmd(a *app, runF func(context.Context, *jobsWhyOptions) error) *cobra.Command {
+	o := &jobsWhyOptions{deps: a.deps()}
+	var at string
+	cmd := &cobra.Command{
+		Use:   "why ID [--at TIME] [--scope KEY]",
+		Short: "Say whether a due time of a job ran and, if not, why",
+		Long: `Explain one occurrence of a job (docs/occurrences.md): the one nearest to
+--at (RFC 3339; a time inside a stretch of missed due times is that
+stretch), or by default the last one that fell due. In one or two
+sentences it says who ran it, how it ended and how late it started; or who
+held the lock and whether that is a known replica; or who paused the job
+and when; or, for due times missed, which replicas hosted the job and
+their last heartbeats, and which replica died or lost the lock. The last
+line is the command to act, as doctor's hints are.
+
+--scope keeps one scope key (an instance job's replica, a duty's
+cluster). -o json prints an object with the keys of jobs occurrences -o
+json plus summary (the sentences) and hint (the command).
+
+Exit 4 when the job is unknown, and when it has no occurrence recorded yet
+(runs from before the upgrade to occurrences carry no due time).`,
+		Example: `  studioctl jobs why nightly-report
+  studioctl jobs why nightly-report --at 2026-11-30T02:00:00Z
+  studioctl jobs why cache-warm --scope web-2 -o json`,
+		Args: exactArgs("id"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.ID = args[0]
+			if err := validateOccurrenceJob(o.ID); err != nil {
+				return err
+			}
+			o.At = time.Time{}
+			if cmd.Flags().Changed("at") {
+				t, err := time.Parse(time.RFC3339Nano, at)
+				if err != nil {
+					return usageErrorf("--at: %q is not an RFC 3339 time (for example 2026-11-30T02:00:00Z)", at)
+				}
+				o.At = t.UTC()
+			}
+			if runF != nil {
+				return runF(cmd.Context(), o)
+			}
+			return jobsWhyRun(cmd.Context(), o)
+		},
+	}
+	cmd.Flags().StringVar(&at, "at", "", "the time to explain (RFC 3339); default the last due time")
+	cmd.Flags().StringVar(&o.Scope, "scope", "", "keep one scope key (a replica id, a cluster)")
+	return withFormats(cmd, output.Table, output.JSON, output.YAML)
+}
+
+// whyJSON is jobs why -o json: the occurrence, and what jobs why says.
+type whyJSON struct {
+	occurrenceJSON `yaml:",inline"`
+	Summary        string `json:"summary" yaml:"summary"`
+	Hint           string `json:"hint" yaml:"hint"`
+}
+
+// jobsWhyRun explains one occurrence.
+func jobsWhyRun(ctx context.Context, o *jobsWhyOptions) error {
+	pool, err := o.DB(ctx)
+	if err != nil {
+		return err
+	}
+	occ, ev, err := jobstore.OccurrenceWhy(ctx, pool, o.ID, o.Scope, o.At)
+	if err != nil {
+		return err
+	}
+	summary, hint := explainOccurrence(occ, ev)
+	p := o.Printer()
+	if p.Structured() {
+		return p.Print(whyJSON{occurrenceJSON: toOccurrenceJSON(occ), Summary: summary, Hint: hint}, nil, nil)
+	}
+	if p.Terminal() {
+		summary, hint = output.Safe(summary), output.Safe(hint)
+	}
+	_, err = fmt.Fprintf(o.IO.Out, "%s\nhint: %s\n", summary, hint)
+	return err
+}
+
+// whenText writes a time in a sentence: RFC 3339, UTC, seconds (the
+// nominal times keep their milliseconds, see nominalText).
+func whenText(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+
+// nominalText is a nominal time as the occurrence key writes it.
+func nominalText(t time.Time) string { return jobs.FormatNominal(t) }
+
+// explainOccurrence tells an occurrence in one or two sentences, with the
+// command to act on it.
+func explainOccurrence(o jobstore.OccurrenceView, ev jobstore.OccurrenceEvidence) (summary, hint string) {
+	name := "Job " + o.JobID
+	if o.ScopeKey != "" {
+		name += " (scope " + o.ScopeKey + ")"
+	}
+	due := name + ", due " + nominalText(o.NominalAt)
+	switch {
+	case o.Outcome == jobs.OccurrenceRan:
+		return explainRan(o, ev, due)
+	case o.Outcome == jobs.OccurrenceMissed && o.Reason == jobs.ReasonDown:
+		return explainDown(o, ev, name)
+	case o.Outcome == jobs.OccurrenceMissed:
+		return explainLost(o, ev, due)
+	}
+	on := ""
+	if o.ReplicaID != "" {
+		on = " (seen by " + o.ReplicaID + ")"
+	}
+	switch o.Reason {
+	case jobs.ReasonPaused:
+		who := "it was paused"
+		if o.PausedBy != nil && *o.PausedBy != "" {
+			who += " by " + *o.PausedBy
+		}
+		if p := ev.Pause; p != nil {
+			if o.PausedBy == nil || *o.PausedBy == "" || *o.PausedBy == p.Actor {
+				who = "it was paused by " + p.Actor
+			}
+			who += " at " + whenText(p.At)
+			if p.Reason != "" {
+				who += " (reason: " + strconv.Quote(p.Reason) + ")"
+			}
+		}
+		if ev.StillPaused {
+			return fmt.Sprintf("%s, was skipped%s: %s. It is still paused.", due, on, who),
+				"studioctl jobs resume " + o.JobID
+		}
+		return fmt.Sprintf("%s, was skipped%s: %s. It has been resumed since.", due, on, who),
+			"studioctl jobs occurrences " + o.JobID
+	case jobs.ReasonHeldElsewhere:
+		holder, known := "another holder", "not a known replica (a Java ShedLock node, or another installation sharing the lock table)"
+		if o.Holder != nil {
+			holder = *o.Holder
+		}
+		if o.HolderKnown != nil && *o.HolderKnown {
+			known = "a known replica"
+			if r, ok := ev.Replica(holder); ok {
+				known += " that " + replicaNow(r)
+			}
+		}
+		return fmt.Sprintf("%s, was skipped%s: its lock was held by %s, %s.", due, on, holder, known),
+			"studioctl locks show " + o.JobID
+	case jobs.ReasonOverrun:
+		return fmt.Sprintf("%s, was skipped%s: the previous run was still going when it fell due.", due, on),
+			"studioctl jobs history " + o.JobID
+	case jobs.ReasonInvalidSchedule:
+		return fmt.Sprintf("%s, was skipped%s: its schedule override does not parse.", due, on),
+			"studioctl jobs set " + o.JobID + " --clear"
+	case jobs.ReasonDeadline:
+		return fmt.Sprintf("%s, was skipped%s: it could not start before its start deadline.", due, on),
+			"studioctl jobs history " + o.JobID
+	}
+	return fmt.Sprintf("%s, was %s (%s)%s.", due, o.Outcome, o.Reason, on), "studioctl jobs occurrences " + o.JobID
+}
+
+// lateText is ", started N late" for a sentence.
+func lateText(o jobstore.OccurrenceView) string {
+	if o.LatenessSeconds == nil {
+		return ""
+	}
+	return ", started " + latenessText(*o.LatenessSeconds) + " late"
+}
+
+func explainRan(o jobstore.OccurrenceView, ev jobstore.OccurrenceEvidence, due string) (string, string) {
+	seq := int64(0)
+	if o.Seq != nil {
+		seq = *o.Seq
+	}
+	how := "ran"
+	if o.Triggered {
+		how = "was triggered (jobs trigger) and ran"
+	}
+	s := fmt.Sprintf("%s, %s on %s as run %d%s", due, how, o.ReplicaID, seq, lateText(o))
+	out := jobs.Outcome(o.RunOutcome)
+	switch {
+	case out == jobs.OutcomeRunning:
+		return s + "; it is still running.", fmt.Sprintf("studioctl jobs status %s", o.JobID)
+	case out == jobs.OutcomeSucceeded:
+		return s + ", and succeeded" + tookText(o) + ".", fmt.Sprintf("studioctl jobs output %s %d", o.JobID, seq)
+	}
+	s += ", and ended " + string(out) + tookText(o)
+	if ev.Run != nil && ev.Run.Error != "" {
+		s += ": " + oneLine(ev.Run.Error)
+	}
+	return s + ".", fmt.Sprintf("studioctl jobs output %s %d", o.JobID, seq)
+}
+
+func tookText(o jobstore.OccurrenceView) string {
+	if o.StartedAt == nil || o.FinishedAt == nil {
+		return ""
+	}
+	return " after " + output.Duration(o.FinishedAt.Sub(*o.StartedAt))
+}
+
+func oneLine(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > 120 {
+		s = string(r[:117]) + "..."
+	}
+	return s
+}
+
+func explainLost(o jobstore.OccurrenceView, ev jobstore.OccurrenceEvidence, due string) (string, string) {
+	seq := int64(0)
+	if o.Seq != nil {
+		seq = *o.Seq
+	}
+	s := fmt.Sprintf("%s, was missed: run %d started on %s%s", due, seq, o.ReplicaID, lateParen(o))
+	r, known := ev.Replica(o.ReplicaID)
+	where := o.ReplicaID + " is no longer registered"
+	if known {
+		where = o.ReplicaID + " " + replicaNow(r)
+	}
+	switch jobs.Outcome(o.RunOutcome) {
+	case jobs.OutcomeLockLost:
+		s += " and lost its lock before it ended"
+		if ev.Run != nil && ev.Run.Error != "" {
+			s += ": " + oneLine(ev.Run.Error)
+		}
+		return s + ".", fmt.Sprintf("studioctl jobs output %s %d", o.JobID, seq)
+	case jobs.OutcomeInterrupted:
+		s += " and was interrupted before it ended: its replica stopped or died; " + where
+	default: // still marked running, its replica not live
+		s += " and is still marked running, but its replica died before the run ended: " + where
+	}
+	return s + ".", "studioctl replicas list"
+}
+
+// lateParen is " (N late)" for a sentence.
+func lateParen(o jobstore.OccurrenceView) string {
+	if o.LatenessSeconds == nil {
+		return ""
+	}
+	return " (" + latenessText(*o.LatenessSeconds) + " late)"
+}
+
+// replicaNow says where a replica's row stands now.
+func replicaNow(r jobstore.ReplicaTrace) string {
+	switch {
+	case r.Live:
+		return "is live (last heartbeat " + whenText(r.HeartbeatAt) + ")"
+	case r.State == "stopped" && r.StoppedAt != nil:
+		return "stopped at " + whenText(*r.StoppedAt)
+	}
+	return "is gone (last heartbeat " + whenText(r.HeartbeatAt) + ")"
+}
+
+// maxReplicasTold bounds the replicas a missed/down sentence names.
+const maxReplicasTold = 4
+
+func explainDown(o jobstore.OccurrenceView, ev jobstore.OccurrenceEvidence, name string) (string, string) {
+	first, last := o.NominalAt, o.Last()
+	var s string
+	if o.Count > 1 {
+		s = fmt.Sprintf("%s missed %d due times from %s to %s: no live replica hosted it then.", name, o.Count, nominalText(first), nominalText(last))
+	} else {
+		s = fmt.Sprintf("%s, due %s, was missed: no live replica hosted it then.", name, nominalText(first))
+	}
+	var told []string
+	for _, r := range ev.Replicas {
+		if !r.Hosts && len(ev.Replicas) > maxReplicasTold {
+			continue
+		}
+		told = append(told, r.ID+" "+replicaAround(r, first))
+	}
+	if more := len(told) - maxReplicasTold; more > 0 {
+		told = append(told[:maxReplicasTold], fmt.Sprintf("%d more", more))
+	}
+	if len(told) == 0 {
+		s += " No replica is registered."
+	} else {
+		s += " Replicas: " + strings.Join(told, "; ") + "."
+	}
+	return s, "studioctl replicas list"
+}
+
+// replicaAround says what a replica's row shows around the time t a job
+// fell due: its stop or last heartbeat before t, and its start after it.
+func replicaAround(r jobstore.ReplicaTrace, t time.Time) string {
+	var parts []string
+	switch {
+	case r.StartedAt.After(t):
+		if r.LastCrashAt != nil && !r.LastCrashAt.After(r.StartedAt) {
+			parts = append(parts, "was down (its previous process crashed, last heartbeat "+whenText(*r.LastCrashAt)+")")
+		}
+		parts = append(parts, "started at "+whenText(r.StartedAt))
+	case r.StoppedAt != nil && !r.StoppedAt.After(t):
+		parts = append(parts, "stopped at "+whenText(*r.StoppedAt))
+	case r.LiveAt(t):
+		parts = append(parts, "was live (started "+whenText(r.StartedAt)+")")
+	default:
+		parts = append(parts, "had its last heartbeat at "+whenText(r.HeartbeatAt))
+	}
+	if r.Live && !r.StartedAt.After(t) {
+		parts = append(parts, "live now")
+	}
+	s := strings.Join(parts, " and ")
+	if !r.Hosts {
+		s += " (does not host the job)"
+	}
+	return s
+}
