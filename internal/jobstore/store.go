@@ -298,6 +298,8 @@ func (s *Store) Flush(ctx context.Context) error {
 	s.runs, s.status = map[int64]jobs.Run{}, map[string]jobs.Status{}
 	if len(occ) > 0 {
 		s.occ = map[occurrenceKey]jobs.OccurrenceRecord{}
+	} else {
+		occ = nil // the empty map stays the store's (no allocation per flush)
 	}
 	s.mu.Unlock()
 	if len(runs) == 0 && len(status) == 0 && len(occ) == 0 {

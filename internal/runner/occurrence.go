@@ -216,8 +216,9 @@ func (r *Runner) recordPaused(js *jobState, nominal time.Time, by string) {
 }
 
 // skipInvalid records a tick of js whose schedule override is malformed,
-// once a minute, on minute boundaries so that every replica records the
-// same due times; it returns the next fire.
+// as the minute nearest to it (asked again every minute, so every replica
+// records about the same minutes, and the table keeps one row each); it
+// returns the next fire.
 func (r *Runner) skipInvalid(js *jobState) time.Time {
 	now := r.now()
 	n := jobs.Nominal(now.Add(jobs.InvalidScheduleRetry / 2).Truncate(jobs.InvalidScheduleRetry))
@@ -225,11 +226,7 @@ func (r *Runner) skipInvalid(js *jobState) time.Time {
 		js.accounted = n
 		r.recordOccurrence(js, jobs.OccurrenceRecord{NominalAt: n, Outcome: jobs.OccurrenceSkipped, Reason: jobs.ReasonInvalidSchedule})
 	}
-	next := n.Add(jobs.InvalidScheduleRetry)
-	for !next.After(now) {
-		next = next.Add(jobs.InvalidScheduleRetry)
-	}
-	return next
+	return now.Add(jobs.InvalidScheduleRetry)
 }
 
 // recordOverrun records the due times of js that came while its run of
