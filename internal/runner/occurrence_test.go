@@ -1,0 +1,328 @@
+package runner_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/studioctl/studioctl/internal/jobs"
+	"github.com/studioctl/studioctl/internal/jobstore"
+	"github.com/studioctl/studioctl/internal/runner"
+	"github.com/studioctl/studioctl/internal/tasks"
+)
+
+// occRow is a studio_occurrence row as a test reads it.
+type occRow struct {
+	Job, Scope, Outcome, Reason, Replica string
+	Nominal                              time.Time
+	Last                                 *time.Time
+	Count                                int
+	Holder, PausedBy                     *string
+	HolderKnown                          *bool
+}
+
+// occurrences flushes the store and reads job's skips and misses, oldest
+// first.
+func (e *env) occurrences(job string) []occRow {
+	e.t.Helper()
+	e.flush()
+	rows, err := e.pool.Query(e.t.Context(), `SELECT job_id, scope_key, outcome, reason, replica_id, nominal_at, last_nominal_at, count, holder, paused_by, holder_known
+FROM studio_occurrence WHERE job_id = $1 ORDER BY nominal_at`, job)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []occRow
+	for rows.Next() {
+		var o occRow
+		if err := rows.Scan(&o.Job, &o.Scope, &o.Outcome, &o.Reason, &o.Replica, &o.Nominal, &o.Last, &o.Count, &o.Holder, &o.PausedBy, &o.HolderKnown); err != nil {
+			e.t.Fatal(err)
+		}
+		o.Nominal = o.Nominal.UTC()
+		out = append(out, o)
+	}
+	if err := rows.Err(); err != nil {
+		e.t.Fatal(err)
+	}
+	return out
+}
+
+// runNominal is a studio_job_run row's occurrence columns.
+type runNominal struct {
+	nominal   time.Time
+	scope     string
+	triggered bool
+}
+
+// runNominals flushes the store and reads job's runs' occurrence columns,
+// oldest first.
+func (e *env) runNominals(job string) []runNominal {
+	e.t.Helper()
+	e.flush()
+	rows, err := e.pool.Query(e.t.Context(), `SELECT nominal_at, scope_key, triggered FROM studio_job_run WHERE job_id = $1 ORDER BY seq`, job)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []runNominal
+	for rows.Next() {
+		var r runNominal
+		if err := rows.Scan(&r.nominal, &r.scope, &r.triggered); err != nil {
+			e.t.Fatal(err)
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// occTask records the Env of each run and ends it at once.
+type occTask struct {
+	mu   sync.Mutex
+	envs []tasks.Env
+}
+
+func (*occTask) Kind() string { return "fake" }
+func (f *occTask) Run(_ context.Context, env tasks.Env) tasks.Result {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.envs = append(f.envs, env)
+	return tasks.Result{}
+}
+
+func (f *occTask) got() []tasks.Env {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]tasks.Env(nil), f.envs...)
+}
+
+// sharedDBEnv is a PostgreSQL env (store, settings, locks) whose job
+// "shared" (every 10s) follows a shared schedule in memory on the fake
+// clock that last ended at lastEnd.
+func sharedDBEnv(t *testing.T, missed jobs.Missed, lastEnd time.Time, task tasks.Task) (*env, *fakeSchedules, runner.Options) {
+	e := newEnv(t)
+	sch := &fakeSchedules{clk: e.clk, ends: map[string]time.Time{}}
+	if !lastEnd.IsZero() {
+		sch.ends["shared"] = lastEnd
+	}
+	j := jobs.Job{ID: "shared", Scope: jobs.ScopeInstallation, Schedule: every(t, 10*time.Second), Task: task, Missed: missed}
+	o := e.options(j)
+	o.Schedules = sch
+	return e, sch, o
+}
+
+func TestARunCarriesItsNominalTimeAndOccurrenceKey(t *testing.T) {
+	t.Parallel()
+	ft := &occTask{}
+	e, _, o := sharedDBEnv(t, "", t0.Add(-3*time.Second), ft)
+	e.start(o)
+	e.waitIdle("shared", t0.Add(7*time.Second))
+	e.clk.Advance(7 * time.Second)
+	eventually(t, "the run", func() bool { return len(ft.got()) == 1 })
+	env := ft.got()[0]
+	due := t0.Add(7 * time.Second) // the last end + every, whenever the timer fired
+	if !env.ScheduledAt.Equal(due) || env.OccurrenceKey != "shared//"+jobs.FormatNominal(due) || env.Triggered {
+		t.Fatalf("the task got %v, %q, triggered %v; want %v and its key", env.ScheduledAt, env.OccurrenceKey, env.Triggered, due)
+	}
+	e.waitIdle("shared", t0.Add(17*time.Second))
+	if runs := e.runNominals("shared"); len(runs) != 1 || !runs[0].nominal.Equal(due) || runs[0].scope != "" || runs[0].triggered {
+		t.Fatalf("runs %+v; want one of nominal time %v", runs, due)
+	}
+	var key string
+	if err := e.pool.QueryRow(t.Context(), `SELECT job_id || '/' || scope_key || '/' || to_char(nominal_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')
+FROM studio_occurrences WHERE job_id = 'shared' AND outcome = 'ran'`).Scan(&key); err != nil || key != env.OccurrenceKey {
+		t.Fatalf("the ran occurrence's key %q (%v); want the task's %q", key, err, env.OccurrenceKey)
+	}
+	mfs, err := e.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	observed := uint64(0)
+	for _, mf := range mfs {
+		if mf.GetName() == "studio_job_start_lateness_seconds" {
+			for _, m := range mf.GetMetric() {
+				observed += m.GetHistogram().GetSampleCount()
+			}
+		}
+	}
+	if observed != 1 {
+		t.Errorf("%d lateness observations; want 1", observed)
+	}
+}
+
+func TestATriggeredRunHasTheTriggersTime(t *testing.T) {
+	t.Parallel()
+	ft := &occTask{}
+	e, _, o := sharedDBEnv(t, "", t0.Add(-3*time.Second), ft)
+	r := e.start(o)
+	e.waitIdle("shared", t0.Add(7*time.Second))
+	e.clk.Advance(2 * time.Second)
+	if !r.Trigger("shared") {
+		t.Fatal("trigger ignored")
+	}
+	eventually(t, "the triggered run", func() bool { return len(ft.got()) == 1 })
+	if env := ft.got()[0]; !env.Triggered || !env.ScheduledAt.Equal(t0.Add(2*time.Second)) {
+		t.Fatalf("the task got %v, triggered %v; want the trigger's time %v", env.ScheduledAt, env.Triggered, t0.Add(2*time.Second))
+	}
+	e.waitIdle("shared", t0.Add(12*time.Second))
+	if runs := e.runNominals("shared"); len(runs) != 1 || !runs[0].triggered || !runs[0].nominal.Equal(t0.Add(2*time.Second)) {
+		t.Fatalf("runs %+v; want one triggered run", runs)
+	}
+}
+
+func TestAPausedSharedJobRecordsOneSkipPerDueTimeNamingWhoPausedIt(t *testing.T) {
+	t.Parallel()
+	ft := &occTask{}
+	e, _, o := sharedDBEnv(t, "", t0.Add(-3*time.Second), ft)
+	r := e.start(o)
+	e.waitIdle("shared", t0.Add(7*time.Second))
+	e.flush()
+	yes := true
+	if _, err := jobstore.ApplyChange(t.Context(), e.pool, "shared", jobstore.Change{Pause: &yes, Actor: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	r.SettingsChanged("shared")
+	eventually(t, "the pause to apply", func() bool { return status(t, r, "shared").Paused })
+	// The due times stay on the shared grid (last end + k × every), however
+	// late a fire is.
+	for k := 1; k <= 3; k++ {
+		e.waitIdle("shared", t0.Add(time.Duration(10*k-3)*time.Second))
+		e.clk.Advance(10*time.Second + 40*time.Millisecond)
+	}
+	e.waitIdle("shared", t0.Add(37*time.Second))
+	got := e.occurrences("shared")
+	if len(got) != 3 {
+		t.Fatalf("%d occurrences %+v; want 3", len(got), got)
+	}
+	for i, o := range got {
+		want := t0.Add(time.Duration(10*i+7) * time.Second)
+		if o.Outcome != "skipped" || o.Reason != "paused" || !o.Nominal.Equal(want) || o.PausedBy == nil || *o.PausedBy != "alice" || o.Scope != "" {
+			t.Errorf("occurrence %d: %+v; want skipped/paused at %v by alice", i, o, want)
+		}
+	}
+	if len(ft.got()) != 0 {
+		t.Errorf("%d runs while paused", len(ft.got()))
+	}
+}
+
+func TestALockHeldByAnUnknownHolderIsASkipNamingIt(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ft := e.task()
+	// A Java node holds the lock: no studio_replica row names it.
+	if _, err := e.otherHolder("java-node-3").TryLock(t.Context(), "shared", time.Hour, 0); err != nil {
+		t.Fatal(err)
+	}
+	e.start(e.options(e.job("shared", jobs.ScopeInstallation, 2*time.Second, ft)))
+	e.waitIdle("shared", t0.Add(2*time.Second))
+	e.clk.Advance(2 * time.Second)
+	e.waitIdle("shared", t0.Add(4*time.Second))
+	got := e.occurrences("shared")
+	if len(got) != 2 {
+		t.Fatalf("%d occurrences %+v; want 2", len(got), got)
+	}
+	for _, o := range got {
+		if o.Outcome != "skipped" || o.Reason != "held-elsewhere" || o.Holder == nil || *o.Holder != "java-node-3" ||
+			o.HolderKnown == nil || *o.HolderKnown || o.Replica != replicaID {
+			t.Errorf("occurrence %+v; want skipped/held-elsewhere by java-node-3, not a known replica", o)
+		}
+	}
+}
+
+func TestALockHeldByALiveReplicaIsNotASkip(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ft := e.task()
+	e.exec(`INSERT INTO studio_replica (id, incarnation, host, pid, version, state) VALUES ('replica-b', gen_random_uuid(), 'h', 1, 'dev', 'ready')`)
+	e.exec(`INSERT INTO studio_replica (id, incarnation, host, pid, version, state, heartbeat_at) VALUES ('replica-dead', gen_random_uuid(), 'h', 1, 'dev', 'ready', now() - interval '1 hour')`)
+	if _, err := e.otherHolder("replica-b").TryLock(t.Context(), "live", time.Hour, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.otherHolder("replica-dead").TryLock(t.Context(), "dead", time.Hour, 0); err != nil {
+		t.Fatal(err)
+	}
+	e.start(e.options(e.job("live", jobs.ScopeInstallation, 2*time.Second, ft), e.job("dead", jobs.ScopeInstallation, 2*time.Second, ft)))
+	e.waitIdle("live", t0.Add(2*time.Second))
+	e.waitIdle("dead", t0.Add(2*time.Second))
+	if got := e.occurrences("live"); len(got) != 0 {
+		t.Errorf("occurrences %+v; want none: the live replica runs the occurrence", got)
+	}
+	got := e.occurrences("dead")
+	if len(got) != 1 || got[0].Holder == nil || *got[0].Holder != "replica-dead" || got[0].HolderKnown == nil || !*got[0].HolderKnown {
+		t.Errorf("occurrences %+v; want one held-elsewhere by the dead replica, a known one", got)
+	}
+}
+
+func TestAStartAfterEveryReplicaWasDownRecordsOneMissedStretch(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		missed           jobs.Missed
+		count            int
+		last, runNominal time.Duration // from t0
+	}{
+		// 12 due times passed (t0-115s ... t0-5s): the run at start is the
+		// last one's occurrence; the row covers the 11 before it.
+		{jobs.MissedRunOnce, 11, -15 * time.Second, -5 * time.Second},
+		// missed: skip: all 12, and the next run is the next due time's.
+		{jobs.MissedSkip, 12, -5 * time.Second, 5 * time.Second},
+	} {
+		t.Run(string(c.missed), func(t *testing.T) {
+			t.Parallel()
+			ft := &occTask{}
+			e, _, o := sharedDBEnv(t, c.missed, t0.Add(-125*time.Second), ft)
+			e.start(o)
+			if c.missed == jobs.MissedSkip {
+				e.waitIdle("shared", t0.Add(5*time.Second))
+				e.clk.Advance(5 * time.Second)
+			}
+			eventually(t, "the run", func() bool { return len(ft.got()) == 1 })
+			if got, want := ft.got()[0].ScheduledAt, t0.Add(c.runNominal); !got.Equal(want) {
+				t.Errorf("the run's nominal time %v; want %v", got, want)
+			}
+			got := e.occurrences("shared")
+			if len(got) != 1 {
+				t.Fatalf("occurrences %+v; want one stretch", got)
+			}
+			s := got[0]
+			if s.Outcome != "missed" || s.Reason != "down" || s.Count != c.count || !s.Nominal.Equal(t0.Add(-115*time.Second)) ||
+				s.Last == nil || !s.Last.Equal(t0.Add(c.last)) {
+				t.Errorf("stretch %+v (last %v); want missed/down of %d from %v to %v", s, s.Last, c.count, t0.Add(-115*time.Second), t0.Add(c.last))
+			}
+		})
+	}
+}
+
+func TestAStartWhileAnotherLiveReplicaHostsTheJobRecordsNoStretch(t *testing.T) {
+	t.Parallel()
+	ft := &occTask{}
+	e, _, o := sharedDBEnv(t, "", t0.Add(-125*time.Second), ft)
+	e.exec(`INSERT INTO studio_replica (id, incarnation, host, pid, version, state) VALUES ('replica-b', gen_random_uuid(), 'h', 1, 'dev', 'ready')`)
+	e.exec(`INSERT INTO studio_job_status (replica_id, job_id, scope) VALUES ('replica-b', 'shared', 'installation')`)
+	e.start(o)
+	eventually(t, "the run", func() bool { return len(ft.got()) == 1 })
+	if got := e.occurrences("shared"); len(got) != 0 {
+		t.Errorf("occurrences %+v; want none", got)
+	}
+}
+
+func TestACronRunThatOutlastsItsNextTimesRecordsAnOverrun(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ft := e.task()
+	cron, err := jobs.ParseCron("* * * * *")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.start(e.options(jobs.Job{ID: "minutely", Scope: jobs.ScopeInstance, Schedule: cron, Task: ft}))
+	e.waitIdle("minutely", t0.Add(time.Minute))
+	e.clk.Advance(time.Minute)
+	ft.waitStarts(t, 1)
+	e.clk.Advance(150 * time.Second) // 09:03:30: 09:02 and 09:03 came while it ran
+	ft.finish(t, tasks.Result{})
+	e.waitIdle("minutely", t0.Add(4*time.Minute))
+	got := e.occurrences("minutely")
+	if len(got) != 1 || got[0].Reason != "overrun" || got[0].Count != 2 || !got[0].Nominal.Equal(t0.Add(2*time.Minute)) ||
+		got[0].Last == nil || !got[0].Last.Equal(t0.Add(3*time.Minute)) || got[0].Scope != replicaID {
+		t.Fatalf("occurrences %+v; want one skipped/overrun of 2 from 09:02 to 09:03 for this replica", got)
+	}
+}
