@@ -54,9 +54,9 @@ type Store struct {
 	occ    map[occurrenceKey]jobs.OccurrenceRecord // skips and misses (occurrence_write.go)
 	// insertOccSQL is insertOccurrencesSQL for the lock table in use.
 	insertOccSQL string
-	kick   chan struct{}
-	seqs   []int64
-	seqMu  sync.Mutex
+	kick         chan struct{}
+	seqs         []int64
+	seqMu        sync.Mutex
 	// prefetching is closed when the prefetch of the next block under way
 	// ends (nil: none); runCtx is the writer's context, nil before Start.
 	prefetching chan struct{}

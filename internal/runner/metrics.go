@@ -78,7 +78,7 @@ func newMetrics(reg prometheus.Registerer, perJob bool) (*metrics, error) {
 	}
 	m.runs.perJob, m.runs.failing = perJob, m.failing
 	m.lateness = durationVec{vec: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "studio_job_start_lateness_seconds",
-		Help: "Job run start minus its nominal time (the due time it is the occurrence of).",
+		Help:    "Job run start minus its nominal time (the due time it is the occurrence of).",
 		Buckets: prometheus.ExponentialBuckets(0.001, 4, 10)}, []string{"job_id"})}
 	m.duration.perJob, m.lateness.perJob = perJob, perJob
 	if !perJob {

@@ -814,7 +814,7 @@ func (r *Runner) finishAt(js *jobState, next, now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	js.running = false
-	r.dutyFinished(js)                 // per-cluster duties (clusters.go)
+	r.dutyFinished(js) // per-cluster duties (clusters.go)
 	switch {
 	case !r.stopping && !js.dutyOver(): // per-cluster duties (clusters.go): an ended lease stays off the timer
 		r.push(js, next)
