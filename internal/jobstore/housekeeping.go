@@ -116,7 +116,7 @@ type Pass struct {
 	// statements.
 	OccurrencesPruned int64
 	OccurrenceStmts   int
-	CutoffsTook          time.Duration // of RunsTook, reading the cutoffs
+	CutoffsTook       time.Duration // of RunsTook, reading the cutoffs
 }
 
 // Housekeeping returns the built-in studio-housekeeping job (installation

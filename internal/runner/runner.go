@@ -373,7 +373,7 @@ func (r *Runner) Start(ctx context.Context) error {
 			// missed while no replica was up: once now, or skipped.
 			due = jobs.DueAfter(js.sched, ends[id], now, js.job.Missed)
 			if recorded != nil && !hostedElsewhere[id] {
-				r.missedAtStart(js, ends[id], now, recorded[id])
+				js.startNominal = r.missedAtStart(js, ends[id], now, recorded[id])
 			}
 		case r.o.Schedules != nil && js.job.Scope == jobs.ScopeInstance && js.status.LastFinishedAt != nil:
 			// An instance job follows this replica id's last run of it.
