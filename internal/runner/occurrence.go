@@ -230,15 +230,23 @@ func (r *Runner) skipInvalid(js *jobState) time.Time {
 }
 
 // recordOverrun records the due times of js that came while its run of
-// nominal time nominal lasted until ended, as one skipped/overrun row with
+// nominal time nominal, started at started, lasted until ended, as one skipped/overrun row with
 // their count: a cron job's cron times, an instance job's or a duty's
 // interval steps. A shared fixed-delay job has none (its next due time
 // counts from the end).
-func (r *Runner) recordOverrun(js *jobState, sched jobs.Schedule, nominal, ended time.Time) {
+//
+// Only due times after the run's start count: a run that started late (the
+// run at start after a missed stretch, or one that waited for a slot)
+// did not overrun the due times before its start.
+func (r *Runner) recordOverrun(js *jobState, sched jobs.Schedule, nominal, started, ended time.Time) {
 	if js.shared && !sched.IsCron() {
 		return
 	}
-	n, first, last, _ := gridSpan(sched, nominal, sched.Next(nominal), ended)
+	from := sched.Next(nominal)
+	if !from.After(started) {
+		from = started.Add(time.Nanosecond)
+	}
+	n, first, last, _ := gridSpan(sched, nominal, from, ended)
 	if n == 0 {
 		return
 	}

@@ -326,3 +326,25 @@ func TestACronRunThatOutlastsItsNextTimesRecordsAnOverrun(t *testing.T) {
 		t.Fatalf("occurrences %+v; want one skipped/overrun of 2 from 09:02 to 09:03 for this replica", got)
 	}
 }
+
+func TestAnInstanceJobRecordsTheStretchItsReplicaWasDown(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ft := &occTask{}
+	// This replica id last ran it 95 s before its start: 9 due times passed.
+	e.exec(`INSERT INTO studio_job_status (replica_id, job_id, scope, last_finished_at, runs) VALUES ($1, 'inst', 'instance', $2, 1)`,
+		replicaID, t0.Add(-95*time.Second))
+	o := e.options(jobs.Job{ID: "inst", Scope: jobs.ScopeInstance, Schedule: every(t, 10*time.Second), Task: ft})
+	o.Schedules = &fakeSchedules{clk: e.clk, ends: map[string]time.Time{}}
+	e.start(o)
+	eventually(t, "the run at start", func() bool { return len(ft.got()) == 1 })
+	env := ft.got()[0]
+	if want := t0.Add(-5 * time.Second); !env.ScheduledAt.Equal(want) || env.OccurrenceKey != "inst/"+replicaID+"/"+jobs.FormatNominal(want) {
+		t.Errorf("the run at start got %v, %q; want the last due time that passed, %v, scoped to this replica", env.ScheduledAt, env.OccurrenceKey, want)
+	}
+	got := e.occurrences("inst")
+	if len(got) != 1 || got[0].Reason != "down" || got[0].Count != 8 || got[0].Scope != replicaID ||
+		!got[0].Nominal.Equal(t0.Add(-85*time.Second)) || got[0].Last == nil || !got[0].Last.Equal(t0.Add(-15*time.Second)) {
+		t.Fatalf("occurrences %+v; want one missed/down of 8 from t0-85s to t0-15s for this replica", got)
+	}
+}

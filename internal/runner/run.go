@@ -246,7 +246,7 @@ func (r *Runner) run(js *jobState, sched jobs.Schedule, fire time.Time, occ occu
 		r.metrics.overruns.WithLabelValues(id).Inc()
 	}
 	if !occ.triggered && !occ.nominal.IsZero() {
-		r.recordOverrun(js, sched, occ.nominal, ended)
+		r.recordOverrun(js, sched, occ.nominal, started, ended)
 	}
 	switch outcome {
 	case jobs.OutcomeTimedOut:
