@@ -142,10 +142,14 @@ func (o occurrence) onGrid() bool { return !o.end.IsZero() && !o.dbNow.IsZero() 
 //     once after a resume), the database's now;
 //   - any other: its own due time (fire), or the one set at start.
 //
-// It marks the nominal time accounted for. Called by the tick goroutine
+// It marks the nominal time accounted for. Nominal times are kept exact
+// here (the grid's arithmetic compares them) and truncated to the
+// millisecond (jobs.Nominal) only where they are written: a truncated due
+// time is before the exact one, and the next due time after it was the
+// same one again. Called by the tick goroutine
 // (one tick of js at a time).
 func (r *Runner) nominalFor(js *jobState, sched jobs.Schedule, fire time.Time, o *occurrence) {
-	defer func() { o.nominal = jobs.Nominal(o.nominal); js.accounted = o.nominal }()
+	defer func() { js.accounted = o.nominal }()
 	switch {
 	case o.triggered:
 		o.nominal = fire
@@ -190,7 +194,7 @@ func (r *Runner) skipPaused(js *jobState, sched jobs.Schedule, fire time.Time, p
 		cancel()
 		if err == nil && !end.IsZero() {
 			g := gridLast(sched, end, dbNow.Add(nominalSlack(sched, dbNow)))
-			if !g.IsZero() && jobs.Nominal(g).After(js.accounted) {
+			if !g.IsZero() && g.After(js.accounted) {
 				r.recordPaused(js, g, pausedBy)
 			}
 			after := dbNow
@@ -200,8 +204,8 @@ func (r *Runner) skipPaused(js *jobState, sched jobs.Schedule, fire time.Time, p
 			return now.Add(gridNext(sched, end, after).Sub(dbNow))
 		}
 	}
-	if n := jobs.Nominal(fire); n.After(js.accounted) {
-		r.recordPaused(js, n, pausedBy)
+	if fire.After(js.accounted) {
+		r.recordPaused(js, fire, pausedBy)
 	}
 	next := sched.Next(fire)
 	if next.Before(now) {
@@ -211,7 +215,7 @@ func (r *Runner) skipPaused(js *jobState, sched jobs.Schedule, fire time.Time, p
 }
 
 func (r *Runner) recordPaused(js *jobState, nominal time.Time, by string) {
-	js.accounted = jobs.Nominal(nominal)
+	js.accounted = nominal
 	r.recordOccurrence(js, jobs.OccurrenceRecord{NominalAt: nominal, Outcome: jobs.OccurrenceSkipped, Reason: jobs.ReasonPaused, PausedBy: by})
 }
 
@@ -270,8 +274,13 @@ func (r *Runner) missedAtStart(js *jobState, anchor, now, recorded time.Time) ti
 		return time.Time{}
 	}
 	from := js.sched.Next(anchor)
-	if !recorded.IsZero() && !recorded.Before(from) {
-		from = gridNext(js.sched, anchor, recorded)
+	if !recorded.IsZero() {
+		// The database holds it truncated to the millisecond: the due time
+		// it stands for is within the millisecond after it.
+		recorded = recorded.Add(time.Millisecond - time.Nanosecond)
+		if !recorded.Before(from) {
+			from = gridNext(js.sched, anchor, recorded)
+		}
 	}
 	n, first, last, beforeLast := gridSpan(js.sched, anchor, from, now)
 	if n == 0 {
@@ -287,7 +296,7 @@ func (r *Runner) missedAtStart(js *jobState, anchor, now, recorded time.Time) ti
 		if n > 1 {
 			rec.LastNominalAt = last
 		}
-		js.accounted = jobs.Nominal(last)
+		js.accounted = last
 		r.recordOccurrence(js, rec)
 		r.log.Info("runner: due times passed while no replica hosted the job; recorded as missed", "job_id", js.job.ID,
 			"count", n, "first_nominal_at", jobs.FormatNominal(first), "missed", string(js.job.Missed))

@@ -8,6 +8,7 @@ import (
 
 	"github.com/studioctl/studioctl/internal/jobs"
 	"github.com/studioctl/studioctl/internal/jobstore"
+	"github.com/studioctl/studioctl/internal/locks"
 	"github.com/studioctl/studioctl/internal/runner"
 	"github.com/studioctl/studioctl/internal/tasks"
 )
@@ -346,5 +347,36 @@ func TestAnInstanceJobRecordsTheStretchItsReplicaWasDown(t *testing.T) {
 	if len(got) != 1 || got[0].Reason != "down" || got[0].Count != 8 || got[0].Scope != replicaID ||
 		!got[0].Nominal.Equal(t0.Add(-85*time.Second)) || got[0].Last == nil || !got[0].Last.Equal(t0.Add(-15*time.Second)) {
 		t.Fatalf("occurrences %+v; want one missed/down of 8 from t0-85s to t0-15s for this replica", got)
+	}
+}
+
+// heldLocks is a Locker whose lock is always held elsewhere; it counts the
+// attempts.
+type heldLocks struct{ countingLocks }
+
+func (h *heldLocks) TryLock(ctx context.Context, name string, a, b time.Duration) (runner.Lock, error) {
+	h.countingLocks.TryLock(ctx, name, a, b)
+	return nil, locks.ErrHeldElsewhere
+}
+
+// A regression: the due time after a held-elsewhere skip was computed from
+// the skip's nominal time truncated to the millisecond, which is before
+// the exact due time, so the next due time was the same one again and the
+// replica tried the lock in a loop.
+func TestAFireThatFindsTheLockHeldWaitsForTheNextDueTime(t *testing.T) {
+	t.Parallel()
+	e := newMemEnv(t)
+	end := t0.Add(-3*time.Second + 123456*time.Nanosecond) // database times have microseconds
+	sch := &fakeSchedules{clk: e.clk, ends: map[string]time.Time{"shared": end}}
+	ft := e.task()
+	o := e.options(e.job("shared", jobs.ScopeInstallation, 10*time.Second, ft))
+	lk := &heldLocks{}
+	o.Locks, o.Schedules = lk, sch
+	e.start(o)
+	e.waitIdle("shared", end.Add(10*time.Second))
+	e.clk.Advance(end.Add(10 * time.Second).Sub(e.clk.Now()))
+	e.waitIdle("shared", end.Add(20*time.Second))
+	if n := lk.n(); n != 1 {
+		t.Fatalf("%d lock attempts for one due time; want 1", n)
 	}
 }

@@ -44,7 +44,9 @@ func (r *Runner) run(js *jobState, sched jobs.Schedule, fire time.Time, occ occu
 			if js.shared && occ.onGrid() {
 				// The fallback stays on the installation's due times, so
 				// that every replica's next skip, if any, has the same key.
-				next = occ.readNow.Add(gridNext(sched, occ.end, occ.nominal).Sub(occ.dbNow))
+				if n := occ.readNow.Add(gridNext(sched, occ.end, occ.nominal).Sub(occ.dbNow)); n.After(now) {
+					next = n
+				}
 			}
 			r.finish(js, next)
 			return
@@ -75,7 +77,7 @@ func (r *Runner) run(js *jobState, sched jobs.Schedule, fire time.Time, occ occu
 	started := r.now()
 	scope := r.scopeKey(js)
 	run := jobs.Run{Seq: seq, JobID: id, ReplicaID: r.o.ReplicaID, Cluster: js.cluster(), StartedAt: started, Outcome: jobs.OutcomeRunning,
-		NominalAt: occ.nominal, ScopeKey: scope, Triggered: occ.triggered}
+		NominalAt: jobs.Nominal(occ.nominal), ScopeKey: scope, Triggered: occ.triggered}
 	r.o.Store.PutRun(run)
 	timeout := js.job.TimeoutFor(sched)
 	r.mu.Lock()
