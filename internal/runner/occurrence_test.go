@@ -380,3 +380,38 @@ func TestAFireThatFindsTheLockHeldWaitsForTheNextDueTime(t *testing.T) {
 		t.Fatalf("%d lock attempts for one due time; want 1", n)
 	}
 }
+
+// While a fixed-delay job runs, its next fire is the latest time its next
+// run is expected to start: the run's start, its timeout and the delay
+// (jobs overdue counts from it with every replica down).
+func TestARunningJobsNextFireIsItsStartPlusTimeoutPlusTheDelay(t *testing.T) {
+	t.Parallel()
+	e := newMemEnv(t)
+	ft := e.task()
+	r := e.start(e.options(e.job("long", jobs.ScopeInstance, 10*time.Second, ft)))
+	ft.waitStarts(t, 1)
+	want := t0.Add(jobs.TimeoutFloor + 10*time.Second) // the default timeout: max(5 min, 3 × 10 s)
+	eventually(t, "the running status", func() bool {
+		st := status(t, r, "long")
+		return st.Running && st.NextFireAt != nil && st.NextFireAt.Equal(want)
+	})
+	ft.finish(t, tasks.Result{})
+	e.waitIdle("long", t0.Add(10*time.Second))
+}
+
+// A duty's run is its cluster's occurrence: scope key the cluster, nominal
+// time its due time.
+func TestADutysRunIsItsClustersOccurrence(t *testing.T) {
+	t.Parallel()
+	e := newMemEnv(t)
+	ft := e.task()
+	ft.auto = true
+	r := e.start(e.options(perClusterJob(e, "duty", 10*time.Second, ft)))
+	r.AddCluster("eu-1", context.Background())
+	ft.waitEnds(t, 1)
+	e.waitIdle(runner.DutyKey("duty", "eu-1"), t0.Add(10*time.Second))
+	runs := e.mem.history("duty")
+	if len(runs) != 1 || runs[0].ScopeKey != "eu-1" || runs[0].Cluster != "eu-1" || !runs[0].NominalAt.Equal(t0) || runs[0].Triggered {
+		t.Fatalf("runs %+v; want one of eu-1 with nominal time %v", runs, t0)
+	}
+}
