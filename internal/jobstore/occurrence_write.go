@@ -146,3 +146,45 @@ func (s *Store) OccurrenceStart(ctx context.Context, jobIDs []string) (map[strin
 	}
 	return hosted, last, nil
 }
+
+// dutyStartSQL: for each job id, the end of its last run for cluster $2 on
+// any replica (read newest first through the job's start-time index; a run
+// with no end, whose replica died or has not flushed its end yet, counts
+// from its start: its own occurrence is that run's), and the latest
+// nominal time recorded for it under that cluster.
+const dutyStartSQL = `
+SELECT j.id,
+  (SELECT coalesce(r.finished_at, r.started_at) FROM studio_job_run r WHERE r.job_id = j.id AND r.cluster = $2
+   ORDER BY r.started_at DESC LIMIT 1),
+  (SELECT max(coalesce(o.last_nominal_at, o.nominal_at)) FROM studio_occurrence o WHERE o.job_id = j.id AND o.scope_key = $2)
+FROM unnest($1::text[]) AS j(id)`
+
+// DutyStart returns, for each of jobIDs, the end of its last run for
+// cluster on any replica and the latest nominal time recorded for it
+// under that cluster (absent: none). The runner reads it when it acquires
+// a cluster (runner.DutyOccurrenceRecorder).
+func (s *Store) DutyStart(ctx context.Context, jobIDs []string, cluster string) (map[string]time.Time, map[string]time.Time, error) {
+	rows, err := s.q.Query(ctx, dutyStartSQL, jobIDs, cluster)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read the duties' last runs: %w", err)
+	}
+	defer rows.Close()
+	ends, last := map[string]time.Time{}, map[string]time.Time{}
+	for rows.Next() {
+		var id string
+		var end, at *time.Time
+		if err := rows.Scan(&id, &end, &at); err != nil {
+			return nil, nil, fmt.Errorf("read the duties' last runs: %w", err)
+		}
+		if end != nil {
+			ends[id] = *end
+		}
+		if at != nil {
+			last[id] = *at
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, fmt.Errorf("read the duties' last runs: %w", err)
+	}
+	return ends, last, nil
+}

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/studioctl/studioctl/internal/jobs"
@@ -302,4 +303,70 @@ func (r *Runner) missedAtStart(js *jobState, anchor, now, recorded time.Time) ti
 			"count", n, "first_nominal_at", jobs.FormatNominal(first), "missed", string(js.job.Missed))
 	}
 	return runAt
+}
+
+// DutyOccurrenceRecorder is what a Recorder may also do (jobstore.Store
+// does) for per-cluster duties: read, when a cluster is acquired, the end
+// of each job's last run for that cluster on any replica, and the latest
+// nominal time recorded for it under that cluster.
+type DutyOccurrenceRecorder interface {
+	DutyStart(ctx context.Context, jobIDs []string, cluster string) (lastEnd, lastRecorded map[string]time.Time, err error)
+}
+
+// missedDutiesLocked records, in a goroutine counted in runWG (AddCluster
+// must not block), the due times of cluster's duties that passed between
+// the end of their last run anywhere (the previous owner's) and now, the
+// acquisition, as one missed/down row each: no replica hosted them then.
+// The first run here is at once, at a nominal time of its own. r.mu held.
+func (r *Runner) missedDutiesLocked(cluster string, now time.Time) {
+	dr, ok := r.o.Store.(DutyOccurrenceRecorder)
+	if !ok || r.stopping || r.runsCtx == nil || len(r.clusters.templates) == 0 {
+		return
+	}
+	if _, ok := r.o.Store.(OccurrenceRecorder); !ok {
+		return
+	}
+	templates := slices.Clone(r.clusters.templates)
+	ids := make([]string, len(templates))
+	for i, j := range templates {
+		ids[i] = j.ID
+	}
+	ctx := r.runsCtx
+	r.runWG.Add(1)
+	go func() {
+		defer r.runWG.Done()
+		qctx, cancel := context.WithTimeout(ctx, settingsTimeout)
+		ends, recorded, err := dr.DutyStart(qctx, ids, cluster)
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil {
+				r.log.Warn("runner: could not read the duties' last runs; no missed stretch is recorded for this acquisition", "cluster", cluster, "error", err)
+			}
+			return
+		}
+		for _, j := range templates {
+			end := ends[j.ID]
+			if end.IsZero() {
+				continue
+			}
+			from := j.Schedule.Next(end)
+			if rec := recorded[j.ID]; !rec.IsZero() {
+				if rec = rec.Add(time.Millisecond - time.Nanosecond); !rec.Before(from) {
+					from = gridNext(j.Schedule, end, rec)
+				}
+			}
+			n, first, last, _ := gridSpan(j.Schedule, end, from, now.Add(-time.Nanosecond))
+			if n == 0 {
+				continue
+			}
+			rec := jobs.OccurrenceRecord{JobID: j.ID, ScopeKey: cluster, NominalAt: first, Outcome: jobs.OccurrenceMissed, Reason: jobs.ReasonDown, Count: n,
+				ReplicaID: r.o.ReplicaID}
+			if n > 1 {
+				rec.LastNominalAt = last
+			}
+			r.o.Store.(OccurrenceRecorder).PutOccurrence(rec)
+			r.log.Info("runner: due times of a duty passed while no replica owned its cluster; recorded as missed", "job_id", j.ID,
+				"cluster", cluster, "count", n, "first_nominal_at", jobs.FormatNominal(first))
+		}
+	}()
 }

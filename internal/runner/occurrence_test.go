@@ -415,3 +415,25 @@ func TestADutysRunIsItsClustersOccurrence(t *testing.T) {
 		t.Fatalf("runs %+v; want one of eu-1 with nominal time %v", runs, t0)
 	}
 }
+
+// A duty's due times that passed between its previous owner's last run and
+// this replica's acquisition of the cluster are one missed/down row, under
+// the cluster's scope key.
+func TestADutysDueTimesWithNoOwnerAreOneMissedStretch(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ft := e.task()
+	ft.auto = true
+	// Another replica last ran it for eu-1 35 s before the acquisition.
+	e.exec(`INSERT INTO studio_job_run (seq, job_id, replica_id, cluster, started_at, finished_at, outcome) VALUES (100000, 'duty', 'replica-b', 'eu-1', $1, $2, 'succeeded')`,
+		t0.Add(-36*time.Second), t0.Add(-35*time.Second))
+	r := e.start(e.options(perClusterJob(e, "duty", 10*time.Second, ft)))
+	r.AddCluster("eu-1", context.Background())
+	ft.waitEnds(t, 1)
+	var got []occRow
+	eventually(t, "the stretch", func() bool { got = e.occurrences("duty"); return len(got) > 0 })
+	if len(got) != 1 || got[0].Reason != "down" || got[0].Scope != "eu-1" || got[0].Count != 3 ||
+		!got[0].Nominal.Equal(t0.Add(-25*time.Second)) || got[0].Last == nil || !got[0].Last.Equal(t0.Add(-5*time.Second)) {
+		t.Fatalf("occurrences %+v; want one missed/down of 3 from t0-25s to t0-5s for eu-1", got)
+	}
+}
