@@ -1,9 +1,14 @@
 package jobstore_test
 
 import (
+	"context"
+	"os"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/studioctl/studioctl/internal/db"
 	"github.com/studioctl/studioctl/internal/jobs"
 	"github.com/studioctl/studioctl/internal/jobstore"
 )
@@ -199,5 +204,72 @@ SELECT 'j', now() + make_interval(secs => g), 'skipped', 'paused' FROM generate_
 	}
 	if n := count(t, pool, `SELECT count(*) FROM studio_occurrence`); n != 4 || p.OccurrencesPruned != 6 {
 		t.Errorf("%d rows left after pruning %d; want the newest 4", n, p.OccurrencesPruned)
+	}
+}
+
+// A replica connected as docs/roles.sql's studio_replica writes runs with
+// their occurrence, skips and misses (held-elsewhere's holder read in the
+// same statement), reads what it needs at start and at a cluster's
+// acquisition, and prunes occurrences.
+func TestTheReplicaRoleRecordsOccurrences(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	owner, url := newPool(t)
+	sql, err := os.ReadFile("../../docs/roles.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := owner.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.Conn().PgConn().Exec(ctx, string(sql)).Close(); err != nil {
+		t.Fatalf("docs/roles.sql: %v", err)
+	}
+	conn.Release()
+	if _, err := owner.Exec(ctx, `INSERT INTO shedlock (name, lock_until, locked_at, locked_by) VALUES ('java', now() + interval '1 hour', now(), 'java-node-3')`); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := db.ParsePoolConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+		_, err := c.Exec(ctx, `SET ROLE studio_replica`)
+		return err
+	}
+	pool, err := db.OpenConfig(ctx, cfg, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	s := jobstore.NewStore(pool, "replica-1", nil)
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	nominal := usec(t, "2026-12-05T02:00:00")
+	seq, err := s.NextSeq(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.PutRun(jobs.Run{Seq: seq, JobID: "nightly", ReplicaID: "replica-1", StartedAt: nominal, Outcome: jobs.OutcomeRunning, NominalAt: nominal})
+	s.PutOccurrence(jobs.OccurrenceRecord{JobID: "java", NominalAt: nominal, Outcome: jobs.OccurrenceSkipped, Reason: jobs.ReasonHeldElsewhere, LockName: "java"})
+	s.PutOccurrence(jobs.OccurrenceRecord{JobID: "nightly", NominalAt: nominal.Add(-time.Hour), Outcome: jobs.OccurrenceMissed, Reason: jobs.ReasonDown, Count: 3,
+		LastNominalAt: nominal.Add(-time.Minute)})
+	mustFlush(t, s)
+	if n := count(t, owner, `SELECT count(*) FROM studio_occurrences`); n != 3 {
+		t.Errorf("%d occurrences; want 3 (a run, a skip, a miss)", n)
+	}
+	if _, _, err := s.OccurrenceStart(ctx, []string{"nightly", "java"}); err != nil {
+		t.Errorf("OccurrenceStart as studio_replica: %v", err)
+	}
+	if _, _, err := s.DutyStart(ctx, []string{"nightly"}, "eu-1"); err != nil {
+		t.Errorf("DutyStart as studio_replica: %v", err)
+	}
+	rt := jobstore.DefaultRetention
+	rt.OccurrencesKept = 1
+	if p, err := rt.Housekeep(ctx, pool, ""); err != nil || p.OccurrencesPruned != 1 {
+		t.Errorf("housekeeping as studio_replica pruned %d occurrences (%v); want 1", p.OccurrencesPruned, err)
 	}
 }
