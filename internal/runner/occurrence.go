@@ -124,9 +124,12 @@ func (r *Runner) scopeKey(js *jobState) string {
 type occurrence struct {
 	nominal   time.Time
 	triggered bool
-	end       time.Time // zero: never ran, or not read
-	dbNow     time.Time
-	readNow   time.Time // r.now() at the read
+	// startNominal: the nominal time of the run at start after a missed
+	// stretch (the first tick's only).
+	startNominal time.Time
+	end          time.Time // zero: never ran, or not read
+	dbNow        time.Time
+	readNow      time.Time // r.now() at the read
 }
 
 // onGrid reports whether the shared schedule was read and the job ran
@@ -155,8 +158,8 @@ func (r *Runner) nominalFor(js *jobState, sched jobs.Schedule, fire time.Time, o
 	case o.triggered:
 		o.nominal = fire
 		return
-	case !js.startNominal.IsZero():
-		o.nominal, js.startNominal = js.startNominal, time.Time{}
+	case !o.startNominal.IsZero():
+		o.nominal = o.startNominal
 		return
 	case js.shared && o.onGrid():
 		if c := sched.Next(o.end); c.After(js.accounted) {

@@ -437,3 +437,30 @@ func TestADutysDueTimesWithNoOwnerAreOneMissedStretch(t *testing.T) {
 		t.Fatalf("occurrences %+v; want one missed/down of 3 from t0-25s to t0-5s for eu-1", got)
 	}
 }
+
+// The nominal time of the run at start after a missed stretch belongs to
+// the first tick: when that tick finds the job paused, a run after the
+// resume has a nominal time of its own, not the stretch's.
+func TestARunAfterAPausedFirstTickDoesNotTakeTheStartsNominalTime(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ft := &occTask{}
+	e.exec(`INSERT INTO studio_job_status (replica_id, job_id, scope, last_finished_at, runs) VALUES ($1, 'inst', 'instance', $2, 1)`,
+		replicaID, t0.Add(-95*time.Second))
+	e.exec(`INSERT INTO studio_job_setting (job_id, paused, updated_by) VALUES ('inst', true, 'alice')`)
+	o := e.options(jobs.Job{ID: "inst", Scope: jobs.ScopeInstance, Schedule: every(t, 10*time.Second), Task: ft})
+	o.Schedules = &fakeSchedules{clk: e.clk, ends: map[string]time.Time{}}
+	r := e.start(o)
+	e.waitIdle("inst", t0.Add(10*time.Second)) // the first tick found it paused
+	no := false
+	if _, err := jobstore.ApplyChange(t.Context(), e.pool, "inst", jobstore.Change{Pause: &no, Actor: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	r.SettingsChanged("inst")
+	eventually(t, "the resume", func() bool { return !status(t, r, "inst").Paused })
+	e.clk.Advance(10 * time.Second)
+	eventually(t, "the run", func() bool { return len(ft.got()) == 1 })
+	if got := ft.got()[0].ScheduledAt; !got.Equal(t0.Add(10 * time.Second)) {
+		t.Errorf("the run after the resume has nominal time %v; want its own due time %v", got, t0.Add(10*time.Second))
+	}
+}

@@ -884,6 +884,10 @@ func (r *Runner) tick(js *jobState, fire time.Time, forced bool) {
 	ctx := newLazyTimeout(r.runsCtx, settingsTimeout) // the settings cache answers from memory nearly always
 	sched, paused, invalid, pausedBy, err := r.settings(ctx, js)
 	ctx.release()
+	// The nominal time set at start is the first tick's only: a first tick
+	// that does not run (paused, moved by the shared schedule) drops it.
+	startNominal := js.startNominal
+	js.startNominal = time.Time{}
 	if err != nil {
 		r.log.Warn("runner: read job setting; using the last known", "job_id", js.job.ID, "error", err)
 	}
@@ -916,7 +920,7 @@ func (r *Runner) tick(js *jobState, fire time.Time, forced bool) {
 	// since this timer was set (its bus signal lost or late) moves the due
 	// time, and this replica does not even try the lock. A read that fails
 	// leaves the decision to the lock, as without a shared schedule.
-	occ := occurrence{triggered: forced}
+	occ := occurrence{triggered: forced, startNominal: startNominal}
 	if js.shared && !forced {
 		ctx, cancel := context.WithTimeout(r.runsCtx, settingsTimeout)
 		end, dbNow, err := r.loadEnd(ctx, js)
