@@ -56,6 +56,15 @@ func (s *Store) PutOccurrence(o jobs.OccurrenceRecord) {
 	s.maybeKick(n)
 }
 
+// DropOccurrence takes back the skip or miss of that key queued by
+// PutOccurrence, if the next flush has not written it yet (the runner
+// learnt that another replica ran that occurrence).
+func (s *Store) DropOccurrence(job, scopeKey string, nominal time.Time) {
+	s.mu.Lock()
+	delete(s.occ, occurrenceKey{job, scopeKey, jobs.Nominal(nominal)})
+	s.mu.Unlock()
+}
+
 // insertOccurrencesSQL writes a batch of skips and misses. A held-elsewhere
 // skip names the lock's holder as the lock table says (locked_by) and
 // whether that holder is a registered replica; it is not written when the

@@ -273,3 +273,30 @@ func TestTheReplicaRoleRecordsOccurrences(t *testing.T) {
 		t.Errorf("housekeeping as studio_replica pruned %d occurrences (%v); want 1", p.OccurrencesPruned, err)
 	}
 }
+
+func TestLoadRunReadsTheLastEndAndItsStart(t *testing.T) {
+	t.Parallel()
+	pool, _ := newPool(t)
+	sch := jobstore.NewSchedules(pool)
+	end, started, now, err := sch.LoadRun(t.Context(), "never")
+	if err != nil || !end.IsZero() || !started.IsZero() || now.IsZero() {
+		t.Fatalf("a job that never ran: %v, %v, %v (%v); want zero times and the database's now", end, started, now, err)
+	}
+	start := usec(t, "2026-12-05T02:00:00.250")
+	recorded, err := sch.RecordEnd(t.Context(), "nightly", "replica-1", 7, start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	end, started, _, err = sch.LoadRun(t.Context(), "nightly")
+	if err != nil || !end.Equal(recorded) || !started.Equal(start) {
+		t.Fatalf("LoadRun = %v, %v (%v); want %v, %v", end, started, err, recorded, start)
+	}
+	// DropOccurrence takes back a queued skip.
+	s := jobstore.NewStore(pool, "replica-1", nil)
+	s.PutOccurrence(jobs.OccurrenceRecord{JobID: "nightly", NominalAt: start, Outcome: jobs.OccurrenceSkipped, Reason: jobs.ReasonHeldElsewhere, LockName: "nightly"})
+	s.DropOccurrence("nightly", "", start.Add(100*time.Microsecond)) // the same millisecond
+	mustFlush(t, s)
+	if flushes, _ := s.Stats(); flushes != 0 {
+		t.Errorf("%d flushes; want none: nothing was left to write", flushes)
+	}
+}

@@ -373,3 +373,53 @@ func (r *Runner) missedDutiesLocked(cluster string, now time.Time) {
 		}
 	}()
 }
+
+// OccurrenceDropper is what a Recorder may also do (jobstore.Store does):
+// take back a skip queued by PutOccurrence that the next flush has not
+// written yet.
+type OccurrenceDropper interface {
+	DropOccurrence(job, scopeKey string, nominal time.Time)
+}
+
+// skipHeld records a tick of js that found the lock held (rec, a
+// held-elsewhere skip). The store writes it only when the lock's holder is
+// not a live replica, at the cost of a statement in its flush. In the
+// usual case another replica holds the lock to run this very due time,
+// and its end, which every replica reads from the shared schedule when it
+// is signalled, says so: when that read comes before the store's flush,
+// the skip is taken back (resolveHeldLocked), and a flush with nothing
+// else to write makes no statement for it.
+func (r *Runner) skipHeld(js *jobState, sched jobs.Schedule, occ occurrence, rec jobs.OccurrenceRecord) {
+	r.recordOccurrence(js, rec)
+	if _, ok := r.o.Store.(OccurrenceDropper); !ok || !js.shared || !occ.onGrid() {
+		return
+	}
+	if _, ok := r.o.Schedules.(RunLoader); !ok {
+		return
+	}
+	// A run of this due time starts before the next one (less a margin
+	// for clocks); a run that starts later is the next occurrence's.
+	next := gridNext(sched, occ.end, occ.nominal)
+	r.mu.Lock()
+	js.heldSkip, js.heldBefore = &rec, next.Add(-nominalSlack(sched, next))
+	r.mu.Unlock()
+}
+
+// resolveHeldLocked settles js's held-elsewhere skip with a read of the
+// shared schedule (the end of the last run anywhere and its start): a run
+// that started before the next due time and ended after the skip's due
+// time is that occurrence's, run by a replica, and the skip is taken back
+// from the store if it is still queued there. r.mu held.
+func (r *Runner) resolveHeldLocked(js *jobState, end, started time.Time) {
+	p := js.heldSkip
+	if p == nil || end.Before(p.NominalAt) {
+		return
+	}
+	js.heldSkip = nil
+	if started.IsZero() || !started.Before(js.heldBefore) {
+		return
+	}
+	if d, ok := r.o.Store.(OccurrenceDropper); ok {
+		d.DropOccurrence(js.job.ID, r.scopeKey(js), p.NominalAt)
+	}
+}

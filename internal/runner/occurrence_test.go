@@ -464,3 +464,62 @@ func TestARunAfterAPausedFirstTickDoesNotTakeTheStartsNominalTime(t *testing.T) 
 		t.Errorf("the run after the resume has nominal time %v; want its own due time %v", got, t0.Add(10*time.Second))
 	}
 }
+
+// runSchedules is fakeSchedules with the start of each job's last run
+// (runner.RunLoader).
+type runSchedules struct {
+	*fakeSchedules
+	starts map[string]time.Time
+}
+
+func (s *runSchedules) LoadRun(_ context.Context, job string) (time.Time, time.Time, time.Time, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ends[job], s.starts[job], s.clk.Now(), nil
+}
+
+func (s *runSchedules) setRun(job string, started, end time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ends[job], s.starts[job] = end, started
+}
+
+// A tick that finds the lock held by a replica running that very due time
+// records no skip: the run's end, read before the store's flush, takes
+// the skip back, so the flush writes nothing for it. A lock that no run
+// explains (a Java node's) is a skip.
+func TestASkipThatAnotherReplicasRunExplainsIsTakenBack(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	store := jobstore.NewStore(e.pool, replicaID, nil) // not started: it flushes when the test says
+	t.Cleanup(store.Stop)
+	end := t0.Add(-3*time.Second + 250*time.Microsecond)
+	sch := &runSchedules{fakeSchedules: &fakeSchedules{clk: e.clk, ends: map[string]time.Time{"shared": end, "java": end}}, starts: map[string]time.Time{}}
+	for name, holder := range map[string]string{"shared": "replica-b", "java": "java-node-3"} {
+		if _, err := e.otherHolder(holder).TryLock(t.Context(), name, time.Hour, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ft := e.task()
+	o := e.options(e.job("shared", jobs.ScopeInstallation, 10*time.Second, ft), e.job("java", jobs.ScopeInstallation, 10*time.Second, ft))
+	o.Store, o.Schedules = store, sch
+	r := e.start(o)
+	due := end.Add(10 * time.Second)
+	e.waitIdle("shared", due)
+	e.clk.Advance(due.Sub(e.clk.Now()))
+	e.waitIdle("shared", due.Add(10*time.Second)) // skipped
+	e.waitIdle("java", due.Add(10*time.Second))
+	// replica-b's run of that due time ends; its signal reaches this replica.
+	sch.setRun("shared", due.Add(100*time.Millisecond), due.Add(2*time.Second))
+	r.ScheduleChanged("shared")
+	e.waitIdle("shared", due.Add(12*time.Second))
+	if err := store.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.occurrences("shared"); len(got) != 0 {
+		t.Errorf("occurrences of shared %+v; want none: replica-b ran that due time", got)
+	}
+	if got := e.occurrences("java"); len(got) != 1 || got[0].Holder == nil || *got[0].Holder != "java-node-3" {
+		t.Errorf("occurrences of java %+v; want one held-elsewhere by java-node-3", got)
+	}
+}

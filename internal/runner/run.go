@@ -38,7 +38,7 @@ func (r *Runner) run(js *jobState, sched jobs.Schedule, fire time.Time, occ occu
 			r.metrics.skipped.WithLabelValues(id).Inc()
 			// Written unless the holder is a live replica (the store reads
 			// the holder): a Java node's tick, or a dead replica's lock.
-			r.recordOccurrence(js, jobs.OccurrenceRecord{NominalAt: occ.nominal, Outcome: jobs.OccurrenceSkipped,
+			r.skipHeld(js, sched, occ, jobs.OccurrenceRecord{NominalAt: occ.nominal, Outcome: jobs.OccurrenceSkipped,
 				Reason: jobs.ReasonHeldElsewhere, LockName: js.job.LockName()})
 			next := sched.Next(now)
 			if js.shared && occ.onGrid() {

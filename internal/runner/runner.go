@@ -185,6 +185,11 @@ type jobState struct {
 	// run at start after a missed stretch (occurrence.go). The tick
 	// goroutine's, and Start's.
 	accounted, startNominal time.Time
+	// heldSkip is the last held-elsewhere skip, which a read of the
+	// shared schedule takes back from the store when a run of its due time
+	// that started before heldBefore ended meanwhile (occurrence.go); r.mu.
+	heldSkip   *jobs.OccurrenceRecord
+	heldBefore time.Time
 	// staleLock is a lock whose unlock failed after its run ended (the
 	// database was read-only or unreachable, as in a failover): the next
 	// tick releases it before it takes the lock again, so the job does not
@@ -712,13 +717,14 @@ func (r *Runner) ScheduleChanged(id string) {
 		defer r.runWG.Done()
 		ctx, cancel := context.WithTimeout(r.runsCtx, settingsTimeout)
 		defer cancel()
-		end, dbNow, err := r.loadEnd(ctx, js)
+		end, started, dbNow, err := r.loadRun(ctx, js)
 		if err != nil {
 			r.log.Warn("runner: read the shared schedule; the next fire asks again", "job_id", id, "error", err)
 			return
 		}
 		r.mu.Lock()
 		defer r.mu.Unlock()
+		r.resolveHeldLocked(js, end, started)
 		if !js.queued || js.running || js.forced || r.stopping || end.IsZero() {
 			return
 		}
@@ -736,11 +742,21 @@ func (r *Runner) ScheduleChanged(id string) {
 // loadEnd reads the end of js's last run anywhere (zero: never ran) and
 // the database's now.
 func (r *Runner) loadEnd(ctx context.Context, js *jobState) (time.Time, time.Time, error) {
+	end, _, dbNow, err := r.loadRun(ctx, js)
+	return end, dbNow, err
+}
+
+// loadRun is loadEnd with the start of the run that ended (zero: unknown,
+// when the Schedules is not a RunLoader).
+func (r *Runner) loadRun(ctx context.Context, js *jobState) (time.Time, time.Time, time.Time, error) {
+	if rl, ok := r.o.Schedules.(RunLoader); ok {
+		return rl.LoadRun(ctx, js.job.ID)
+	}
 	ends, dbNow, err := r.o.Schedules.Load(ctx, []string{js.job.ID})
 	if err != nil {
-		return time.Time{}, time.Time{}, err
+		return time.Time{}, time.Time{}, time.Time{}, err
 	}
-	return ends[js.job.ID], dbNow, nil
+	return ends[js.job.ID], time.Time{}, dbNow, nil
 }
 
 // lastEnd is loadEnd without the database's now; ok is false on an error.
@@ -923,10 +939,13 @@ func (r *Runner) tick(js *jobState, fire time.Time, forced bool) {
 	occ := occurrence{triggered: forced, startNominal: startNominal}
 	if js.shared && !forced {
 		ctx, cancel := context.WithTimeout(r.runsCtx, settingsTimeout)
-		end, dbNow, err := r.loadEnd(ctx, js)
+		end, started, dbNow, err := r.loadRun(ctx, js)
 		cancel()
 		if err == nil {
 			occ.end, occ.dbNow, occ.readNow = end, dbNow, r.now()
+			r.mu.Lock()
+			r.resolveHeldLocked(js, end, started)
+			r.mu.Unlock()
 		}
 		// A job that never ran anywhere has nothing to follow: its timer
 		// (at once, or a cron's time) stands, and the lock decides.
