@@ -132,6 +132,12 @@ FROM occ_exp e LEFT JOIN studio_occurrences o ON o.job_id = 'occ' AND o.seq = e.
 	if checked == 0 {
 		t.Errorf("no run of occ had its occurrence recorded")
 	}
+	// The replica that found the other's lock skipped nothing: the
+	// occurrence ran there.
+	var skips int
+	if err := f.pool.QueryRow(context.Background(), `SELECT count(*) FROM studio_occurrence WHERE job_id = 'occ'`).Scan(&skips); err != nil || skips != 0 {
+		t.Errorf("%d skips or misses of occ (%v); want none", skips, err)
+	}
 
 	// One skipped/paused occurrence per due time, on the shared grid.
 	paused := f.waitOccurrences("occ-paused", "skipped", "paused", 5, 60*time.Second)
