@@ -64,6 +64,13 @@ CREATE TABLE studio_occurrence (
 -- nothing per insert).
 CREATE INDEX studio_occurrence_recorded ON studio_occurrence USING brin (recorded_at);
 
+-- The event stream takes the new kind. The old check is replaced by one
+-- that is not validated: every existing row satisfies it (the list only
+-- grows), and validating would scan the events under the table's lock.
+ALTER TABLE studio_event DROP CONSTRAINT studio_event_event_check,
+    ADD CONSTRAINT studio_event_event_check
+        CHECK (event IN ('run', 'replica', 'lease', 'lock', 'audit', 'occurrence')) NOT VALID;
+
 -- +goose StatementBegin
 CREATE FUNCTION studio_occurrence_event() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER AS $$
@@ -123,6 +130,10 @@ FROM studio_occurrence o;
 DROP VIEW studio_occurrences;
 DROP TABLE studio_occurrence;
 DROP FUNCTION studio_occurrence_event();
+DELETE FROM studio_event WHERE event = 'occurrence';
+ALTER TABLE studio_event DROP CONSTRAINT studio_event_event_check,
+    ADD CONSTRAINT studio_event_event_check
+        CHECK (event IN ('run', 'replica', 'lease', 'lock', 'audit')) NOT VALID;
 ALTER TABLE studio_job_run
     DROP COLUMN nominal_at,
     DROP COLUMN scope_key,

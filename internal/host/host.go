@@ -455,6 +455,9 @@ func (h *Host) newRunner() (err error) {
 		list = append(list, j)
 	}
 	h.store = jobstore.NewStore(h.pool, h.o.ID, h.log)
+	if h.provider != nil {
+		h.store.SetLockTable(h.provider.Table()) // held-elsewhere skips name the lock's holder
+	}
 	h.runner, err = runner.New(runner.Options{
 		ReplicaID: h.o.ID, Jobs: list, Locks: runner.LocksOf(h.provider), Store: h.store, Settings: jobstore.NewSettingsCache(h.pool),
 		Clock: h.o.Clock, Logger: h.log, Metrics: h.metrics, ShutdownWait: h.o.ShutdownWait,

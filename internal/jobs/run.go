@@ -16,6 +16,15 @@ type Run struct {
 	Outcome    Outcome
 	Error      string
 	OutputTail string
+	// NominalAt is the due time this run is the occurrence of, in
+	// database time (Nominal); zero: unknown (NULL, as an older replica
+	// writes). ScopeKey is the occurrence's scope key ("" for an
+	// installation job, the replica id for an instance job, the cluster
+	// for a per-cluster duty). Triggered: a `jobs trigger` run, whose
+	// nominal time is the trigger's.
+	NominalAt time.Time
+	ScopeKey  string
+	Triggered bool
 }
 
 // Setting is an operator override (a studio_job_setting row).

@@ -43,6 +43,13 @@ const (
 	// EventRetention go, and all but the newest EventKeep.
 	EventRetention = 24 * time.Hour
 	EventKeep      = 100_000
+	// OccurrencesKeptFor and OccurrencesKept bound studio_occurrence (the
+	// skips and misses, docs/occurrences.md): kept as long as failed runs
+	// (FailuresKeptFor), and never more than the newest OccurrencesKept,
+	// so a job paused for a week at every: 1s does not keep 600,000 rows
+	// past the bound.
+	OccurrencesKeptFor = FailuresKeptFor
+	OccurrencesKept    = 1_000_000
 )
 
 // How a pass deletes: in statements of its own (each one transaction), so
@@ -73,6 +80,10 @@ type Retention struct {
 	RunsKeptFor        time.Duration
 	EventsKeptFor      time.Duration
 	EventsKept         int64
+	// OccurrencesKeptFor and OccurrencesKept: zero is the default
+	// (OccurrencesKeptFor, OccurrencesKept).
+	OccurrencesKeptFor time.Duration
+	OccurrencesKept    int64
 	JobsPerStatement   int
 	RowsPerStatement   int
 	RowsPerPass        int64
@@ -82,6 +93,7 @@ type Retention struct {
 var DefaultRetention = Retention{
 	RunsKeptPerJob: RunsKeptPerJob, FailuresKeptFor: FailuresKeptFor, FailuresKeptPerJob: FailuresKeptPerJob,
 	RunsKeptFor: RunsKeptFor, EventsKeptFor: EventRetention, EventsKept: EventKeep,
+	OccurrencesKeptFor: OccurrencesKeptFor, OccurrencesKept: OccurrencesKept,
 	JobsPerStatement: PruneJobsPerStatement, RowsPerStatement: PruneRowsPerStatement, RowsPerPass: PruneRowsPerPass,
 }
 
@@ -100,7 +112,11 @@ type Pass struct {
 	EventStmts           int
 	MaxEventsPerStmt     int64
 	RunsTook, EventsTook time.Duration
-	CutoffsTook          time.Duration // of RunsTook, reading the cutoffs
+	// OccurrencesPruned: the skips and misses deleted, in OccurrenceStmts
+	// statements.
+	OccurrencesPruned int64
+	OccurrenceStmts   int
+	CutoffsTook       time.Duration // of RunsTook, reading the cutoffs
 }
 
 // Housekeeping returns the built-in studio-housekeeping job (installation
@@ -269,7 +285,49 @@ SELECT count(*) FROM gone`, ForgetStoppedAfter.Seconds()).Scan(&p.Dropped)
 	if err != nil {
 		return p, fmt.Errorf("prune the event stream: %w", err)
 	}
+	if err := rt.pruneOccurrences(ctx, q, &p); err != nil {
+		return p, fmt.Errorf("prune job occurrences: %w", err)
+	}
 	return p, nil
+}
+
+// occurrenceBoundsSQL: the oldest occurrence id, and the newest one that
+// goes (all but the newest $1, and those before the first one recorded
+// within $2 seconds; ids follow insertion, as the events').
+const occurrenceBoundsSQL = `
+SELECT min(id), greatest(max(id) - $1,
+  coalesce((SELECT id FROM studio_occurrence WHERE recorded_at >= now() - make_interval(secs => $2) ORDER BY id LIMIT 1) - 1, max(id)))
+FROM studio_occurrence`
+
+// pruneOccurrences deletes the skips and misses that go, by ranges of ids,
+// a statement a range of at most RowsPerStatement, within the pass's
+// budget of rows (as pruneEvents).
+func (rt Retention) pruneOccurrences(ctx context.Context, q Querier, p *Pass) error {
+	keptFor, kept := rt.OccurrencesKeptFor, rt.OccurrencesKept
+	if keptFor <= 0 {
+		keptFor = OccurrencesKeptFor
+	}
+	if kept <= 0 {
+		kept = OccurrencesKept
+	}
+	var lo, upper *int64
+	if err := q.QueryRow(ctx, occurrenceBoundsSQL, kept, keptFor.Seconds()).Scan(&lo, &upper); err != nil {
+		return err
+	}
+	if lo == nil || upper == nil {
+		return nil // none
+	}
+	for from := *lo; from <= *upper && p.OccurrencesPruned < rt.RowsPerPass; {
+		to := min(from+int64(rt.RowsPerStatement), *upper+1, from+rt.RowsPerPass-p.OccurrencesPruned)
+		tag, err := q.Exec(ctx, `DELETE FROM studio_occurrence WHERE id >= $1 AND id < $2`, from, to)
+		if err != nil {
+			return err
+		}
+		p.OccurrenceStmts++
+		p.OccurrencesPruned += tag.RowsAffected()
+		from = to
+	}
+	return nil
 }
 
 // pruneRuns goes through the jobs a chunk at a time: the cutoffs of the

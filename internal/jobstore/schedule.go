@@ -47,6 +47,28 @@ func (s *Schedules) Load(ctx context.Context, jobIDs []string) (map[string]time.
 	return out, now, nil
 }
 
+// loadRunSQL reads one job's last end and that run's start with the
+// database's now (one row, also when the job never ran).
+const loadRunSQL = `SELECT now(), s.last_ended_at, s.last_started_at
+FROM (SELECT 1) x LEFT JOIN studio_job_schedule s ON s.job_id = $1`
+
+// LoadRun returns the end of job's last run anywhere and that run's start
+// (zero when it never ran), and the database's now() of the same
+// statement (runner.RunLoader).
+func (s *Schedules) LoadRun(ctx context.Context, job string) (end, started, now time.Time, err error) {
+	var e, st *time.Time
+	if err := s.q.QueryRow(ctx, loadRunSQL, job).Scan(&now, &e, &st); err != nil {
+		return time.Time{}, time.Time{}, time.Time{}, fmt.Errorf("read job schedule: %w", err)
+	}
+	if e != nil {
+		end = *e
+	}
+	if st != nil {
+		started = *st
+	}
+	return end, started, now, nil
+}
+
 // recordEndSQL writes the end and sends the bus signal ($5, the channel;
 // $6, the payloads in order) in one statement, so one implicit
 // transaction: the listeners hear it when the end is committed, as with

@@ -16,6 +16,7 @@ import (
 
 	"github.com/studioctl/studioctl/internal/bus"
 	"github.com/studioctl/studioctl/internal/jobs"
+	"github.com/studioctl/studioctl/internal/locks"
 	"github.com/studioctl/studioctl/internal/startstop"
 )
 
@@ -50,9 +51,12 @@ type Store struct {
 	mu     sync.Mutex
 	runs   map[int64]jobs.Run
 	status map[string]jobs.Status
-	kick   chan struct{}
-	seqs   []int64
-	seqMu  sync.Mutex
+	occ    map[occurrenceKey]jobs.OccurrenceRecord // skips and misses (occurrence_write.go)
+	// insertOccSQL is insertOccurrencesSQL for the lock table in use.
+	insertOccSQL string
+	kick         chan struct{}
+	seqs         []int64
+	seqMu        sync.Mutex
 	// prefetching is closed when the prefetch of the next block under way
 	// ends (nil: none); runCtx is the writer's context, nil before Start.
 	prefetching chan struct{}
@@ -70,6 +74,7 @@ func NewStore(q Querier, replicaID string, log *slog.Logger) *Store {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Store{q: q, replicaID: replicaID, log: log, execMode: execMode(q), runs: map[int64]jobs.Run{}, status: map[string]jobs.Status{},
+		occ: map[occurrenceKey]jobs.OccurrenceRecord{}, insertOccSQL: insertOccurrencesSQL(locks.DefaultTable()),
 		kick: make(chan struct{}, 1)}
 }
 
@@ -285,19 +290,30 @@ func (s *Store) Stats() (flushes, statements int64) {
 }
 
 // Flush writes what is pending in one transaction: one statement for runs,
-// one for status, and one bus notification of the flushed run seqs.
+// one for status, one bus notification of the flushed run seqs, and one
+// for the skips and misses when there are some (occurrence_write.go).
 func (s *Store) Flush(ctx context.Context) error {
 	s.mu.Lock()
-	runs, status := s.runs, s.status
+	runs, status, occ := s.runs, s.status, s.occ
 	s.runs, s.status = map[int64]jobs.Run{}, map[string]jobs.Status{}
+	if len(occ) > 0 {
+		s.occ = map[occurrenceKey]jobs.OccurrenceRecord{}
+	} else {
+		occ = nil // the empty map stays the store's (no allocation per flush)
+	}
 	s.mu.Unlock()
-	if len(runs) == 0 && len(status) == 0 {
+	if len(runs) == 0 && len(status) == 0 && len(occ) == 0 {
 		return nil
 	}
-	err := s.write(ctx, runs, status)
+	err := s.write(ctx, runs, status, occ)
 	if err != nil {
 		// Put them back unless a newer version arrived meanwhile.
 		s.mu.Lock()
+		for k, v := range occ {
+			if _, newer := s.occ[k]; !newer {
+				s.occ[k] = v
+			}
+		}
 		for k, v := range runs {
 			if _, newer := s.runs[k]; !newer {
 				s.runs[k] = v
@@ -314,10 +330,11 @@ func (s *Store) Flush(ctx context.Context) error {
 }
 
 const upsertRunsSQL = `
-INSERT INTO studio_job_run (seq, job_id, replica_id, cluster, started_at, finished_at, outcome, error, output_tail)
-SELECT seq, job_id, replica_id, NULLIF(cluster, ''), started_at, finished_at, outcome, NULLIF(error, ''), NULLIF(output_tail, '')
-FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::timestamptz[], $7::text[], $8::text[], $9::text[])
-  AS t(seq, job_id, replica_id, cluster, started_at, finished_at, outcome, error, output_tail)
+INSERT INTO studio_job_run (seq, job_id, replica_id, cluster, started_at, finished_at, outcome, error, output_tail, nominal_at, scope_key, triggered)
+SELECT seq, job_id, replica_id, NULLIF(cluster, ''), started_at, finished_at, outcome, NULLIF(error, ''), NULLIF(output_tail, ''), nominal_at, scope_key, triggered
+FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::timestamptz[], $7::text[], $8::text[], $9::text[],
+            $10::timestamptz[], $11::text[], $12::boolean[])
+  AS t(seq, job_id, replica_id, cluster, started_at, finished_at, outcome, error, output_tail, nominal_at, scope_key, triggered)
 ON CONFLICT (seq) DO UPDATE SET finished_at = EXCLUDED.finished_at, outcome = EXCLUDED.outcome,
   error = EXCLUDED.error, output_tail = EXCLUDED.output_tail
 WHERE studio_job_run.outcome = 'running'
@@ -422,7 +439,7 @@ func appendJSONString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
-func (s *Store) write(ctx context.Context, runs map[int64]jobs.Run, status map[string]jobs.Status) error {
+func (s *Store) write(ctx context.Context, runs map[int64]jobs.Run, status map[string]jobs.Status, occ map[occurrenceKey]jobs.OccurrenceRecord) error {
 	tx, err := s.q.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("write job history: %w", err)
@@ -435,14 +452,17 @@ func (s *Store) write(ctx context.Context, runs map[int64]jobs.Run, status map[s
 		seq := make(pgArray[pgInt8], 0, n)
 		job, rep, cl, out, errs, tail := make(pgArray[pgText], 0, n), make(pgArray[pgText], 0, n), make(pgArray[pgText], 0, n),
 			make(pgArray[pgText], 0, n), make(pgArray[pgText], 0, n), make(pgArray[pgText], 0, n)
-		started, finished := make(pgArray[pgTime], 0, n), make(pgArray[pgTime], 0, n)
+		started, finished, nominal := make(pgArray[pgTime], 0, n), make(pgArray[pgTime], 0, n), make(pgArray[pgTime], 0, n)
+		scope, triggered := make(pgArray[pgText], 0, n), make(pgArray[pgBool], 0, n)
 		for _, r := range runs {
 			seqs, seq = append(seqs, r.Seq), append(seq, pgInt8(r.Seq))
 			job, rep, cl = append(job, pgText(r.JobID)), append(rep, pgText(r.ReplicaID)), append(cl, pgText(r.Cluster))
 			started, finished = append(started, pgTime{t: r.StartedAt}), append(finished, pgTimeOf(r.FinishedAt))
 			out, errs, tail = append(out, pgText(r.Outcome)), append(errs, pgText(r.Error)), append(tail, pgText(r.OutputTail))
+			nominal = append(nominal, pgTime{t: r.NominalAt, null: r.NominalAt.IsZero()})
+			scope, triggered = append(scope, pgText(r.ScopeKey)), append(triggered, pgBool(r.Triggered))
 		}
-		args := []any{seq, job, rep, cl, started, finished, out, errs, tail}
+		args := []any{seq, job, rep, cl, started, finished, out, errs, tail, nominal, scope, triggered}
 		if s.execMode {
 			args = plainArgs(args)
 		}
@@ -486,6 +506,12 @@ func (s *Store) write(ctx context.Context, runs map[int64]jobs.Run, status map[s
 		}
 		if _, err := tx.Exec(ctx, upsertStatusSQL, args...); err != nil {
 			return fmt.Errorf("write job status: %w", err)
+		}
+		stmts++
+	}
+	if len(occ) > 0 {
+		if err := s.writeOccurrences(ctx, tx, occ); err != nil {
+			return err
 		}
 		stmts++
 	}

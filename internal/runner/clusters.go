@@ -152,6 +152,7 @@ func (r *Runner) AddCluster(cluster string, ctx context.Context) {
 		r.putStatusLocked(js)
 	}
 	r.kick()
+	r.missedDutiesLocked(cluster, r.now()) // occurrence.go
 }
 
 // RemoveCluster ends the duties of cluster: their timers are removed and a

@@ -62,6 +62,16 @@ type Schedules interface {
 	RecordEnd(ctx context.Context, job, replica string, seq int64, started time.Time) (time.Time, error)
 }
 
+// RunLoader is what a Schedules may also do (jobstore.Schedules does):
+// read one job's last end anywhere with the start of that run
+// (last_started_at) and the database's now, in one statement. With it, a
+// tick that found the lock held waits for the next read of the schedule
+// before it records a skip: a run of that due time that ended on another
+// replica meanwhile says the occurrence ran (occurrence.go).
+type RunLoader interface {
+	LoadRun(ctx context.Context, job string) (end, started, dbNow time.Time, err error)
+}
+
 // LocksOf is the Locker of a lock provider; nil for nil.
 func LocksOf(p *locks.Provider) Locker {
 	if p == nil {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -54,6 +55,8 @@ type metrics struct {
 	timeouts counterVec
 	lockLost counterVec
 	skipped  counterVec
+	// lateness is each run's start minus its nominal time (docs/occurrences.md).
+	lateness durationVec
 	// failing is 1 for each job whose last run did not succeed
 	// (jobs.Outcome.Failing), in both modes; a success removes the series.
 	failing *failingSet
@@ -74,9 +77,13 @@ func newMetrics(reg prometheus.Registerer, perJob bool) (*metrics, error) {
 			Help: "1 while the job's last run on this replica did not succeed (absent otherwise), with or without per-job series."}, []string{"job_id"})},
 	}
 	m.runs.perJob, m.runs.failing = perJob, m.failing
-	m.duration.perJob = perJob
+	m.lateness = durationVec{vec: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "studio_job_start_lateness_seconds",
+		Help:    "Job run start minus its nominal time (the due time it is the occurrence of).",
+		Buckets: prometheus.ExponentialBuckets(0.001, 4, 10)}, []string{"job_id"})}
+	m.duration.perJob, m.lateness.perJob = perJob, perJob
 	if !perJob {
 		m.duration.inst = m.duration.vec.WithLabelValues(installationJob)
+		m.lateness.inst = m.lateness.vec.WithLabelValues(installationJob)
 	}
 	mode := prometheus.NewGauge(prometheus.GaugeOpts{Name: "studio_job_metrics_per_job",
 		Help: "1 when the studio_job_* series are per job (label job_id), 0 when they are for the whole replica (job_id=\"\"); metrics.per_job."})
@@ -84,7 +91,7 @@ func newMetrics(reg prometheus.Registerer, perJob bool) (*metrics, error) {
 		mode.Set(1)
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.runs.vec, m.duration.vec, m.overruns.vec, m.timeouts.vec, m.lockLost.vec, m.skipped.vec, m.failing.gauge, mode} {
+		for _, c := range []prometheus.Collector{m.runs.vec, m.duration.vec, m.overruns.vec, m.timeouts.vec, m.lockLost.vec, m.skipped.vec, m.lateness.vec, m.failing.gauge, mode} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
@@ -218,4 +225,14 @@ func (f *failingSet) forgetLocked(key string) {
 		delete(f.jobs, job)
 		f.gauge.DeleteLabelValues(job)
 	}
+}
+
+// observeLateness observes a run's start minus its nominal time (never
+// below zero: a nominal time a few milliseconds after the start is on
+// time). A run without a nominal time is not observed.
+func (m *metrics) observeLateness(job string, d time.Duration) {
+	if d > 1<<62 || d < -(1<<62) {
+		return // no nominal time
+	}
+	m.lateness.WithLabelValues(job).Observe(max(d, 0).Seconds())
 }

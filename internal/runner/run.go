@@ -15,8 +15,9 @@ import (
 	"github.com/studioctl/studioctl/internal/tasks"
 )
 
-// run executes one tick of js under schedule sched that fired at fire.
-func (r *Runner) run(js *jobState, sched jobs.Schedule, fire time.Time) {
+// run executes one tick of js under schedule sched that fired at fire,
+// the occurrence occ (occurrence.go).
+func (r *Runner) run(js *jobState, sched jobs.Schedule, fire time.Time, occ occurrence) {
 	id := js.job.ID
 	var lock Lock
 	var lockEnd *lockDeadline // deadline.go
@@ -35,7 +36,19 @@ func (r *Runner) run(js *jobState, sched jobs.Schedule, fire time.Time) {
 			js.lastEnd = now
 			r.mu.Unlock()
 			r.metrics.skipped.WithLabelValues(id).Inc()
-			r.finish(js, sched.Next(now))
+			// Written unless the holder is a live replica (the store reads
+			// the holder): a Java node's tick, or a dead replica's lock.
+			r.skipHeld(js, sched, occ, jobs.OccurrenceRecord{NominalAt: occ.nominal, Outcome: jobs.OccurrenceSkipped,
+				Reason: jobs.ReasonHeldElsewhere, LockName: js.job.LockName()})
+			next := sched.Next(now)
+			if js.shared && occ.onGrid() {
+				// The fallback stays on the installation's due times, so
+				// that every replica's next skip, if any, has the same key.
+				if n := occ.readNow.Add(gridNext(sched, occ.end, occ.nominal).Sub(occ.dbNow)); n.After(now) {
+					next = n
+				}
+			}
+			r.finish(js, next)
 			return
 		}
 		if err != nil {
@@ -62,12 +75,20 @@ func (r *Runner) run(js *jobState, sched jobs.Schedule, fire time.Time) {
 		return
 	}
 	started := r.now()
-	run := jobs.Run{Seq: seq, JobID: id, ReplicaID: r.o.ReplicaID, Cluster: js.cluster(), StartedAt: started, Outcome: jobs.OutcomeRunning}
+	scope := r.scopeKey(js)
+	run := jobs.Run{Seq: seq, JobID: id, ReplicaID: r.o.ReplicaID, Cluster: js.cluster(), StartedAt: started, Outcome: jobs.OutcomeRunning,
+		NominalAt: jobs.Nominal(occ.nominal), ScopeKey: scope, Triggered: occ.triggered}
 	r.o.Store.PutRun(run)
+	timeout := js.job.TimeoutFor(sched)
 	r.mu.Lock()
 	js.status.LastStartedAt = &started
+	// While it runs, the next run is expected at the latest one interval
+	// after the timeout (jobs overdue counts from it).
+	nextAtLatest := sched.Next(started.Add(timeout))
+	js.status.NextFireAt = &nextAtLatest
 	r.putStatusAtLocked(js, started)
 	r.mu.Unlock()
+	r.metrics.observeLateness(id, started.Sub(occ.nominal))
 
 	// The run's context: cancelled at the timeout, on lock loss, or at shutdown.
 	runCtx, cancelRun := context.WithCancelCause(r.runsCtx)
@@ -75,7 +96,6 @@ func (r *Runner) run(js *jobState, sched jobs.Schedule, fire time.Time) {
 	defer stopWatchingDuty()
 	var wg sync.WaitGroup
 	stopAux := make(chan struct{})
-	timeout := js.job.TimeoutFor(sched)
 	stopTimeout := r.afterFunc(&wg, stopAux, runCtx, timeout, func() { cancelRun(errTimeout) })
 	var lockMu sync.Mutex
 	if lock != nil {
@@ -126,7 +146,8 @@ func (r *Runner) run(js *jobState, sched jobs.Schedule, fire time.Time) {
 	if !js.labelled { // made once per job: one allocation fewer per run
 		js.labels, js.labelled = pprof.Labels("job_id", id), true
 	}
-	env := tasks.Env{JobID: id, ReplicaID: r.o.ReplicaID, RunSeq: seq, Cluster: js.cluster(), Deadline: dutyDeadline(js)}
+	env := tasks.Env{JobID: id, ReplicaID: r.o.ReplicaID, RunSeq: seq, Cluster: js.cluster(), Deadline: dutyDeadline(js),
+		ScheduledAt: occ.nominal, OccurrenceKey: jobs.OccurrenceKey(id, scope, occ.nominal), Triggered: occ.triggered}
 	if lockEnd != nil {
 		env.Deadline = lockEnd.deadline
 	}
@@ -225,6 +246,9 @@ func (r *Runner) run(js *jobState, sched jobs.Schedule, fire time.Time) {
 	r.mu.Unlock()
 	if overrun {
 		r.metrics.overruns.WithLabelValues(id).Inc()
+	}
+	if !occ.triggered && !occ.nominal.IsZero() {
+		r.recordOverrun(js, sched, occ.nominal, started, ended)
 	}
 	switch outcome {
 	case jobs.OutcomeTimedOut:

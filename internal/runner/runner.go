@@ -180,6 +180,16 @@ type jobState struct {
 	shared bool
 	// forced: this fire is a trigger; it runs whatever the shared schedule says.
 	forced bool
+	// accounted is the latest nominal time this replica recorded for the
+	// job (a run, a skip or a miss); startNominal, the nominal time of the
+	// run at start after a missed stretch (occurrence.go). The tick
+	// goroutine's, and Start's.
+	accounted, startNominal time.Time
+	// heldSkip is the last held-elsewhere skip, which a read of the
+	// shared schedule takes back from the store when a run of its due time
+	// that started before heldBefore ended meanwhile (occurrence.go); r.mu.
+	heldSkip   *jobs.OccurrenceRecord
+	heldBefore time.Time
 	// staleLock is a lock whose unlock failed after its run ended (the
 	// database was read-only or unreachable, as in a failover): the next
 	// tick releases it before it takes the lock again, so the job does not
@@ -334,6 +344,19 @@ func (r *Runner) Start(ctx context.Context) error {
 			return fmt.Errorf("start runner: %w", err)
 		}
 	}
+	// What the database knows of the jobs' occurrences: whether another
+	// live replica hosts each, and the last skip or miss recorded, so a
+	// stretch of due times missed while no replica was up is recorded
+	// once (occurrence.go). A failed read records no stretch.
+	var hostedElsewhere map[string]bool
+	var recorded map[string]time.Time
+	if or, ok := r.o.Store.(OccurrenceRecorder); ok && len(declared) > 0 {
+		hostedElsewhere, recorded, err = or.OccurrenceStart(ctx, declared)
+		if err != nil {
+			r.log.Warn("runner: could not read the jobs' occurrences; no missed stretch is recorded at this start", "error", err)
+			hostedElsewhere, recorded = nil, nil
+		}
+	}
 	now := r.now()
 	r.mu.Lock()
 	r.runsCtx, r.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
@@ -354,9 +377,15 @@ func (r *Runner) Start(ctx context.Context) error {
 			// Due every after the last end anywhere; never run: at once;
 			// missed while no replica was up: once now, or skipped.
 			due = jobs.DueAfter(js.sched, ends[id], now, js.job.Missed)
+			if recorded != nil && !hostedElsewhere[id] {
+				js.startNominal = r.missedAtStart(js, ends[id], now, recorded[id])
+			}
 		case r.o.Schedules != nil && js.job.Scope == jobs.ScopeInstance && js.status.LastFinishedAt != nil:
 			// An instance job follows this replica id's last run of it.
 			due = jobs.DueAfter(js.sched, *js.status.LastFinishedAt, now, js.job.Missed)
+			if recorded != nil {
+				js.startNominal = r.missedAtStart(js, *js.status.LastFinishedAt, now, recorded[id])
+			}
 		case js.sched.IsCron():
 			due = js.sched.Next(now)
 		default:
@@ -466,8 +495,7 @@ func (r *Runner) fireDue() {
 		if r.stopping {
 			continue
 		}
-		js.running = true
-		js.status.NextFireAt = nil // counted from the end of this run
+		js.running = true // NextFireAt stays the due time until the run starts (run.go)
 		w := fireWork{js: js, fire: js.due, forced: js.forced}
 		js.forced = false
 		r.runWG.Add(1)
@@ -622,7 +650,7 @@ func (r *Runner) applySettingsTo(js *jobState) {
 	id := js.key()
 	ctx, cancel := context.WithTimeout(r.runsCtx, settingsTimeout)
 	defer cancel()
-	sched, paused, invalid, err := r.settings(ctx, js)
+	sched, paused, invalid, _, err := r.settings(ctx, js)
 	if err != nil {
 		r.log.Warn("runner: read job setting", "job_id", id, "error", err)
 		return
@@ -689,13 +717,14 @@ func (r *Runner) ScheduleChanged(id string) {
 		defer r.runWG.Done()
 		ctx, cancel := context.WithTimeout(r.runsCtx, settingsTimeout)
 		defer cancel()
-		end, dbNow, err := r.loadEnd(ctx, js)
+		end, started, dbNow, err := r.loadRun(ctx, js)
 		if err != nil {
 			r.log.Warn("runner: read the shared schedule; the next fire asks again", "job_id", id, "error", err)
 			return
 		}
 		r.mu.Lock()
 		defer r.mu.Unlock()
+		r.resolveHeldLocked(js, end, started)
 		if !js.queued || js.running || js.forced || r.stopping || end.IsZero() {
 			return
 		}
@@ -713,11 +742,21 @@ func (r *Runner) ScheduleChanged(id string) {
 // loadEnd reads the end of js's last run anywhere (zero: never ran) and
 // the database's now.
 func (r *Runner) loadEnd(ctx context.Context, js *jobState) (time.Time, time.Time, error) {
+	end, _, dbNow, err := r.loadRun(ctx, js)
+	return end, dbNow, err
+}
+
+// loadRun is loadEnd with the start of the run that ended (zero: unknown,
+// when the Schedules is not a RunLoader).
+func (r *Runner) loadRun(ctx context.Context, js *jobState) (time.Time, time.Time, time.Time, error) {
+	if rl, ok := r.o.Schedules.(RunLoader); ok {
+		return rl.LoadRun(ctx, js.job.ID)
+	}
 	ends, dbNow, err := r.o.Schedules.Load(ctx, []string{js.job.ID})
 	if err != nil {
-		return time.Time{}, time.Time{}, err
+		return time.Time{}, time.Time{}, time.Time{}, err
 	}
-	return ends[js.job.ID], dbNow, nil
+	return ends[js.job.ID], time.Time{}, dbNow, nil
 }
 
 // lastEnd is loadEnd without the database's now; ok is false on an error.
@@ -730,23 +769,23 @@ func (r *Runner) lastEnd(ctx context.Context, js *jobState) (time.Time, bool) {
 	return end, true
 }
 
-// settings returns the schedule in force, paused, and the parser's cause
-// when an override is malformed.
-func (r *Runner) settings(ctx context.Context, js *jobState) (jobs.Schedule, bool, string, error) {
+// settings returns the schedule in force, paused, the parser's cause when
+// an override is malformed, and who changed the setting last (updated_by).
+func (r *Runner) settings(ctx context.Context, js *jobState) (jobs.Schedule, bool, string, string, error) {
 	s, err := r.o.Settings.Get(ctx, js.job.ID)
 	if err != nil {
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		return js.sched, js.status.Paused, js.status.InvalidSchedule, err
+		return js.sched, js.status.Paused, js.status.InvalidSchedule, "", err
 	}
 	if s.Schedule == "" {
-		return js.job.Schedule, s.Paused, "", nil
+		return js.job.Schedule, s.Paused, "", s.UpdatedBy, nil
 	}
 	sched, perr := jobs.ParseSchedule(s.Schedule)
 	if perr != nil {
-		return js.job.Schedule, s.Paused, perr.Error(), nil
+		return js.job.Schedule, s.Paused, perr.Error(), s.UpdatedBy, nil
 	}
-	return sched, s.Paused, "", nil
+	return sched, s.Paused, "", s.UpdatedBy, nil
 }
 
 // Snapshot returns this replica's status of every job.
@@ -791,11 +830,17 @@ func (r *Runner) finishAt(js *jobState, next, now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	js.running = false
-	r.dutyFinished(js)                 // per-cluster duties (clusters.go)
-	if !r.stopping && !js.dutyOver() { // per-cluster duties (clusters.go): an ended lease stays off the timer
+	r.dutyFinished(js) // per-cluster duties (clusters.go)
+	switch {
+	case !r.stopping && !js.dutyOver(): // per-cluster duties (clusters.go): an ended lease stays off the timer
 		r.push(js, next)
-	} else {
+	case js.dutyOver():
 		js.status.NextFireAt = nil
+	case !next.IsZero():
+		// A clean stop keeps the next due time in the status row: a
+		// reader (jobs overdue) counts from it with every replica down.
+		t := next
+		js.status.NextFireAt = &t
 	}
 	if js.duty != nil && js.dutyOver() {
 		// The run of a duty that moved away: its failure is not this
@@ -853,8 +898,12 @@ func (r *Runner) Stop() {
 // tick is one firing of js: settings, lock, run, record, reschedule.
 func (r *Runner) tick(js *jobState, fire time.Time, forced bool) {
 	ctx := newLazyTimeout(r.runsCtx, settingsTimeout) // the settings cache answers from memory nearly always
-	sched, paused, invalid, err := r.settings(ctx, js)
+	sched, paused, invalid, pausedBy, err := r.settings(ctx, js)
 	ctx.release()
+	// The nominal time set at start is the first tick's only: a first tick
+	// that does not run (paused, moved by the shared schedule) drops it.
+	startNominal := js.startNominal
+	js.startNominal = time.Time{}
 	if err != nil {
 		r.log.Warn("runner: read job setting; using the last known", "job_id", js.job.ID, "error", err)
 	}
@@ -865,14 +914,13 @@ func (r *Runner) tick(js *jobState, fire time.Time, forced bool) {
 	js.sched = sched
 	js.status.Paused, js.status.InvalidSchedule = paused, invalid
 	r.mu.Unlock()
-	now := r.now()
 	switch {
 	case invalid != "":
 		r.log.Warn("runner: job has an invalid schedule; asking again in a minute", "job_id", js.job.ID, "error", invalid)
-		r.finish(js, now.Add(jobs.InvalidScheduleRetry))
+		r.finish(js, r.skipInvalid(js))
 		return
 	case paused:
-		r.finish(js, sched.Next(now))
+		r.finish(js, r.skipPaused(js, sched, fire, pausedBy))
 		return
 	}
 	// The cap on concurrent runs: a fire past it waits for a slot, before
@@ -888,10 +936,17 @@ func (r *Runner) tick(js *jobState, fire time.Time, forced bool) {
 	// since this timer was set (its bus signal lost or late) moves the due
 	// time, and this replica does not even try the lock. A read that fails
 	// leaves the decision to the lock, as without a shared schedule.
+	occ := occurrence{triggered: forced, startNominal: startNominal}
 	if js.shared && !forced {
 		ctx, cancel := context.WithTimeout(r.runsCtx, settingsTimeout)
-		end, dbNow, err := r.loadEnd(ctx, js)
+		end, started, dbNow, err := r.loadRun(ctx, js)
 		cancel()
+		if err == nil {
+			occ.end, occ.dbNow, occ.readNow = end, dbNow, r.now()
+			r.mu.Lock()
+			r.resolveHeldLocked(js, end, started)
+			r.mu.Unlock()
+		}
 		// A job that never ran anywhere has nothing to follow: its timer
 		// (at once, or a cron's time) stands, and the lock decides.
 		if err == nil && !end.IsZero() {
@@ -905,7 +960,8 @@ func (r *Runner) tick(js *jobState, fire time.Time, forced bool) {
 			r.log.Warn("runner: read the shared schedule; leaving it to the lock", "job_id", js.job.ID, "error", err)
 		}
 	}
-	r.run(js, sched, fire)
+	r.nominalFor(js, sched, fire, &occ)
+	r.run(js, sched, fire, occ)
 }
 
 // Interrupt cancels every run in progress at once (they are recorded

@@ -12,7 +12,7 @@ var InheritedEnv = []string{"PATH", "HOME", "LANG"}
 
 // RunEnv names the variables the runner sets for every command. A job's
 // env: may not set them.
-var RunEnv = []string{"STUDIO_JOB_ID", "STUDIO_REPLICA_ID", "STUDIO_RUN_SEQ", "STUDIO_CLUSTER"}
+var RunEnv = []string{"STUDIO_JOB_ID", "STUDIO_REPLICA_ID", "STUDIO_RUN_SEQ", "STUDIO_CLUSTER", "STUDIO_SCHEDULED_AT", "STUDIO_OCCURRENCE_KEY"}
 
 // envName is the rule for the names under a job's env:.
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
@@ -51,5 +51,7 @@ func Environ(env Env, extra map[string]string) []string {
 		"STUDIO_REPLICA_ID="+env.ReplicaID,
 		"STUDIO_RUN_SEQ="+env.runSeq(),
 		"STUDIO_CLUSTER="+env.Cluster,
+		"STUDIO_SCHEDULED_AT="+env.scheduledAt(),
+		"STUDIO_OCCURRENCE_KEY="+env.OccurrenceKey,
 	)
 }

@@ -16,6 +16,10 @@ const (
 	HeaderReplicaID = "X-Studio-Replica-Id"
 	HeaderRunSeq    = "X-Studio-Run-Seq"
 	HeaderCluster   = "X-Studio-Cluster" // only when the run is for a cluster
+	// The run's nominal time and occurrence key (Env.ScheduledAt,
+	// Env.OccurrenceKey), when it has them.
+	HeaderScheduledAt   = "Studio-Scheduled-At"
+	HeaderOccurrenceKey = "Studio-Occurrence-Key"
 )
 
 // HTTP sends one request.
@@ -50,8 +54,9 @@ func (e *HTTPStatusError) Error() string {
 //
 // Besides the configured headers (a configured Host sets the request's
 // host), the request carries X-Studio-Job-Id, X-Studio-Replica-Id,
-// X-Studio-Run-Seq and, for a cluster, X-Studio-Cluster; these override
-// configured headers of the same name.
+// X-Studio-Run-Seq, for a cluster X-Studio-Cluster, and, when the run has
+// a nominal time, Studio-Scheduled-At and Studio-Occurrence-Key; these
+// override configured headers of the same name.
 func (h HTTP) Run(ctx context.Context, env Env) Result {
 	method := h.Method
 	if method == "" {
@@ -94,6 +99,10 @@ func (h HTTP) Run(ctx context.Context, env Env) Result {
 	req.Header.Set(HeaderRunSeq, env.runSeq())
 	if env.Cluster != "" {
 		req.Header.Set(HeaderCluster, env.Cluster)
+	}
+	if at := env.scheduledAt(); at != "" {
+		req.Header.Set(HeaderScheduledAt, at)
+		req.Header.Set(HeaderOccurrenceKey, env.OccurrenceKey)
 	}
 
 	client := h.Client

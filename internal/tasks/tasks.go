@@ -37,7 +37,32 @@ type Env struct {
 	// cannot stop the run itself (docs/jobs-processes.md). The zero time
 	// means no deadline. sql and http tasks ignore it.
 	Deadline func() time.Time
+	// ScheduledAt is the run's nominal time: the due time it is the
+	// occurrence of, in database time (a trigger's time for a `jobs
+	// trigger` run); OccurrenceKey is jobs.OccurrenceKey of the job, its
+	// scope key and ScheduledAt, the same string on every replica for the
+	// same occurrence; Triggered, a `jobs trigger` run. A command gets them
+	// as STUDIO_SCHEDULED_AT and STUDIO_OCCURRENCE_KEY, an HTTP request as
+	// Studio-Scheduled-At and Studio-Occurrence-Key, an SQL statement as
+	// the session settings studio.scheduled_at and studio.occurrence_key.
+	// A zero ScheduledAt is sent as "" (unknown).
+	ScheduledAt   time.Time
+	OccurrenceKey string
+	Triggered     bool
 }
+
+// scheduledAt is ScheduledAt as jobs.FormatNominal writes it ("" when
+// zero).
+func (env Env) scheduledAt() string {
+	if env.ScheduledAt.IsZero() {
+		return ""
+	}
+	return env.ScheduledAt.UTC().Truncate(time.Millisecond).Format(nominalLayout)
+}
+
+// nominalLayout is jobs.NominalLayout (tasks does not import jobs, which
+// imports tasks).
+const nominalLayout = "2006-01-02T15:04:05.000Z07:00"
 
 // Result of one run. Err is nil on success. Output is the tail (at most
 // OutputTailBytes) of the combined stdout+stderr, of the response body, or

@@ -1,0 +1,199 @@
+package jobstore
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/studioctl/studioctl/internal/jobs"
+	"github.com/studioctl/studioctl/internal/liveness"
+	"github.com/studioctl/studioctl/internal/locks"
+)
+
+// The write side of occurrences (docs/occurrences.md): a run is its own
+// occurrence (studio_job_run.nominal_at, in the run upsert); the skips and
+// misses the runner records are queued here and written by the flush, in
+// its transaction, with one INSERT for all of them, and none when there
+// are none.
+
+// occurrenceKey is studio_occurrence's UNIQUE key: one queued record per
+// occurrence (the first wins, as the table's ON CONFLICT DO NOTHING).
+type occurrenceKey struct {
+	job, scope string
+	nominal    time.Time
+}
+
+// SetLockTable names the lock table whose holders a held-elsewhere skip
+// reads (default ShedLock's). Call it before Start.
+func (s *Store) SetLockTable(t locks.Table) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.insertOccSQL = insertOccurrencesSQL(t)
+}
+
+// PutOccurrence queues a skip or a miss; the next flush writes it.
+func (s *Store) PutOccurrence(o jobs.OccurrenceRecord) {
+	o.NominalAt = jobs.Nominal(o.NominalAt)
+	if !o.LastNominalAt.IsZero() {
+		o.LastNominalAt = jobs.Nominal(o.LastNominalAt)
+	}
+	if o.Count < 1 {
+		o.Count = 1
+	}
+	if o.ReplicaID == "" {
+		o.ReplicaID = s.replicaID
+	}
+	o.PausedBy = jobs.Storable(o.PausedBy)
+	k := occurrenceKey{o.JobID, o.ScopeKey, o.NominalAt}
+	s.mu.Lock()
+	if _, dup := s.occ[k]; !dup {
+		s.occ[k] = o
+	}
+	n := len(s.runs) + len(s.status) + len(s.occ)
+	s.mu.Unlock()
+	s.maybeKick(n)
+}
+
+// DropOccurrence takes back the skip or miss of that key queued by
+// PutOccurrence, if the next flush has not written it yet (the runner
+// learnt that another replica ran that occurrence).
+func (s *Store) DropOccurrence(job, scopeKey string, nominal time.Time) {
+	s.mu.Lock()
+	delete(s.occ, occurrenceKey{job, scopeKey, jobs.Nominal(nominal)})
+	s.mu.Unlock()
+}
+
+// insertOccurrencesSQL writes a batch of skips and misses. A held-elsewhere
+// skip names the lock's holder as the lock table says (locked_by) and
+// whether that holder is a registered replica; it is not written when the
+// holder is a live replica (the occurrence ran or runs there: a replica
+// that finds another replica's lock did not skip anything) nor when the
+// lock has no row. Every replica that records the same occurrence writes
+// the same key, and the first insert counts (ON CONFLICT DO NOTHING); the
+// table's trigger puts each row inserted on the event stream.
+func insertOccurrencesSQL(t locks.Table) string {
+	return `
+INSERT INTO studio_occurrence (job_id, scope_key, nominal_at, outcome, reason, replica_id, seq, holder, holder_known, paused_by, count, last_nominal_at)
+SELECT u.job_id, u.scope_key, u.nominal_at, u.outcome, u.reason, u.replica_id, nullif(u.seq, 0),
+       h.holder, CASE WHEN h.holder IS NOT NULL THEN r.id IS NOT NULL END,
+       nullif(u.paused_by, ''), u.count, u.last_nominal_at
+FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[], $5::text[], $6::text[], $7::bigint[], $8::text[], $9::text[], $10::bigint[], $11::timestamptz[])
+  AS u(job_id, scope_key, nominal_at, outcome, reason, replica_id, seq, lock_name, paused_by, count, last_nominal_at)
+CROSS JOIN LATERAL (SELECT CASE WHEN u.lock_name <> '' THEN ` + t.HolderSQL("u.lock_name") + ` END AS holder) h
+LEFT JOIN studio_replica r ON r.id = h.holder
+WHERE u.lock_name = '' OR (h.holder IS NOT NULL AND NOT ` + liveness.LiveSQL("r") + `)
+ON CONFLICT (job_id, scope_key, nominal_at) DO NOTHING`
+}
+
+// writeOccurrences runs insertOccurrencesSQL for occ in tx.
+func (s *Store) writeOccurrences(ctx context.Context, tx pgx.Tx, occ map[occurrenceKey]jobs.OccurrenceRecord) error {
+	n := len(occ)
+	job, scope, outcome, reason, rep, lock, paused := make(pgArray[pgText], 0, n), make(pgArray[pgText], 0, n), make(pgArray[pgText], 0, n),
+		make(pgArray[pgText], 0, n), make(pgArray[pgText], 0, n), make(pgArray[pgText], 0, n), make(pgArray[pgText], 0, n)
+	nominal, last := make(pgArray[pgTime], 0, n), make(pgArray[pgTime], 0, n)
+	seq, count := make(pgArray[pgInt8], 0, n), make(pgArray[pgInt8], 0, n)
+	for _, o := range occ {
+		job, scope, nominal = append(job, pgText(o.JobID)), append(scope, pgText(o.ScopeKey)), append(nominal, pgTime{t: o.NominalAt})
+		outcome, reason, rep = append(outcome, pgText(o.Outcome)), append(reason, pgText(o.Reason)), append(rep, pgText(o.ReplicaID))
+		seq, lock, paused = append(seq, pgInt8(o.Seq)), append(lock, pgText(o.LockName)), append(paused, pgText(o.PausedBy))
+		count, last = append(count, pgInt8(o.Count)), append(last, pgTime{t: o.LastNominalAt, null: o.LastNominalAt.IsZero()})
+	}
+	s.mu.Lock()
+	q := s.insertOccSQL
+	s.mu.Unlock()
+	args := []any{job, scope, nominal, outcome, reason, rep, seq, lock, paused, count, last}
+	if s.execMode {
+		args = plainArgs(args)
+	}
+	if _, err := tx.Exec(ctx, q, args...); err != nil {
+		return fmt.Errorf("write job occurrences: %w", err)
+	}
+	return nil
+}
+
+// occurrenceStartSQL: for each job id, whether a live replica other than
+// $2 has a status row of it, and the latest nominal time recorded in
+// studio_occurrence for it under scope "" or $2 (read through the UNIQUE
+// index).
+var occurrenceStartSQL = `
+SELECT j.id,
+  EXISTS (SELECT 1 FROM studio_job_status s JOIN studio_replica r ON r.id = s.replica_id
+          WHERE s.job_id = j.id AND s.replica_id <> $2 AND ` + liveness.LiveSQL("r") + `),
+  (SELECT max(coalesce(o.last_nominal_at, o.nominal_at)) FROM studio_occurrence o
+   WHERE o.job_id = j.id AND o.scope_key IN ('', $2))
+FROM unnest($1::text[]) AS j(id)`
+
+// OccurrenceStart returns, for each of jobIDs, whether a live replica
+// other than this store's declares it, and the latest nominal time
+// recorded for it in studio_occurrence (scope "" or this replica's id;
+// absent: none). The runner reads it once at start (runner.OccurrenceRecorder).
+func (s *Store) OccurrenceStart(ctx context.Context, jobIDs []string) (map[string]bool, map[string]time.Time, error) {
+	rows, err := s.q.Query(ctx, occurrenceStartSQL, jobIDs, s.replicaID)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read job occurrences: %w", err)
+	}
+	defer rows.Close()
+	hosted, last := map[string]bool{}, map[string]time.Time{}
+	for rows.Next() {
+		var id string
+		var elsewhere bool
+		var at *time.Time
+		if err := rows.Scan(&id, &elsewhere, &at); err != nil {
+			return nil, nil, fmt.Errorf("read job occurrences: %w", err)
+		}
+		if elsewhere {
+			hosted[id] = true
+		}
+		if at != nil {
+			last[id] = *at
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, fmt.Errorf("read job occurrences: %w", err)
+	}
+	return hosted, last, nil
+}
+
+// dutyStartSQL: for each job id, the end of its last run for cluster $2 on
+// any replica (read newest first through the job's start-time index; a run
+// with no end, whose replica died or has not flushed its end yet, counts
+// from its start: its own occurrence is that run's), and the latest
+// nominal time recorded for it under that cluster.
+const dutyStartSQL = `
+SELECT j.id,
+  (SELECT coalesce(r.finished_at, r.started_at) FROM studio_job_run r WHERE r.job_id = j.id AND r.cluster = $2
+   ORDER BY r.started_at DESC LIMIT 1),
+  (SELECT max(coalesce(o.last_nominal_at, o.nominal_at)) FROM studio_occurrence o WHERE o.job_id = j.id AND o.scope_key = $2)
+FROM unnest($1::text[]) AS j(id)`
+
+// DutyStart returns, for each of jobIDs, the end of its last run for
+// cluster on any replica and the latest nominal time recorded for it
+// under that cluster (absent: none). The runner reads it when it acquires
+// a cluster (runner.DutyOccurrenceRecorder).
+func (s *Store) DutyStart(ctx context.Context, jobIDs []string, cluster string) (map[string]time.Time, map[string]time.Time, error) {
+	rows, err := s.q.Query(ctx, dutyStartSQL, jobIDs, cluster)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read the duties' last runs: %w", err)
+	}
+	defer rows.Close()
+	ends, last := map[string]time.Time{}, map[string]time.Time{}
+	for rows.Next() {
+		var id string
+		var end, at *time.Time
+		if err := rows.Scan(&id, &end, &at); err != nil {
+			return nil, nil, fmt.Errorf("read the duties' last runs: %w", err)
+		}
+		if end != nil {
+			ends[id] = *end
+		}
+		if at != nil {
+			last[id] = *at
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, fmt.Errorf("read the duties' last runs: %w", err)
+	}
+	return ends, last, nil
+}

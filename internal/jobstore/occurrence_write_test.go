@@ -1,0 +1,302 @@
+package jobstore_test
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/studioctl/studioctl/internal/db"
+	"github.com/studioctl/studioctl/internal/jobs"
+	"github.com/studioctl/studioctl/internal/jobstore"
+)
+
+// oldUpsertRunsSQL is the run upsert of a replica from before migration
+// 00010 (main at 1505db3), which a rolling upgrade runs against the new
+// schema.
+const oldUpsertRunsSQL = `
+INSERT INTO studio_job_run (seq, job_id, replica_id, cluster, started_at, finished_at, outcome, error, output_tail)
+SELECT seq, job_id, replica_id, NULLIF(cluster, ''), started_at, finished_at, outcome, NULLIF(error, ''), NULLIF(output_tail, '')
+FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::timestamptz[], $7::text[], $8::text[], $9::text[])
+  AS t(seq, job_id, replica_id, cluster, started_at, finished_at, outcome, error, output_tail)
+ON CONFLICT (seq) DO UPDATE SET finished_at = EXCLUDED.finished_at, outcome = EXCLUDED.outcome,
+  error = EXCLUDED.error, output_tail = EXCLUDED.output_tail
+WHERE studio_job_run.outcome = 'running'
+   OR (studio_job_run.outcome = 'interrupted' AND EXCLUDED.outcome <> 'running'
+       AND studio_job_run.replica_id = EXCLUDED.replica_id)
+RETURNING seq`
+
+func TestAnOlderReplicasRunUpsertStillWorksAndItsRunsHaveNoNominalTime(t *testing.T) {
+	t.Parallel()
+	pool, _ := newPool(t)
+	at := usec(t, "2026-12-05T02:00:00")
+	end := at.Add(time.Second)
+	for _, outcome := range []string{"running", "succeeded"} {
+		var fin *time.Time
+		if outcome != "running" {
+			fin = &end
+		}
+		rows, err := pool.Query(t.Context(), oldUpsertRunsSQL, []int64{7}, []string{"nightly"}, []string{"old-1"}, []string{""},
+			[]time.Time{at}, []*time.Time{fin}, []string{outcome}, []string{""}, []string{""})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			t.Fatalf("the old upsert (%s): %v", outcome, err)
+		}
+	}
+	if n := count(t, pool, `SELECT count(*) FROM studio_job_run WHERE seq = 7 AND outcome = 'succeeded' AND nominal_at IS NULL AND scope_key IS NULL AND NOT triggered`); n != 1 {
+		t.Errorf("%d old runs as the old upsert left them; want 1 with no nominal time", n)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM studio_occurrences`); n != 0 {
+		t.Errorf("%d occurrences; want none (a run without a nominal time is not one)", n)
+	}
+}
+
+func TestARunsOccurrenceColumnsAreWrittenByTheSameUpsert(t *testing.T) {
+	t.Parallel()
+	pool, _ := newPool(t)
+	insertReplica(t, pool, "replica-1", "ready", 0) // live: its running runs are not lost
+	s := jobstore.NewStore(pool, "replica-1", nil)
+	at := usec(t, "2026-12-05T02:00:00.250")
+	nominal := usec(t, "2026-12-05T02:00:00")
+	s.PutRun(jobs.Run{Seq: 1, JobID: "nightly", ReplicaID: "replica-1", StartedAt: at, Outcome: jobs.OutcomeRunning, NominalAt: nominal})
+	s.PutRun(jobs.Run{Seq: 2, JobID: "sync", ReplicaID: "replica-1", Cluster: "eu-1", StartedAt: at, Outcome: jobs.OutcomeRunning,
+		NominalAt: at, ScopeKey: "eu-1", Triggered: true})
+	mustFlush(t, s)
+	if _, statements := s.Stats(); statements != 4 {
+		t.Errorf("%d statements; want 4 (BEGIN, runs, events, COMMIT): the occurrence columns cost none", statements)
+	}
+	var lateness float64
+	var outcome string
+	if err := pool.QueryRow(t.Context(), `SELECT outcome, lateness_seconds FROM studio_occurrences WHERE job_id = 'nightly' AND scope_key = '' AND nominal_at = $1`, nominal).
+		Scan(&outcome, &lateness); err != nil || outcome != "ran" || lateness != 0.25 {
+		t.Errorf("nightly's occurrence: %q, lateness %v (%v); want ran, 0.25", outcome, lateness, err)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM studio_occurrences WHERE job_id = 'sync' AND scope_key = 'eu-1' AND triggered`); n != 1 {
+		t.Errorf("%d triggered occurrences of sync on eu-1; want 1", n)
+	}
+	// The replica dies mid-run: its running runs are missed/lost, and
+	// stay so once housekeeping marks them interrupted.
+	if _, err := pool.Exec(t.Context(), `UPDATE studio_replica SET heartbeat_at = now() - interval '1 minute' WHERE id = 'replica-1'`); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM studio_occurrences WHERE outcome = 'missed' AND reason = 'lost' AND seq IN (1, 2)`); n != 2 {
+		t.Errorf("%d missed/lost occurrences; want 2", n)
+	}
+	if _, err := jobstore.DefaultRetention.Housekeep(t.Context(), pool, ""); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM studio_occurrences WHERE outcome = 'missed' AND reason = 'lost' AND run_outcome = 'interrupted'`); n != 2 {
+		t.Errorf("%d missed/lost interrupted occurrences; want 2", n)
+	}
+}
+
+func TestAFlushWritesSkipsAndMissesInOneStatementAndNoneWithout(t *testing.T) {
+	t.Parallel()
+	pool, _ := newPool(t)
+	s := jobstore.NewStore(pool, "replica-1", nil)
+	nominal := usec(t, "2026-12-05T02:00:00")
+	s.PutStatus(jobs.Status{ReplicaID: "replica-1", JobID: "nightly", Scope: jobs.ScopeInstallation, UpdatedAt: nominal})
+	mustFlush(t, s)
+	if _, statements := s.Stats(); statements != 3 {
+		t.Fatalf("%d statements for a status row; want 3: no occurrence statement without one", statements)
+	}
+	paused := jobs.OccurrenceRecord{JobID: "nightly", NominalAt: nominal, Outcome: jobs.OccurrenceSkipped, Reason: jobs.ReasonPaused, PausedBy: "alice"}
+	s.PutOccurrence(paused)
+	s.PutOccurrence(paused) // the same occurrence twice: one row
+	s.PutOccurrence(jobs.OccurrenceRecord{JobID: "nightly", NominalAt: nominal.Add(-time.Hour), Outcome: jobs.OccurrenceMissed, Reason: jobs.ReasonDown,
+		Count: 12, LastNominalAt: nominal.Add(-time.Minute)})
+	s.PutOccurrence(jobs.OccurrenceRecord{JobID: "minutely", ScopeKey: "replica-1", NominalAt: nominal, Outcome: jobs.OccurrenceSkipped, Reason: jobs.ReasonOverrun})
+	mustFlush(t, s)
+	if _, statements := s.Stats(); statements != 3+3 {
+		t.Errorf("%d statements; want 3 more (BEGIN, the skips and misses, COMMIT)", statements)
+	}
+	// Another replica records the same paused due time: the first insert counts.
+	other := jobstore.NewStore(pool, "replica-2", nil)
+	other.PutOccurrence(jobs.OccurrenceRecord{JobID: "nightly", NominalAt: nominal, Outcome: jobs.OccurrenceSkipped, Reason: jobs.ReasonPaused, PausedBy: "alice"})
+	mustFlush(t, other)
+	if n := count(t, pool, `SELECT count(*) FROM studio_occurrence`); n != 3 {
+		t.Errorf("%d occurrence rows; want 3", n)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM studio_occurrence WHERE job_id = 'nightly' AND reason = 'paused' AND paused_by = 'alice' AND replica_id = 'replica-1' AND scope_key = ''`); n != 1 {
+		t.Errorf("%d paused rows by alice recorded by replica-1; want 1", n)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM studio_occurrence WHERE reason = 'down' AND count = 12 AND last_nominal_at IS NOT NULL`); n != 1 {
+		t.Errorf("%d missed/down stretches of 12; want 1", n)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM studio_event WHERE event = 'occurrence'`); n != 3 {
+		t.Errorf("%d occurrence events; want 3 (one per row inserted)", n)
+	}
+}
+
+func TestAHeldElsewhereSkipNamesTheHolderUnlessItIsALiveReplica(t *testing.T) {
+	t.Parallel()
+	pool, _ := newPool(t)
+	insertReplica(t, pool, "replica-2", "ready", 0)
+	insertReplica(t, pool, "replica-gone", "ready", time.Hour)
+	exec := func(sql string, args ...any) {
+		if _, err := pool.Exec(t.Context(), sql, args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exec(`INSERT INTO shedlock (name, lock_until, locked_at, locked_by) VALUES
+ ('java', now() + interval '1 hour', now(), 'java-node-3'),
+ ('live', now() + interval '1 hour', now(), 'replica-2'),
+ ('gone', now() + interval '1 hour', now(), 'replica-gone')`)
+	s := jobstore.NewStore(pool, "replica-1", nil)
+	nominal := usec(t, "2026-12-05T02:00:00")
+	for _, name := range []string{"java", "live", "gone", "no-row"} {
+		s.PutOccurrence(jobs.OccurrenceRecord{JobID: name, NominalAt: nominal, Outcome: jobs.OccurrenceSkipped, Reason: jobs.ReasonHeldElsewhere, LockName: name})
+	}
+	mustFlush(t, s)
+	rows, err := pool.Query(t.Context(), `SELECT job_id, holder, holder_known FROM studio_occurrence ORDER BY job_id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var got []string
+	for rows.Next() {
+		var job, holder string
+		var known bool
+		if err := rows.Scan(&job, &holder, &known); err != nil {
+			t.Fatal(err)
+		}
+		k := "unknown"
+		if known {
+			k = "known"
+		}
+		got = append(got, job+":"+holder+":"+k)
+	}
+	if want := []string{"gone:replica-gone:known", "java:java-node-3:unknown"}; len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
+		t.Errorf("held-elsewhere rows %q; want %q", got, want)
+	}
+}
+
+func TestHousekeepingPrunesOccurrencesByAgeAndCount(t *testing.T) {
+	t.Parallel()
+	pool, _ := newPool(t)
+	// 10 rows 8 days old, 10 recorded now.
+	if _, err := pool.Exec(t.Context(), `INSERT INTO studio_occurrence (job_id, nominal_at, outcome, reason, recorded_at)
+SELECT 'j', now() - make_interval(days => 8) + make_interval(secs => g), 'skipped', 'paused', now() - make_interval(days => 8)
+FROM generate_series(1, 10) g`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(t.Context(), `INSERT INTO studio_occurrence (job_id, nominal_at, outcome, reason)
+SELECT 'j', now() + make_interval(secs => g), 'skipped', 'paused' FROM generate_series(1, 10) g`); err != nil {
+		t.Fatal(err)
+	}
+	rt := jobstore.DefaultRetention
+	rt.RowsPerStatement = 4
+	p, err := rt.Housekeep(t.Context(), pool, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.OccurrencesPruned != 10 || p.OccurrenceStmts != 3 {
+		t.Errorf("pruned %d in %d statements; want the 10 older than 7 days in 3 of at most 4", p.OccurrencesPruned, p.OccurrenceStmts)
+	}
+	rt.OccurrencesKept = 4
+	if p, err = rt.Housekeep(t.Context(), pool, ""); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM studio_occurrence`); n != 4 || p.OccurrencesPruned != 6 {
+		t.Errorf("%d rows left after pruning %d; want the newest 4", n, p.OccurrencesPruned)
+	}
+}
+
+// A replica connected as docs/roles.sql's studio_replica writes runs with
+// their occurrence, skips and misses (held-elsewhere's holder read in the
+// same statement), reads what it needs at start and at a cluster's
+// acquisition, and prunes occurrences.
+func TestTheReplicaRoleRecordsOccurrences(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	owner, url := newPool(t)
+	sql, err := os.ReadFile("../../docs/roles.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := owner.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.Conn().PgConn().Exec(ctx, string(sql)).Close(); err != nil {
+		t.Fatalf("docs/roles.sql: %v", err)
+	}
+	conn.Release()
+	if _, err := owner.Exec(ctx, `INSERT INTO shedlock (name, lock_until, locked_at, locked_by) VALUES ('java', now() + interval '1 hour', now(), 'java-node-3')`); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := db.ParsePoolConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+		_, err := c.Exec(ctx, `SET ROLE studio_replica`)
+		return err
+	}
+	pool, err := db.OpenConfig(ctx, cfg, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	s := jobstore.NewStore(pool, "replica-1", nil)
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	nominal := usec(t, "2026-12-05T02:00:00")
+	seq, err := s.NextSeq(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.PutRun(jobs.Run{Seq: seq, JobID: "nightly", ReplicaID: "replica-1", StartedAt: nominal, Outcome: jobs.OutcomeRunning, NominalAt: nominal})
+	s.PutOccurrence(jobs.OccurrenceRecord{JobID: "java", NominalAt: nominal, Outcome: jobs.OccurrenceSkipped, Reason: jobs.ReasonHeldElsewhere, LockName: "java"})
+	s.PutOccurrence(jobs.OccurrenceRecord{JobID: "nightly", NominalAt: nominal.Add(-time.Hour), Outcome: jobs.OccurrenceMissed, Reason: jobs.ReasonDown, Count: 3,
+		LastNominalAt: nominal.Add(-time.Minute)})
+	mustFlush(t, s)
+	if n := count(t, owner, `SELECT count(*) FROM studio_occurrences`); n != 3 {
+		t.Errorf("%d occurrences; want 3 (a run, a skip, a miss)", n)
+	}
+	if _, _, err := s.OccurrenceStart(ctx, []string{"nightly", "java"}); err != nil {
+		t.Errorf("OccurrenceStart as studio_replica: %v", err)
+	}
+	if _, _, err := s.DutyStart(ctx, []string{"nightly"}, "eu-1"); err != nil {
+		t.Errorf("DutyStart as studio_replica: %v", err)
+	}
+	rt := jobstore.DefaultRetention
+	rt.OccurrencesKept = 1
+	if p, err := rt.Housekeep(ctx, pool, ""); err != nil || p.OccurrencesPruned != 1 {
+		t.Errorf("housekeeping as studio_replica pruned %d occurrences (%v); want 1", p.OccurrencesPruned, err)
+	}
+}
+
+func TestLoadRunReadsTheLastEndAndItsStart(t *testing.T) {
+	t.Parallel()
+	pool, _ := newPool(t)
+	sch := jobstore.NewSchedules(pool)
+	end, started, now, err := sch.LoadRun(t.Context(), "never")
+	if err != nil || !end.IsZero() || !started.IsZero() || now.IsZero() {
+		t.Fatalf("a job that never ran: %v, %v, %v (%v); want zero times and the database's now", end, started, now, err)
+	}
+	start := usec(t, "2026-12-05T02:00:00.250")
+	recorded, err := sch.RecordEnd(t.Context(), "nightly", "replica-1", 7, start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	end, started, _, err = sch.LoadRun(t.Context(), "nightly")
+	if err != nil || !end.Equal(recorded) || !started.Equal(start) {
+		t.Fatalf("LoadRun = %v, %v (%v); want %v, %v", end, started, err, recorded, start)
+	}
+	// DropOccurrence takes back a queued skip.
+	s := jobstore.NewStore(pool, "replica-1", nil)
+	s.PutOccurrence(jobs.OccurrenceRecord{JobID: "nightly", NominalAt: start, Outcome: jobs.OccurrenceSkipped, Reason: jobs.ReasonHeldElsewhere, LockName: "nightly"})
+	s.DropOccurrence("nightly", "", start.Add(100*time.Microsecond)) // the same millisecond
+	mustFlush(t, s)
+	if flushes, _ := s.Stats(); flushes != 0 {
+		t.Errorf("%d flushes; want none: nothing was left to write", flushes)
+	}
+}

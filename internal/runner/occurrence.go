@@ -1,0 +1,425 @@
+package runner
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"github.com/studioctl/studioctl/internal/jobs"
+)
+
+// Occurrences (docs/occurrences.md): every run carries the due time it is
+// the occurrence of (its nominal time, in database time), and the runner
+// records the due times that did not run (skips and misses) through the
+// run store, which writes them batched with the runs.
+
+// OccurrenceRecorder is what a Recorder may also do (jobstore.Store does):
+// queue a skip or a miss, and tell at start what the database already
+// knows of each job's occurrences. A Recorder without it records none.
+type OccurrenceRecorder interface {
+	PutOccurrence(jobs.OccurrenceRecord)
+	// OccurrenceStart returns, for each job id of jobIDs, whether a live
+	// replica other than this one declares it, and the latest nominal
+	// time recorded for it in studio_occurrence (scope "" or this
+	// replica's id; absent: none).
+	OccurrenceStart(ctx context.Context, jobIDs []string) (hostedElsewhere map[string]bool, lastRecorded map[string]time.Time, err error)
+}
+
+// maxGridSteps bounds the walk over a cron schedule's due times (a stretch
+// of a minute's cron over a week is 10,080 of them); past it, a count is
+// a lower bound.
+const maxGridSteps = 200_000
+
+// nominalSlack is how far ahead of a read of database time a due time may
+// be and still be taken as the one that fell due: a timer fires at a due
+// time as this replica measures database time, a few milliseconds off.
+func nominalSlack(s jobs.Schedule, t time.Time) time.Duration {
+	return min(s.Interval(t)/4, time.Second)
+}
+
+// The due times ("grid") of an installation job on the shared schedule,
+// after the end of its last run: end + k × every (k >= 1), or the cron
+// times after end. Every replica computes the same from the same end.
+
+// gridLast is the latest due time after end that is at or before t (zero:
+// none).
+func gridLast(s jobs.Schedule, end, t time.Time) time.Time {
+	first := s.Next(end)
+	if t.Before(first) {
+		return time.Time{}
+	}
+	if !s.IsCron() {
+		k := t.Sub(end) / s.Every
+		return end.Add(k * s.Every)
+	}
+	d := first
+	for i := 0; i < maxGridSteps; i++ {
+		n := s.Next(d)
+		if n.After(t) {
+			break
+		}
+		d = n
+	}
+	return d
+}
+
+// gridNext is the first due time after end that is after t.
+func gridNext(s jobs.Schedule, end, t time.Time) time.Time {
+	if t.Before(end) {
+		return s.Next(end)
+	}
+	if !s.IsCron() {
+		k := t.Sub(end)/s.Every + 1
+		return end.Add(k * s.Every)
+	}
+	return s.Next(t)
+}
+
+// gridSpan counts the due times after end in [from, to] (from itself one
+// of them or not) and returns the first, the last and the one before the
+// last (zero when n < 2).
+func gridSpan(s jobs.Schedule, end, from, to time.Time) (n int, first, last, beforeLast time.Time) {
+	d := s.Next(end)
+	if d.Before(from) {
+		d = gridNext(s, end, from.Add(-time.Nanosecond))
+	}
+	if d.After(to) {
+		return 0, time.Time{}, time.Time{}, time.Time{}
+	}
+	if !s.IsCron() {
+		n = int(to.Sub(d)/s.Every) + 1
+		last = d.Add(time.Duration(n-1) * s.Every)
+		if n >= 2 {
+			beforeLast = last.Add(-s.Every)
+		}
+		return n, d, last, beforeLast
+	}
+	first = d
+	for i := 0; i < maxGridSteps && !d.After(to); i++ {
+		n++
+		beforeLast, last = last, d
+		d = s.Next(d)
+	}
+	if n < 2 {
+		beforeLast = time.Time{}
+	}
+	return n, first, last, beforeLast
+}
+
+// scopeKey is js's occurrence scope key: "" for an installation job, this
+// replica's id for an instance job, the cluster for a duty.
+func (r *Runner) scopeKey(js *jobState) string {
+	switch {
+	case js.duty != nil:
+		return js.duty.cluster
+	case js.job.Scope == jobs.ScopeInstance:
+		return r.o.ReplicaID
+	}
+	return ""
+}
+
+// occurrence is what a tick knows of its due time: the nominal time, and
+// for a shared job the shared schedule's end as read at the tick (with
+// the database's now and this replica's time at that read).
+type occurrence struct {
+	nominal   time.Time
+	triggered bool
+	// startNominal: the nominal time of the run at start after a missed
+	// stretch (the first tick's only).
+	startNominal time.Time
+	end          time.Time // zero: never ran, or not read
+	dbNow        time.Time
+	readNow      time.Time // r.now() at the read
+}
+
+// onGrid reports whether the shared schedule was read and the job ran
+// before: its due times are a grid every replica shares.
+func (o occurrence) onGrid() bool { return !o.end.IsZero() && !o.dbNow.IsZero() }
+
+// nominalFor sets o.nominal for a tick of js that fired at fire.
+//   - a trigger: its time (fire, set at the trigger);
+//   - a shared job: the first due time after the last end anywhere, the
+//     same on every replica; when that one is already accounted for (a
+//     skip or a miss recorded it: the run after a missed stretch under
+//     missed: run-once, the fallback tick after a skip) the latest due
+//     time that has come; when that one is accounted for too (a run at
+//     once after a resume), the database's now;
+//   - any other: its own due time (fire), or the one set at start.
+//
+// It marks the nominal time accounted for. Nominal times are kept exact
+// here (the grid's arithmetic compares them) and truncated to the
+// millisecond (jobs.Nominal) only where they are written: a truncated due
+// time is before the exact one, and the next due time after it was the
+// same one again. Called by the tick goroutine
+// (one tick of js at a time).
+func (r *Runner) nominalFor(js *jobState, sched jobs.Schedule, fire time.Time, o *occurrence) {
+	defer func() { js.accounted = o.nominal }()
+	switch {
+	case o.triggered:
+		o.nominal = fire
+		return
+	case !o.startNominal.IsZero():
+		o.nominal = o.startNominal
+		return
+	case js.shared && o.onGrid():
+		if c := sched.Next(o.end); c.After(js.accounted) {
+			o.nominal = c
+			return
+		}
+		if g := gridLast(sched, o.end, o.dbNow.Add(nominalSlack(sched, o.dbNow))); !g.IsZero() && g.After(js.accounted) {
+			o.nominal = g
+			return
+		}
+		o.nominal = o.dbNow
+		return
+	}
+	o.nominal = fire
+}
+
+// recordOccurrence queues a skip or a miss of js.
+func (r *Runner) recordOccurrence(js *jobState, rec jobs.OccurrenceRecord) {
+	or, ok := r.o.Store.(OccurrenceRecorder)
+	if !ok {
+		return
+	}
+	rec.JobID, rec.ScopeKey, rec.ReplicaID = js.job.ID, r.scopeKey(js), r.o.ReplicaID
+	or.PutOccurrence(rec)
+}
+
+// skipPaused records a paused tick of js that fired at fire, once per due
+// time, and returns the next fire: a shared job's next due time on the
+// installation's grid (every replica records the same due times, and the
+// table keeps one row each), any other job's next due time after fire.
+func (r *Runner) skipPaused(js *jobState, sched jobs.Schedule, fire time.Time, pausedBy string) time.Time {
+	now := r.now()
+	if js.shared && r.o.Schedules != nil {
+		ctx, cancel := context.WithTimeout(r.runsCtx, settingsTimeout)
+		end, dbNow, err := r.loadEnd(ctx, js)
+		cancel()
+		if err == nil && !end.IsZero() {
+			g := gridLast(sched, end, dbNow.Add(nominalSlack(sched, dbNow)))
+			if !g.IsZero() && g.After(js.accounted) {
+				r.recordPaused(js, g, pausedBy)
+			}
+			after := dbNow
+			if g.After(after) {
+				after = g
+			}
+			return now.Add(gridNext(sched, end, after).Sub(dbNow))
+		}
+	}
+	if fire.After(js.accounted) {
+		r.recordPaused(js, fire, pausedBy)
+	}
+	next := sched.Next(fire)
+	if next.Before(now) {
+		next = sched.Next(now)
+	}
+	return next
+}
+
+func (r *Runner) recordPaused(js *jobState, nominal time.Time, by string) {
+	js.accounted = nominal
+	r.recordOccurrence(js, jobs.OccurrenceRecord{NominalAt: nominal, Outcome: jobs.OccurrenceSkipped, Reason: jobs.ReasonPaused, PausedBy: by})
+}
+
+// skipInvalid records a tick of js whose schedule override is malformed,
+// as the minute nearest to it (asked again every minute, so every replica
+// records about the same minutes, and the table keeps one row each); it
+// returns the next fire.
+func (r *Runner) skipInvalid(js *jobState) time.Time {
+	now := r.now()
+	n := jobs.Nominal(now.Add(jobs.InvalidScheduleRetry / 2).Truncate(jobs.InvalidScheduleRetry))
+	if n.After(js.accounted) {
+		js.accounted = n
+		r.recordOccurrence(js, jobs.OccurrenceRecord{NominalAt: n, Outcome: jobs.OccurrenceSkipped, Reason: jobs.ReasonInvalidSchedule})
+	}
+	return now.Add(jobs.InvalidScheduleRetry)
+}
+
+// recordOverrun records the due times of js that came while its run of
+// nominal time nominal, started at started, lasted until ended, as one skipped/overrun row with
+// their count: a cron job's cron times, an instance job's or a duty's
+// interval steps. A shared fixed-delay job has none (its next due time
+// counts from the end).
+//
+// Only due times after the run's start count: a run that started late (the
+// run at start after a missed stretch, or one that waited for a slot)
+// did not overrun the due times before its start.
+func (r *Runner) recordOverrun(js *jobState, sched jobs.Schedule, nominal, started, ended time.Time) {
+	if js.shared && !sched.IsCron() {
+		return
+	}
+	from := sched.Next(nominal)
+	if !from.After(started) {
+		from = started.Add(time.Nanosecond)
+	}
+	n, first, last, _ := gridSpan(sched, nominal, from, ended)
+	if n == 0 {
+		return
+	}
+	rec := jobs.OccurrenceRecord{NominalAt: first, Outcome: jobs.OccurrenceSkipped, Reason: jobs.ReasonOverrun, Count: n}
+	if n > 1 {
+		rec.LastNominalAt = last
+	}
+	r.recordOccurrence(js, rec)
+}
+
+// missedAtStart records, for a job that was due while no replica hosted it
+// (a shared job: no live replica declares it besides this one; an instance
+// job: this replica id was down), the stretch of due times that passed
+// since its last end (or since the last occurrence recorded, whichever is
+// later) as one missed/down row. With missed: run-once the last of them is
+// the occurrence of the run at start and the row covers those before it;
+// with missed: skip, all. It returns the nominal time of the run at start
+// (zero: none) and marks the stretch accounted for. r.mu held (Start).
+func (r *Runner) missedAtStart(js *jobState, anchor, now, recorded time.Time) time.Time {
+	if anchor.IsZero() {
+		return time.Time{}
+	}
+	from := js.sched.Next(anchor)
+	if !recorded.IsZero() {
+		// The database holds it truncated to the millisecond: the due time
+		// it stands for is within the millisecond after it.
+		recorded = recorded.Add(time.Millisecond - time.Nanosecond)
+		if !recorded.Before(from) {
+			from = gridNext(js.sched, anchor, recorded)
+		}
+	}
+	n, first, last, beforeLast := gridSpan(js.sched, anchor, from, now)
+	if n == 0 {
+		return time.Time{}
+	}
+	runAt := time.Time{}
+	if js.job.Missed != jobs.MissedSkip {
+		runAt = last
+		n, last = n-1, beforeLast
+	}
+	if n > 0 {
+		rec := jobs.OccurrenceRecord{NominalAt: first, Outcome: jobs.OccurrenceMissed, Reason: jobs.ReasonDown, Count: n}
+		if n > 1 {
+			rec.LastNominalAt = last
+		}
+		js.accounted = last
+		r.recordOccurrence(js, rec)
+		r.log.Info("runner: due times passed while no replica hosted the job; recorded as missed", "job_id", js.job.ID,
+			"count", n, "first_nominal_at", jobs.FormatNominal(first), "missed", string(js.job.Missed))
+	}
+	return runAt
+}
+
+// DutyOccurrenceRecorder is what a Recorder may also do (jobstore.Store
+// does) for per-cluster duties: read, when a cluster is acquired, the end
+// of each job's last run for that cluster on any replica, and the latest
+// nominal time recorded for it under that cluster.
+type DutyOccurrenceRecorder interface {
+	DutyStart(ctx context.Context, jobIDs []string, cluster string) (lastEnd, lastRecorded map[string]time.Time, err error)
+}
+
+// missedDutiesLocked records, in a goroutine counted in runWG (AddCluster
+// must not block), the due times of cluster's duties that passed between
+// the end of their last run anywhere (the previous owner's) and now, the
+// acquisition, as one missed/down row each: no replica hosted them then.
+// The first run here is at once, at a nominal time of its own. r.mu held.
+func (r *Runner) missedDutiesLocked(cluster string, now time.Time) {
+	dr, ok := r.o.Store.(DutyOccurrenceRecorder)
+	if !ok || r.stopping || r.runsCtx == nil || len(r.clusters.templates) == 0 {
+		return
+	}
+	if _, ok := r.o.Store.(OccurrenceRecorder); !ok {
+		return
+	}
+	templates := slices.Clone(r.clusters.templates)
+	ids := make([]string, len(templates))
+	for i, j := range templates {
+		ids[i] = j.ID
+	}
+	ctx := r.runsCtx
+	r.runWG.Add(1)
+	go func() {
+		defer r.runWG.Done()
+		qctx, cancel := context.WithTimeout(ctx, settingsTimeout)
+		ends, recorded, err := dr.DutyStart(qctx, ids, cluster)
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil {
+				r.log.Warn("runner: could not read the duties' last runs; no missed stretch is recorded for this acquisition", "cluster", cluster, "error", err)
+			}
+			return
+		}
+		for _, j := range templates {
+			end := ends[j.ID]
+			if end.IsZero() {
+				continue
+			}
+			from := j.Schedule.Next(end)
+			if rec := recorded[j.ID]; !rec.IsZero() {
+				if rec = rec.Add(time.Millisecond - time.Nanosecond); !rec.Before(from) {
+					from = gridNext(j.Schedule, end, rec)
+				}
+			}
+			n, first, last, _ := gridSpan(j.Schedule, end, from, now.Add(-time.Nanosecond))
+			if n == 0 {
+				continue
+			}
+			rec := jobs.OccurrenceRecord{JobID: j.ID, ScopeKey: cluster, NominalAt: first, Outcome: jobs.OccurrenceMissed, Reason: jobs.ReasonDown, Count: n,
+				ReplicaID: r.o.ReplicaID}
+			if n > 1 {
+				rec.LastNominalAt = last
+			}
+			r.o.Store.(OccurrenceRecorder).PutOccurrence(rec)
+			r.log.Info("runner: due times of a duty passed while no replica owned its cluster; recorded as missed", "job_id", j.ID,
+				"cluster", cluster, "count", n, "first_nominal_at", jobs.FormatNominal(first))
+		}
+	}()
+}
+
+// OccurrenceDropper is what a Recorder may also do (jobstore.Store does):
+// take back a skip queued by PutOccurrence that the next flush has not
+// written yet.
+type OccurrenceDropper interface {
+	DropOccurrence(job, scopeKey string, nominal time.Time)
+}
+
+// skipHeld records a tick of js that found the lock held (rec, a
+// held-elsewhere skip). The store writes it only when the lock's holder is
+// not a live replica, at the cost of a statement in its flush. In the
+// usual case another replica holds the lock to run this very due time,
+// and its end, which every replica reads from the shared schedule when it
+// is signalled, says so: when that read comes before the store's flush,
+// the skip is taken back (resolveHeldLocked), and a flush with nothing
+// else to write makes no statement for it.
+func (r *Runner) skipHeld(js *jobState, sched jobs.Schedule, occ occurrence, rec jobs.OccurrenceRecord) {
+	r.recordOccurrence(js, rec)
+	if _, ok := r.o.Store.(OccurrenceDropper); !ok || !js.shared || !occ.onGrid() {
+		return
+	}
+	if _, ok := r.o.Schedules.(RunLoader); !ok {
+		return
+	}
+	// A run of this due time starts before the next one (less a margin
+	// for clocks); a run that starts later is the next occurrence's.
+	next := gridNext(sched, occ.end, occ.nominal)
+	r.mu.Lock()
+	js.heldSkip, js.heldBefore = &rec, next.Add(-nominalSlack(sched, next))
+	r.mu.Unlock()
+}
+
+// resolveHeldLocked settles js's held-elsewhere skip with a read of the
+// shared schedule (the end of the last run anywhere and its start): a run
+// that started before the next due time and ended after the skip's due
+// time is that occurrence's, run by a replica, and the skip is taken back
+// from the store if it is still queued there. r.mu held.
+func (r *Runner) resolveHeldLocked(js *jobState, end, started time.Time) {
+	p := js.heldSkip
+	if p == nil || end.Before(p.NominalAt) {
+		return
+	}
+	js.heldSkip = nil
+	if started.IsZero() || !started.Before(js.heldBefore) {
+		return
+	}
+	if d, ok := r.o.Store.(OccurrenceDropper); ok {
+		d.DropOccurrence(js.job.ID, r.scopeKey(js), p.NominalAt)
+	}
+}

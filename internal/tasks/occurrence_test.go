@@ -1,0 +1,120 @@
+package tasks_test
+
+import (
+	"context"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/studioctl/studioctl/internal/tasks"
+)
+
+// occurrenceEnv is a run of an installation job due at 02:00:00.120 UTC.
+var occurrenceEnv = tasks.Env{JobID: "nightly-report", ReplicaID: "replica-7", RunSeq: 42,
+	ScheduledAt:   time.Date(2026, 12, 5, 2, 0, 0, 120_456_789, time.FixedZone("CET", 3600)),
+	OccurrenceKey: "nightly-report//2026-12-05T01:00:00.120Z"}
+
+const wantScheduledAt = "2026-12-05T01:00:00.120Z"
+
+func TestCommandGetsTheNominalTimeAndTheOccurrenceKey(t *testing.T) {
+	t.Parallel()
+	res := tasks.Command{Argv: []string{"env"}}.Run(context.Background(), occurrenceEnv)
+	if res.Err != nil {
+		t.Fatalf("Run: %v", res.Err)
+	}
+	got := strings.Split(strings.TrimSpace(res.Output), "\n")
+	for _, want := range []string{"STUDIO_SCHEDULED_AT=" + wantScheduledAt, "STUDIO_OCCURRENCE_KEY=nightly-report//" + wantScheduledAt} {
+		if !slices.Contains(got, want) {
+			t.Errorf("environment %q lacks %s", got, want)
+		}
+	}
+}
+
+func TestCommandEnvCannotOverrideTheOccurrenceVariables(t *testing.T) {
+	t.Parallel()
+	res := tasks.Command{Argv: []string{"env"}, Env: map[string]string{"STUDIO_SCHEDULED_AT": "spoofed", "STUDIO_OCCURRENCE_KEY": "spoofed"}}.
+		Run(context.Background(), occurrenceEnv)
+	if res.Err != nil {
+		t.Fatalf("Run: %v", res.Err)
+	}
+	if strings.Contains(res.Output, "spoofed") {
+		t.Errorf("a job's env: replaced a run variable:\n%s", res.Output)
+	}
+}
+
+func TestHTTPSendsTheNominalTimeAndTheOccurrenceKey(t *testing.T) {
+	t.Parallel()
+	srv, seen := newServer(t, func(w http.ResponseWriter, r *http.Request) {})
+	res := tasks.HTTP{URL: srv.URL, Headers: map[string]string{"Studio-Occurrence-Key": "spoofed"}}.Run(context.Background(), occurrenceEnv)
+	if res.Err != nil {
+		t.Fatalf("Run: %v", res.Err)
+	}
+	r := <-seen
+	for name, want := range map[string]string{
+		"Studio-Scheduled-At":   wantScheduledAt,
+		"Studio-Occurrence-Key": "nightly-report//" + wantScheduledAt,
+	} {
+		if got := r.header.Values(name); len(got) != 1 || got[0] != want {
+			t.Errorf("header %s = %q, want %q", name, got, want)
+		}
+	}
+}
+
+func TestHTTPWithoutANominalTimeSendsNoOccurrenceHeaders(t *testing.T) {
+	t.Parallel()
+	srv, seen := newServer(t, func(w http.ResponseWriter, r *http.Request) {})
+	if res := (tasks.HTTP{URL: srv.URL}).Run(context.Background(), testEnv); res.Err != nil {
+		t.Fatalf("Run: %v", res.Err)
+	}
+	r := <-seen
+	for _, name := range []string{"Studio-Scheduled-At", "Studio-Occurrence-Key"} {
+		if _, ok := r.header[name]; ok {
+			t.Errorf("header %s sent for a run without a nominal time", name)
+		}
+	}
+}
+
+func TestSQLReadsTheNominalTimeAndTheOccurrenceKeyWithCurrentSetting(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t, 4)
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `CREATE TABLE seen (at text, key text)`); err != nil {
+		t.Fatal(err)
+	}
+	// With a deadline (statement_timeout set in the same statement) and
+	// without one; a COMMIT inside the text does not undo them.
+	tctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for _, c := range []context.Context{tctx, ctx} {
+		res := tasks.SQL{DB: pool, Statement: `INSERT INTO seen VALUES (current_setting('studio.scheduled_at'), current_setting('studio.occurrence_key'));
+COMMIT; INSERT INTO seen VALUES (current_setting('studio.scheduled_at'), current_setting('studio.occurrence_key'))`}.Run(c, occurrenceEnv)
+		if res.Err != nil {
+			t.Fatalf("Run: %v", res.Err)
+		}
+	}
+	rows, err := pool.Query(ctx, `SELECT at, key FROM seen`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for rows.Next() {
+		var at, key string
+		if err := rows.Scan(&at, &key); err != nil {
+			t.Fatal(err)
+		}
+		if at != wantScheduledAt || key != "nightly-report//"+wantScheduledAt {
+			t.Errorf("the statement read %q and %q; want %q and the key", at, key, wantScheduledAt)
+		}
+		n++
+	}
+	if n != 4 {
+		t.Errorf("%d rows, want 4", n)
+	}
+	// The pool's own sessions never see them.
+	var v string
+	if err := pool.QueryRow(ctx, `SELECT coalesce(current_setting('studio.scheduled_at', true), '')`).Scan(&v); err != nil || v != "" {
+		t.Errorf("a pooled session has studio.scheduled_at = %q (%v)", v, err)
+	}
+}
