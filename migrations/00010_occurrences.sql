@@ -82,13 +82,35 @@ BEGIN
         'replica_id', nullif(NEW.replica_id, ''), 'seq', NEW.seq,
         'holder', NEW.holder, 'holder_known', NEW.holder_known,
         'paused_by', NEW.paused_by, 'count', NEW.count,
-        'last_nominal_at', studio_event_time(NEW.last_nominal_at))));
+        'last_nominal_at', studio_event_time(NEW.last_nominal_at),
+        'occurrence_key', NEW.job_id || '/' || NEW.scope_key || '/'
+            || to_char(NEW.nominal_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))));
     RETURN NULL;
 END
 $$;
 -- +goose StatementEnd
-CREATE TRIGGER studio_occurrence_event AFTER INSERT ON studio_occurrence
-    FOR EACH ROW EXECUTE FUNCTION studio_occurrence_event();
+-- As 00006's event functions: it runs as the tables' owner, with the
+-- studio schema and then pg_temp as its search_path (a caller's temporary
+-- table cannot shadow studio_event), and deferred to commit, after every
+-- row lock of the inserting transaction: two flushes that insert the same
+-- occurrence key wait on each other's unique index entry, never on the
+-- event writer's lock while holding one.
+-- +goose StatementBegin
+DO $$
+BEGIN
+    EXECUTE format('ALTER FUNCTION studio_occurrence_event() SET search_path = %I, pg_temp', current_schema());
+END
+$$;
+-- +goose StatementEnd
+CREATE CONSTRAINT TRIGGER studio_occurrence_event AFTER INSERT ON studio_occurrence
+    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION studio_occurrence_event();
+
+-- The runs that became missed/lost (lock_lost, interrupted, or running
+-- while their replica is dead), for jobs list's count of the last 24 h and
+-- the view: a partial index, so a run that ends as most do (succeeded,
+-- failed, timed_out) leaves no entry once it has ended.
+CREATE INDEX studio_job_run_unended ON studio_job_run (job_id, started_at)
+    WHERE outcome IN ('lock_lost', 'interrupted', 'running');
 
 -- The occurrences: runs that carry a nominal time, and the skips and
 -- misses. A run counts as missed/lost when it lost its lock, was
@@ -127,6 +149,7 @@ SELECT o.job_id, o.scope_key, o.nominal_at, o.outcome, o.reason,
 FROM studio_occurrence o;
 
 -- +goose Down
+DROP INDEX studio_job_run_unended;
 DROP VIEW studio_occurrences;
 DROP TABLE studio_occurrence;
 DROP FUNCTION studio_occurrence_event();

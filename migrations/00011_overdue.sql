@@ -70,10 +70,6 @@
 -- +goose Up
 SET LOCAL lock_timeout = '5s';
 
-ALTER TABLE studio_event DROP CONSTRAINT IF EXISTS studio_event_event_check;
-ALTER TABLE studio_event ADD CONSTRAINT studio_event_event_check
-    CHECK (event IN ('run', 'replica', 'lease', 'lock', 'audit', 'occurrence')) NOT VALID;
-ALTER TABLE studio_event VALIDATE CONSTRAINT studio_event_event_check;
 
 -- +goose StatementBegin
 CREATE FUNCTION studio_overdue_jobs(p_grace interval DEFAULT interval '1 minute')
@@ -156,5 +152,4 @@ $$;
 -- +goose StatementEnd
 
 -- +goose Down
--- The check keeps naming 'occurrence': 00010's trigger writes it.
 DROP FUNCTION studio_overdue_jobs(interval);
