@@ -9,12 +9,14 @@ import (
 	"strings"
 	"testing"
 
+	"gopkg.in/yaml.v3"
+
 	"github.com/studioctl/studioctl/internal/pgtest"
 	"github.com/studioctl/studioctl/internal/replicaproc"
 )
 
-// Stamped into the test's binary as the release does (.goreleaser.yaml),
-// so the tests see what `studioctl version` prints.
+// Stamped into the test's binary through the release's ldflags
+// (.goreleaser.yaml), so the tests see what `studioctl version` prints.
 const (
 	stampVersion = "0.0.0-e2edeploy"
 	stampCommit  = "e2edeploy0commit"
@@ -60,17 +62,51 @@ func run(m *testing.M) int {
 	return pgtest.MainNoLeaks(m)
 }
 
-// ldflags are the release's (.goreleaser.yaml) with the test's stamps.
-func ldflags() string {
-	return fmt.Sprintf("-s -w -X main.version=%s -X main.commit=%s -X main.date=%s", stampVersion, stampCommit, stampDate)
+// releaseBuild is the build of .goreleaser.yaml.
+type releaseBuild struct {
+	Main    string   `yaml:"main"`
+	Env     []string `yaml:"env"`
+	Flags   []string `yaml:"flags"`
+	Ldflags []string `yaml:"ldflags"`
 }
 
-// buildStatic builds ./cmd/studioctl as the release does: static, without
-// cgo, trimmed paths, stamped.
+// readReleaseBuild reads the first build of .goreleaser.yaml.
+func readReleaseBuild() (releaseBuild, error) {
+	var cfg struct {
+		Builds []releaseBuild `yaml:"builds"`
+	}
+	b, err := os.ReadFile(filepath.Join(repoRoot, ".goreleaser.yaml"))
+	if err != nil {
+		return releaseBuild{}, err
+	}
+	if err := yaml.Unmarshal(b, &cfg); err != nil {
+		return releaseBuild{}, fmt.Errorf(".goreleaser.yaml: %w", err)
+	}
+	if len(cfg.Builds) == 0 {
+		return releaseBuild{}, fmt.Errorf(".goreleaser.yaml: no builds")
+	}
+	return cfg.Builds[0], nil
+}
+
+// ldflags are the release's (.goreleaser.yaml) with the test's stamps in
+// place of goreleaser's templates.
+func (r releaseBuild) ldflags() string {
+	return strings.NewReplacer("{{.Version}}", stampVersion, "{{.FullCommit}}", stampCommit, "{{.Date}}", stampDate).
+		Replace(strings.Join(r.Ldflags, " "))
+}
+
+// buildStatic builds the release's main package as the release does
+// (.goreleaser.yaml: its env, flags and ldflags), static.
 func buildStatic(bin string) error {
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", ldflags(), "-o", bin, "./cmd/studioctl")
+	r, err := readReleaseBuild()
+	if err != nil {
+		return err
+	}
+	args := append([]string{"build"}, r.Flags...)
+	args = append(args, "-ldflags", r.ldflags(), "-o", bin, r.Main)
+	cmd := exec.Command("go", args...)
+	cmd.Env = append(os.Environ(), r.Env...)
 	cmd.Dir = repoRoot
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("build the static studioctl: %w\n%s", err, out)
 	}
