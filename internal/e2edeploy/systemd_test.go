@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/studioctl/studioctl/internal/liveness"
 	"github.com/studioctl/studioctl/internal/pgtest"
 	"github.com/studioctl/studioctl/internal/replicaproc"
 	"github.com/studioctl/studioctl/internal/sdnotify"
@@ -76,6 +77,21 @@ func TestSystemdUnits(t *testing.T) {
 				if got := u.get(s, key); got != want {
 					t.Errorf("%s=%q, want %q", key, got, want)
 				}
+			}
+			// After a crash the replica id stays live until its last
+			// heartbeat is liveness.GoneAfter old, and a restart is
+			// refused meanwhile: the restarts in that time must stay
+			// under systemd's default start limit (5 starts in 10 s),
+			// or the unit fails for good (seen under systemd-nspawn with
+			// RestartSec=2s: four refused starts).
+			restart, err := time.ParseDuration(u.get(s, "RestartSec"))
+			if err != nil {
+				t.Fatalf("RestartSec: %v", err)
+			}
+			const startLimitBurst, startLimitInterval = 5, 10 * time.Second
+			if starts := int(startLimitInterval/restart) + 1; starts >= startLimitBurst {
+				t.Errorf("RestartSec=%s: %d starts fit in systemd's %s start limit interval (burst %d) while a crashed replica's id is live for %s",
+					restart, starts, startLimitInterval, startLimitBurst, liveness.GoneAfter)
 			}
 			stop, err := time.ParseDuration(u.get(s, "TimeoutStopSec"))
 			if err != nil {
