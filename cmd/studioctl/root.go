@@ -255,6 +255,7 @@ stderr, and run names it (docs/embedded.md).`,
 		a.newEmbeddedCmd(),
 		a.newConfigCmd(),
 		newVersionCmd(a, nil),
+		newProbeCmd(a, nil),
 	)
 	// --version prints what the version command prints, with no
 	// configuration or database read (cobra handles it before any hook).

@@ -17,6 +17,7 @@ import (
 	"github.com/studioctl/studioctl/internal/leases"
 	"github.com/studioctl/studioctl/internal/locks"
 	"github.com/studioctl/studioctl/internal/replicas"
+	"github.com/studioctl/studioctl/internal/sdnotify"
 	"github.com/studioctl/studioctl/internal/tasks"
 )
 
@@ -47,6 +48,9 @@ type runOptions struct {
 	Signals func() (sigs <-chan os.Signal, stop func())
 	// Version is recorded in studio_replica.
 	Version string
+	// Notify tells systemd READY=1 and STOPPING=1 (NOTIFY_SOCKET; nil:
+	// nothing is sent).
+	Notify *sdnotify.Notifier
 }
 
 func newRunCmd(a *app, runF func(context.Context, *runOptions) error) *cobra.Command {
@@ -97,6 +101,9 @@ the pool keeps no session state. Without it, run refuses such a pooler
 
 A replica whose id belongs to a live replica refuses to start (exit 2). If
 another process takes its id over while it runs, it stops at once and exits 1.
+Under systemd (Type=notify: NOTIFY_SOCKET is set) it sends READY=1 when
+/readyz first passes and STOPPING=1 when it drains; without NOTIFY_SOCKET
+it sends nothing (deploy/systemd).
 A closed stdout or stderr does not stop it (SIGPIPE is handled).
 Logs go to stderr: text on a terminal, JSON otherwise; it prints nothing
 on stdout, so it takes no -o.`,
@@ -114,6 +121,7 @@ on stdout, so it takes no -o.`,
 			}
 			o.EmbeddedSQLURL = func() string { return a.embeddedSQLURL }
 			o.Signals = processSignals
+			o.Notify = sdnotify.FromEnv(a.getenv)
 			if runF != nil {
 				return runF(cmd.Context(), o)
 			}
@@ -244,7 +252,9 @@ func runRun(ctx context.Context, o *runOptions) error {
 	// for a writable primary stops on a signal; Wait returns Start's
 	// error (docs/failover.md).
 	go h.Start(ctx)
+	waitNotify := notifySystemd(ctx, h, o.Notify, o.Logger)
 	err = serveUntilDone(h, sigs)
+	waitNotify()
 	// A live duplicate, a lock table that does not fit and a pooler where a
 	// session of its own is needed are the configuration's fault (exit 2);
 	// the operator commands keep exit 1 for a missing lock table, as their

@@ -9,8 +9,39 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// version is set at release time with -ldflags "-X main.version=...".
-var version = "dev"
+// version, commit and date are stamped at release time with -ldflags
+// "-X main.version=... -X main.commit=... -X main.date=..."
+// (.goreleaser.yaml). Unstamped, commit and date come from the build's
+// version control information, when the binary was built in a checkout.
+var (
+	version = "dev"
+	commit  = ""
+	date    = ""
+)
+
+// buildCommitDate is the commit and the build (or commit) date: the
+// stamped ones, else the VCS revision and time Go recorded, else
+// "unknown".
+func buildCommitDate() (c, d string) {
+	c, d = commit, date
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			switch {
+			case s.Key == "vcs.revision" && c == "":
+				c = s.Value
+			case s.Key == "vcs.time" && d == "":
+				d = s.Value
+			}
+		}
+	}
+	if c == "" {
+		c = "unknown"
+	}
+	if d == "" {
+		d = "unknown"
+	}
+	return c, d
+}
 
 // buildVersion is version, or the module version when built with go install.
 func buildVersion() string {
@@ -44,14 +75,16 @@ func newVersionCmd(a *app, runF func(context.Context, *versionOptions) error) *c
 	}
 }
 
-// versionRun prints the version, the platform and the Go version.
+// versionRun prints the version, the platform, the Go version, the commit
+// and the build date.
 func versionRun(_ context.Context, o *versionOptions) error {
 	_, err := fmt.Fprintln(o.IO.Out, versionLine())
 	return err
 }
 
 // versionLine is what version and --version print: the version, the
-// platform and the Go version.
+// platform, the Go version, the commit and the build date.
 func versionLine() string {
-	return fmt.Sprintf("studioctl %s %s/%s %s", buildVersion(), runtime.GOOS, runtime.GOARCH, runtime.Version())
+	c, d := buildCommitDate()
+	return fmt.Sprintf("studioctl %s %s/%s %s commit=%s built=%s", buildVersion(), runtime.GOOS, runtime.GOARCH, runtime.Version(), c, d)
 }
