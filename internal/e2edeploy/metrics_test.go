@@ -223,7 +223,11 @@ VALUES ('held', now() + interval '1 hour', now(), 'another-host')`); err != nil 
 	}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	t.Cleanup(srv.Close)
+	// The failing job is an sql: job run as the replica's role, knowingly
+	// (database.sql_as_replica): it only has to fail.
 	conf := fmt.Sprintf(`clusters: [c1, c2]
+database:
+  sql_as_replica: true
 jobs:
   - id: fails
     scope: installation
