@@ -88,8 +88,13 @@ func TestThreeReplicasShareTwelveClustersThroughACrashAndADrain(t *testing.T) {
 	procs[drained].Signal(t, syscall.SIGTERM)
 	took = f.waitFirstStarts(20*time.Second, moved, drained, drainAt)
 	t.Logf("drain of %s: %d clusters handed over, first duty start on %s after %s (p50) .. %s (max)", drained, len(moved), keeper, pct(took, 0.5), took[len(took)-1])
-	if last := took[len(took)-1]; last > 2*time.Second {
-		t.Errorf("handover at a drain took %s; the release's signal should make it at once (goal p99 250 ms)", last)
+	// The release's signal makes the keeper take the clusters at once;
+	// without it they would wait for the lease's expiry (the 10 s trust
+	// window at least). The bound tells the two apart with room for a
+	// loaded 2-core CI machine (2.45 s measured there; docs/leases.md has
+	// the quiet numbers).
+	if last := took[len(took)-1]; last > 5*time.Second {
+		t.Errorf("handover at a drain took %s; the release's signal should make it at once, not at the lease's expiry (10 s or more)", last)
 	}
 	if code := procs[drained].WaitExit(t, replicaproc.ExitTimeout); code != 0 {
 		t.Errorf("drained replica exited %d", code)
