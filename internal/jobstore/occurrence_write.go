@@ -114,15 +114,22 @@ func (s *Store) writeOccurrences(ctx context.Context, tx pgx.Tx, occ map[occurre
 }
 
 // occurrenceStartSQL: for each job id, whether a live replica other than
-// $2 has a status row of it, and the latest nominal time recorded in
-// studio_occurrence for it under scope "" or $2 (read through the UNIQUE
-// index).
+// $2 has a status row of it, and the latest nominal time accounted for
+// under scope "" or $2: recorded in studio_occurrence (read through the
+// UNIQUE index), or carried by the job's newest run there (read newest
+// first through the job's seq index). A run that started and never ended
+// (its replica was killed: missed/lost) is its due time's occurrence, so a
+// stretch missed after it starts at the next due time, not at its own.
 var occurrenceStartSQL = `
 SELECT j.id,
   EXISTS (SELECT 1 FROM studio_job_status s JOIN studio_replica r ON r.id = s.replica_id
           WHERE s.job_id = j.id AND s.replica_id <> $2 AND ` + liveness.LiveSQL("r") + `),
-  (SELECT max(coalesce(o.last_nominal_at, o.nominal_at)) FROM studio_occurrence o
-   WHERE o.job_id = j.id AND o.scope_key IN ('', $2))
+  greatest(
+    (SELECT max(coalesce(o.last_nominal_at, o.nominal_at)) FROM studio_occurrence o
+     WHERE o.job_id = j.id AND o.scope_key IN ('', $2)),
+    (SELECT r.nominal_at FROM studio_job_run r
+     WHERE r.job_id = j.id AND r.cluster IS NULL AND r.nominal_at IS NOT NULL AND r.scope_key IN ('', $2)
+     ORDER BY r.seq DESC LIMIT 1))
 FROM unnest($1::text[]) AS j(id)`
 
 // OccurrenceStart returns, for each of jobIDs, whether a live replica

@@ -300,3 +300,41 @@ func TestLoadRunReadsTheLastEndAndItsStart(t *testing.T) {
 		t.Errorf("%d flushes; want none: nothing was left to write", flushes)
 	}
 }
+
+// A run that started and never ended (its replica was killed: the view
+// says missed/lost) is its due time's occurrence: the stretch a replica
+// records at its start begins after it. Found in the README's tour: the
+// stretch began at the lost run's own due time, and `jobs why` at that
+// time told the lost run for both.
+func TestOccurrenceStartCountsTheNewestRunsNominalTime(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool, _ := newPool(t)
+	lost := time.Date(2026, 12, 5, 19, 32, 58, 115_000_000, time.UTC)
+	if _, err := pool.Exec(ctx, `INSERT INTO studio_occurrence (job_id, scope_key, nominal_at, outcome, reason, replica_id)
+VALUES ('report', '', $1, 'skipped', 'paused', 'web-2')`, lost.Add(-30*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO studio_job_run (job_id, replica_id, started_at, outcome, nominal_at, scope_key) VALUES
+  ('report', 'web-2', $1, 'succeeded', $2, ''),
+  ('report', 'web-2', $3, 'running', $4, ''),
+  ('sweep', 'web-1', $3, 'running', $4, 'web-1'),
+  ('report', 'web-3', $3, 'succeeded', $1, 'c1')`,
+		lost.Add(-time.Minute), lost.Add(-time.Minute), lost.Add(4*time.Millisecond), lost); err != nil {
+		t.Fatal(err)
+	}
+	s := jobstore.NewStore(pool, "web-1", nil)
+	_, last, err := s.OccurrenceStart(ctx, []string{"report", "sweep", "other"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !last["report"].Equal(lost) {
+		t.Errorf("report: latest accounted %v, want the lost run's nominal time %v", last["report"], lost)
+	}
+	if !last["sweep"].Equal(lost) {
+		t.Errorf("sweep (instance, this replica's run): %v, want %v", last["sweep"], lost)
+	}
+	if _, ok := last["other"]; ok {
+		t.Errorf("other: %v, want none", last["other"])
+	}
+}
