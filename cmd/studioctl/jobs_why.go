@@ -308,6 +308,11 @@ func replicaAround(r jobstore.ReplicaTrace, t time.Time) string {
 		parts = append(parts, "started at "+whenText(r.StartedAt))
 	case r.StoppedAt != nil && !r.StoppedAt.After(t):
 		parts = append(parts, "stopped at "+whenText(*r.StoppedAt))
+	case !r.Live && r.HeartbeatAt.Before(t):
+		// Its last sign of life came before the due time, and it is not
+		// live now: it was gone then, though within the 15 s after which
+		// the registry says so.
+		parts = append(parts, "was gone (last heartbeat "+whenText(r.HeartbeatAt)+", before the due time; no stop recorded)")
 	case r.LiveAt(t):
 		parts = append(parts, "was live (started "+whenText(r.StartedAt)+")")
 	default:

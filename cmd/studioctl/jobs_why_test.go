@@ -64,6 +64,10 @@ func TestJobsWhyTellsEveryCase(t *testing.T) {
 			o.Outcome, o.Reason = jobs.OccurrenceMissed, jobs.ReasonDown
 		}), jobstore.OccurrenceEvidence{Replicas: []jobstore.ReplicaTrace{{ID: "web-3", State: "ready", StartedAt: at("2026-11-30T01:00:00Z"), HeartbeatAt: at("2026-11-30T02:00:05Z")}}},
 			"Job sync, due 2026-11-30T02:00:00.000Z, was missed: no live replica hosted it then. Replicas: web-3 was live (started 2026-11-30T01:00:00Z) (does not host the job).", "studioctl replicas list"},
+		{"a replica killed just before the due time was gone then, though its heartbeat is within 15 s", with(func(o *jobstore.OccurrenceView) {
+			o.Outcome, o.Reason = jobs.OccurrenceMissed, jobs.ReasonDown
+		}), jobstore.OccurrenceEvidence{Replicas: []jobstore.ReplicaTrace{{ID: "web-2", State: "ready", Hosts: true, StartedAt: at("2026-11-30T01:00:00Z"), HeartbeatAt: at("2026-11-30T01:59:56Z")}}},
+			"Replicas: web-2 was gone (last heartbeat 2026-11-30T01:59:56Z, before the due time; no stop recorded).", "studioctl replicas list"},
 		{"no replica registered", with(func(o *jobstore.OccurrenceView) {
 			o.Outcome, o.Reason, o.Count, o.LastNominalAt = jobs.OccurrenceMissed, jobs.ReasonDown, 3, ptr(at("2026-11-30T02:20:00Z"))
 		}), jobstore.OccurrenceEvidence{}, "Job sync missed 3 due times from 2026-11-30T02:00:00.000Z to 2026-11-30T02:20:00.000Z: no live replica hosted it then. No replica is registered.", "studioctl replicas list"},
