@@ -94,9 +94,11 @@ func jobsWhyRun(ctx context.Context, o *jobsWhyOptions) error {
 	if p.Structured() {
 		return p.Print(whyJSON{occurrenceJSON: toOccurrenceJSON(occ), Summary: summary, Hint: hint}, nil, nil)
 	}
-	if p.Terminal() {
-		summary, hint = output.Safe(summary), output.Safe(hint)
-	}
+	// Always escaped, piped too: the sentences are ours, but they quote
+	// what anyone who may write a lock row (locked_by) or pass --actor
+	// chose, and a pager or a log viewer renders what a terminal would.
+	// json and yaml escape by themselves.
+	summary, hint = output.Safe(summary), output.Safe(hint)
 	_, err = fmt.Fprintf(o.IO.Out, "%s\nhint: %s\n", summary, hint)
 	return err
 }
