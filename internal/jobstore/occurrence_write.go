@@ -167,10 +167,13 @@ func (s *Store) OccurrenceStart(ctx context.Context, jobIDs []string) (map[strin
 // any replica (read newest first through the job's start-time index; a run
 // with no end, whose replica died or has not flushed its end yet, counts
 // from its start: its own occurrence is that run's), and the latest
-// nominal time recorded for it under that cluster.
+// nominal time recorded for it under that cluster. Only runs started
+// before $3, the acquisition, count: the new owner's own first run, which
+// starts at once and may be flushed before this read, is not the previous
+// owner's last (under load it made the stretch empty).
 const dutyStartSQL = `
 SELECT j.id,
-  (SELECT coalesce(r.finished_at, r.started_at) FROM studio_job_run r WHERE r.job_id = j.id AND r.cluster = $2
+  (SELECT coalesce(r.finished_at, r.started_at) FROM studio_job_run r WHERE r.job_id = j.id AND r.cluster = $2 AND r.started_at < $3
    ORDER BY r.started_at DESC LIMIT 1),
   (SELECT max(coalesce(o.last_nominal_at, o.nominal_at)) FROM studio_occurrence o WHERE o.job_id = j.id AND o.scope_key = $2)
 FROM unnest($1::text[]) AS j(id)`
@@ -179,8 +182,8 @@ FROM unnest($1::text[]) AS j(id)`
 // cluster on any replica and the latest nominal time recorded for it
 // under that cluster (absent: none). The runner reads it when it acquires
 // a cluster (runner.DutyOccurrenceRecorder).
-func (s *Store) DutyStart(ctx context.Context, jobIDs []string, cluster string) (map[string]time.Time, map[string]time.Time, error) {
-	rows, err := s.q.Query(ctx, dutyStartSQL, jobIDs, cluster)
+func (s *Store) DutyStart(ctx context.Context, jobIDs []string, cluster string, before time.Time) (map[string]time.Time, map[string]time.Time, error) {
+	rows, err := s.q.Query(ctx, dutyStartSQL, jobIDs, cluster, before)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read the duties' last runs: %w", err)
 	}

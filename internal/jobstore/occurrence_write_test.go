@@ -264,7 +264,7 @@ func TestTheReplicaRoleRecordsOccurrences(t *testing.T) {
 	if _, _, err := s.OccurrenceStart(ctx, []string{"nightly", "java"}); err != nil {
 		t.Errorf("OccurrenceStart as studio_replica: %v", err)
 	}
-	if _, _, err := s.DutyStart(ctx, []string{"nightly"}, "eu-1"); err != nil {
+	if _, _, err := s.DutyStart(ctx, []string{"nightly"}, "eu-1", time.Now()); err != nil {
 		t.Errorf("DutyStart as studio_replica: %v", err)
 	}
 	rt := jobstore.DefaultRetention
@@ -336,5 +336,27 @@ VALUES ('report', '', $1, 'skipped', 'paused', 'web-2')`, lost.Add(-30*time.Seco
 	}
 	if _, ok := last["other"]; ok {
 		t.Errorf("other: %v, want none", last["other"])
+	}
+}
+
+// The new owner's own first run starts at once after the acquisition and
+// may be flushed before DutyStart reads: it is not the previous owner's
+// last run (in a loaded CI run it made the missed stretch empty).
+func TestDutyStartCountsOnlyRunsBeforeTheAcquisition(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool, _ := newPool(t)
+	acq := time.Date(2026, 12, 5, 20, 0, 0, 0, time.UTC)
+	if _, err := pool.Exec(ctx, `INSERT INTO studio_job_run (job_id, replica_id, cluster, started_at, finished_at, outcome) VALUES
+  ('duty', 'web-2', 'eu-1', $1, $2, 'succeeded'),
+  ('duty', 'web-1', 'eu-1', $3, NULL, 'running')`, acq.Add(-36*time.Second), acq.Add(-35*time.Second), acq.Add(time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	ends, _, err := jobstore.NewStore(pool, "web-1", nil).DutyStart(ctx, []string{"duty"}, "eu-1", acq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := acq.Add(-35 * time.Second); !ends["duty"].Equal(want) {
+		t.Errorf("last end %v, want the previous owner's %v", ends["duty"], want)
 	}
 }

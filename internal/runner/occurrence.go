@@ -313,7 +313,7 @@ func (r *Runner) missedAtStart(js *jobState, anchor, now, recorded time.Time) ti
 // of each job's last run for that cluster on any replica, and the latest
 // nominal time recorded for it under that cluster.
 type DutyOccurrenceRecorder interface {
-	DutyStart(ctx context.Context, jobIDs []string, cluster string) (lastEnd, lastRecorded map[string]time.Time, err error)
+	DutyStart(ctx context.Context, jobIDs []string, cluster string, before time.Time) (lastEnd, lastRecorded map[string]time.Time, err error)
 }
 
 // missedDutiesLocked records, in a goroutine counted in runWG (AddCluster
@@ -339,7 +339,7 @@ func (r *Runner) missedDutiesLocked(cluster string, now time.Time) {
 	go func() {
 		defer r.runWG.Done()
 		qctx, cancel := context.WithTimeout(ctx, settingsTimeout)
-		ends, recorded, err := dr.DutyStart(qctx, ids, cluster)
+		ends, recorded, err := dr.DutyStart(qctx, ids, cluster, now)
 		cancel()
 		if err != nil {
 			if ctx.Err() == nil {
