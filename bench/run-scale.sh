@@ -10,7 +10,7 @@
 #  2. By the number of replicas sharing installation jobs: REPLICA_COUNTS
 #     real `studioctl run` processes of one binary (built without -race)
 #     against one PostgreSQL, each hosting the same REPLICA_JOBS
-#     installation jobs (internal/e2ejobs's TestMeasureScaleReplicas): CPU
+#     installation jobs (internal/e2e/jobs's TestMeasureScaleReplicas): CPU
 #     per fire of all replicas and of each, RSS per replica, the database
 #     server's CPU and statements per fire; the peers with REPLICA_JOBS jobs
 #     run in the same rounds as the reference.
@@ -44,7 +44,7 @@ mkdir -p "$out/jobs" "$out/replicas"
 
 echo "scale: results in $out" >&2
 (cd "$root" && go test -c -o "$out/runner.test" ./internal/runner)
-(cd "$root" && go test -c -o "$out/e2ejobs.test" ./internal/e2ejobs)
+(cd "$root" && go test -c -o "$out/e2ejobs.test" ./internal/e2e/jobs)
 (cd "$root/bench/peers" && go build -o "$out/peers10k" .)
 (cd "$root" && go build -o "$out/scalereport" ./bench/scalereport)
 
@@ -86,7 +86,7 @@ run_peer() { # program jobs json
 }
 
 run_replicas() { # replicas jobs json
-	(cd "$root/internal/e2ejobs" &&
+	(cd "$root/internal/e2e/jobs" &&
 		STUDIO_BENCH_SCALE=1 STUDIO_BENCH_NORACE=1 STUDIO_BENCH_SCALE_REPLICAS="$1" STUDIO_BENCH_SCALE_JOBS="$2" \
 			STUDIO_BENCH_SCALE_WARMUP="$warmup" STUDIO_BENCH_SCALE_WINDOW="$window" STUDIO_BENCH_SCALE_OUT="$3" \
 			"$out/e2ejobs.test" -test.run '^TestMeasureScaleReplicas$' -test.count=1 -test.v -test.timeout=30m)

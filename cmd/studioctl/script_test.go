@@ -19,7 +19,7 @@ import (
 
 	"github.com/studioctl/studioctl/internal/db"
 	"github.com/studioctl/studioctl/internal/pgcluster"
-	"github.com/studioctl/studioctl/internal/pgtest"
+	"github.com/studioctl/studioctl/internal/testkit/pgtest"
 	"github.com/studioctl/studioctl/internal/tasks"
 )
 

@@ -22,8 +22,8 @@ import (
 
 	"github.com/studioctl/studioctl/internal/bus"
 	"github.com/studioctl/studioctl/internal/db"
-	"github.com/studioctl/studioctl/internal/faultproxy"
-	"github.com/studioctl/studioctl/internal/pgtest"
+	"github.com/studioctl/studioctl/internal/testkit/faultproxy"
+	"github.com/studioctl/studioctl/internal/testkit/pgtest"
 )
 
 // waitFor bounds every wait for something that must happen. It is generous:
@@ -537,10 +537,10 @@ func TestStopWhileReconnectingLeavesNoGoroutines(t *testing.T) {
 	// The failed ping left pgx sending a cancel request into the black
 	// hole; Stop must end that too, while the proxy still holds it.
 	l.Stop()
-	goleak.VerifyNone(t, ignore, goleak.IgnoreAnyFunction("github.com/studioctl/studioctl/internal/faultproxy.(*Proxy).gate"),
-		goleak.IgnoreAnyFunction("github.com/studioctl/studioctl/internal/faultproxy.(*Proxy).serve.func1"),
-		goleak.IgnoreAnyFunction("github.com/studioctl/studioctl/internal/faultproxy.(*Proxy).serve"),
-		goleak.IgnoreAnyFunction("github.com/studioctl/studioctl/internal/faultproxy.(*Proxy).pipe"))
+	goleak.VerifyNone(t, ignore, goleak.IgnoreAnyFunction("github.com/studioctl/studioctl/internal/testkit/faultproxy.(*Proxy).gate"),
+		goleak.IgnoreAnyFunction("github.com/studioctl/studioctl/internal/testkit/faultproxy.(*Proxy).serve.func1"),
+		goleak.IgnoreAnyFunction("github.com/studioctl/studioctl/internal/testkit/faultproxy.(*Proxy).serve"),
+		goleak.IgnoreAnyFunction("github.com/studioctl/studioctl/internal/testkit/faultproxy.(*Proxy).pipe"))
 	if err := proxy.Close(); err != nil {
 		t.Fatal(err)
 	}

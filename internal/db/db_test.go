@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/studioctl/studioctl/internal/db"
-	"github.com/studioctl/studioctl/internal/pgtest"
+	"github.com/studioctl/studioctl/internal/testkit/pgtest"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }

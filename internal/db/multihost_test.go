@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/studioctl/studioctl/internal/db"
-	"github.com/studioctl/studioctl/internal/pgtest"
+	"github.com/studioctl/studioctl/internal/testkit/pgtest"
 )
 
 // TestAMultiHostURLFindsTheWritableServerAndNeverShowsItsPassword: a URL

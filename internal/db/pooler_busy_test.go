@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/studioctl/studioctl/internal/db"
-	"github.com/studioctl/studioctl/internal/pgbouncer"
-	"github.com/studioctl/studioctl/internal/pgtest"
+	"github.com/studioctl/studioctl/internal/testkit/pgbouncer"
+	"github.com/studioctl/studioctl/internal/testkit/pgtest"
 )
 
 // TestSharesSessionsFindsABusyTransactionPooler: other clients keep the

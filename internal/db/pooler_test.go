@@ -9,8 +9,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/studioctl/studioctl/internal/db"
-	"github.com/studioctl/studioctl/internal/pgbouncer"
-	"github.com/studioctl/studioctl/internal/pgtest"
+	"github.com/studioctl/studioctl/internal/testkit/pgbouncer"
+	"github.com/studioctl/studioctl/internal/testkit/pgtest"
 )
 
 // TestSharesSessionsFindsTransactionAndStatementPoolers: a direct

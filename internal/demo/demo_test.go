@@ -20,8 +20,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/studioctl/studioctl/internal/db"
-	"github.com/studioctl/studioctl/internal/pgtest"
-	"github.com/studioctl/studioctl/internal/replicaproc"
+	"github.com/studioctl/studioctl/internal/testkit/pgtest"
+	"github.com/studioctl/studioctl/internal/testkit/replicaproc"
 )
 
 func TestMain(m *testing.M) {

@@ -7,7 +7,7 @@ import (
 
 	"github.com/studioctl/studioctl/internal/db"
 	"github.com/studioctl/studioctl/internal/locks"
-	"github.com/studioctl/studioctl/internal/pgtest"
+	"github.com/studioctl/studioctl/internal/testkit/pgtest"
 )
 
 // TestReportFindsEveryOverlap feeds demo_execution by hand: executions of

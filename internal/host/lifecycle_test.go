@@ -13,7 +13,7 @@ import (
 	"github.com/studioctl/studioctl/internal/host"
 	"github.com/studioctl/studioctl/internal/jobs"
 	"github.com/studioctl/studioctl/internal/locks"
-	"github.com/studioctl/studioctl/internal/pgtest"
+	"github.com/studioctl/studioctl/internal/testkit/pgtest"
 	"github.com/studioctl/studioctl/internal/startstop"
 )
 

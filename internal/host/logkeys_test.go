@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/studioctl/studioctl/internal/host"
-	"github.com/studioctl/studioctl/internal/pgtest"
+	"github.com/studioctl/studioctl/internal/testkit/pgtest"
 )
 
 // lockedBuffer is a log destination safe for the replica's goroutines.

@@ -13,7 +13,7 @@ import (
 
 	"github.com/studioctl/studioctl/internal/host"
 	"github.com/studioctl/studioctl/internal/migrate"
-	"github.com/studioctl/studioctl/internal/pgtest"
+	"github.com/studioctl/studioctl/internal/testkit/pgtest"
 )
 
 // holdMigrationLock takes the migration lock on a session of its own,

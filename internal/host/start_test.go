@@ -19,7 +19,7 @@ import (
 	"github.com/studioctl/studioctl/internal/host"
 	"github.com/studioctl/studioctl/internal/locks"
 	"github.com/studioctl/studioctl/internal/migrate"
-	"github.com/studioctl/studioctl/internal/pgtest"
+	"github.com/studioctl/studioctl/internal/testkit/pgtest"
 	"github.com/studioctl/studioctl/internal/replicas"
 )
 

@@ -14,7 +14,7 @@ import (
 	"github.com/studioctl/studioctl/internal/db"
 	"github.com/studioctl/studioctl/internal/jobs"
 	"github.com/studioctl/studioctl/internal/jobstore"
-	"github.com/studioctl/studioctl/internal/replicaproc"
+	"github.com/studioctl/studioctl/internal/testkit/replicaproc"
 )
 
 // benchEnv reads a setting of TestHistoryStaysBounded from the environment.

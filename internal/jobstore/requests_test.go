@@ -12,7 +12,7 @@ import (
 
 	"github.com/studioctl/studioctl/internal/jobs"
 	"github.com/studioctl/studioctl/internal/jobstore"
-	"github.com/studioctl/studioctl/internal/pgtest"
+	"github.com/studioctl/studioctl/internal/testkit/pgtest"
 )
 
 // concurrently runs f(i) for i in [0, n) at once and waits for them all.

@@ -19,7 +19,7 @@ import (
 	"github.com/studioctl/studioctl/internal/db"
 	"github.com/studioctl/studioctl/internal/jobs"
 	"github.com/studioctl/studioctl/internal/jobstore"
-	"github.com/studioctl/studioctl/internal/pgtest"
+	"github.com/studioctl/studioctl/internal/testkit/pgtest"
 )
 
 // usec is a time PostgreSQL stores exactly (microseconds), in a zone that is

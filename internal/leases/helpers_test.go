@@ -17,9 +17,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/studioctl/studioctl/internal/db"
-	"github.com/studioctl/studioctl/internal/faultproxy"
+	"github.com/studioctl/studioctl/internal/testkit/faultproxy"
 	"github.com/studioctl/studioctl/internal/liveness"
-	"github.com/studioctl/studioctl/internal/pgtest"
+	"github.com/studioctl/studioctl/internal/testkit/pgtest"
 )
 
 // pollEvery is the pause between two tries of a poll; a poll always checks

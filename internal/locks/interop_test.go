@@ -20,7 +20,7 @@ import (
 
 	"github.com/studioctl/studioctl/internal/locks"
 	"github.com/studioctl/studioctl/internal/migrate"
-	"github.com/studioctl/studioctl/internal/pgtest"
+	"github.com/studioctl/studioctl/internal/testkit/pgtest"
 )
 
 // ShedLock's statements; $1 is the name, $2 the interval, $3 locked_by.

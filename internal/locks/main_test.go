@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/studioctl/studioctl/internal/pgtest"
+	"github.com/studioctl/studioctl/internal/testkit/pgtest"
 )
 
 // TestMain runs the tests against the harness's PostgreSQL and then checks

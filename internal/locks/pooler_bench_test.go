@@ -5,8 +5,8 @@ import (
 	"testing"
 
 	"github.com/studioctl/studioctl/internal/db"
-	"github.com/studioctl/studioctl/internal/pgbouncer"
-	"github.com/studioctl/studioctl/internal/pgtest"
+	"github.com/studioctl/studioctl/internal/testkit/pgbouncer"
+	"github.com/studioctl/studioctl/internal/testkit/pgtest"
 )
 
 // BenchmarkAcquireUnlockThroughPoolers sets the lock cycle of

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/studioctl/studioctl/internal/locks"
-	"github.com/studioctl/studioctl/internal/pgtest"
+	"github.com/studioctl/studioctl/internal/testkit/pgtest"
 )
 
 var defaultTable = locks.DefaultTable()

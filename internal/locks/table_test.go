@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/studioctl/studioctl/internal/locks"
-	"github.com/studioctl/studioctl/internal/pgtest"
+	"github.com/studioctl/studioctl/internal/testkit/pgtest"
 )
 
 func TestTableNamesFoldAsPostgreSQLReadsThem(t *testing.T) {

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/studioctl/studioctl/internal/migrate"
-	"github.com/studioctl/studioctl/internal/pgtest"
+	"github.com/studioctl/studioctl/internal/testkit/pgtest"
 )
 
 func TestLatestVersionIsTheHighestEmbeddedFile(t *testing.T) {

@@ -10,7 +10,7 @@ import (
 	"github.com/pressly/goose/v3"
 
 	"github.com/studioctl/studioctl/internal/migrate"
-	"github.com/studioctl/studioctl/internal/pgtest"
+	"github.com/studioctl/studioctl/internal/testkit/pgtest"
 	"github.com/studioctl/studioctl/migrations"
 )
 

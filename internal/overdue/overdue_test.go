@@ -13,7 +13,7 @@ import (
 	"github.com/studioctl/studioctl/internal/db"
 	"github.com/studioctl/studioctl/internal/liveness"
 	"github.com/studioctl/studioctl/internal/overdue"
-	"github.com/studioctl/studioctl/internal/pgtest"
+	"github.com/studioctl/studioctl/internal/testkit/pgtest"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.MainNoLeaks(m)) }

@@ -17,7 +17,7 @@ import (
 
 	"github.com/studioctl/studioctl/internal/bus"
 	"github.com/studioctl/studioctl/internal/db"
-	"github.com/studioctl/studioctl/internal/pgtest"
+	"github.com/studioctl/studioctl/internal/testkit/pgtest"
 )
 
 // waitFor bounds every poll and wait in these tests.

@@ -13,7 +13,7 @@ import (
 	"github.com/studioctl/studioctl/internal/host"
 	"github.com/studioctl/studioctl/internal/jobs"
 	"github.com/studioctl/studioctl/internal/jobstore"
-	"github.com/studioctl/studioctl/internal/pgtest"
+	"github.com/studioctl/studioctl/internal/testkit/pgtest"
 )
 
 // Lock rows of other writers of the lock table: a Java node's (ShedLock

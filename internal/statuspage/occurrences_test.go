@@ -7,7 +7,7 @@ import (
 	"regexp"
 	"testing"
 
-	"github.com/studioctl/studioctl/internal/pgtest"
+	"github.com/studioctl/studioctl/internal/testkit/pgtest"
 	"github.com/studioctl/studioctl/internal/statuspage"
 )
 

@@ -8,7 +8,7 @@ import (
 
 	"github.com/studioctl/studioctl/internal/bus"
 	"github.com/studioctl/studioctl/internal/db"
-	"github.com/studioctl/studioctl/internal/pgtest"
+	"github.com/studioctl/studioctl/internal/testkit/pgtest"
 	"github.com/studioctl/studioctl/internal/watch"
 )
 

@@ -1,5 +1,0 @@
-// Package e2epooler holds the end-to-end tests of docs/poolers.md: real
-// `studioctl run` replicas and operator commands through a real PgBouncer
-// (internal/pgbouncer) in session and transaction mode, with and without
-// database.listen_url.
-package e2epooler
