@@ -19,8 +19,8 @@ import (
 
 	"github.com/studioctl/studioctl/internal/db"
 	"github.com/studioctl/studioctl/internal/pgcluster"
-	"github.com/studioctl/studioctl/internal/testkit/pgtest"
 	"github.com/studioctl/studioctl/internal/tasks"
+	"github.com/studioctl/studioctl/internal/testkit/pgtest"
 )
 
 // harness runs the tests inside pgtest.Main, so scripts get a server.

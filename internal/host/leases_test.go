@@ -12,8 +12,8 @@ import (
 	"github.com/studioctl/studioctl/internal/host"
 	"github.com/studioctl/studioctl/internal/jobs"
 	"github.com/studioctl/studioctl/internal/leases"
-	"github.com/studioctl/studioctl/internal/testkit/pgtest"
 	"github.com/studioctl/studioctl/internal/replicas"
+	"github.com/studioctl/studioctl/internal/testkit/pgtest"
 )
 
 // startLeaseHost starts a replica with clusters and jobs; it is drained at

@@ -13,8 +13,8 @@ import (
 	"github.com/studioctl/studioctl/internal/host"
 	"github.com/studioctl/studioctl/internal/jobs"
 	"github.com/studioctl/studioctl/internal/locks"
-	"github.com/studioctl/studioctl/internal/testkit/pgtest"
 	"github.com/studioctl/studioctl/internal/startstop"
+	"github.com/studioctl/studioctl/internal/testkit/pgtest"
 )
 
 var _ startstop.Service = (*host.Host)(nil)

@@ -11,8 +11,8 @@ import (
 	"github.com/studioctl/studioctl/internal/db"
 	"github.com/studioctl/studioctl/internal/host"
 	"github.com/studioctl/studioctl/internal/jobs"
-	"github.com/studioctl/studioctl/internal/testkit/pgtest"
 	"github.com/studioctl/studioctl/internal/replicas"
+	"github.com/studioctl/studioctl/internal/testkit/pgtest"
 )
 
 // Defect 5 of issue 7, end to end: a replica whose sql job changes its

@@ -19,8 +19,8 @@ import (
 	"github.com/studioctl/studioctl/internal/host"
 	"github.com/studioctl/studioctl/internal/locks"
 	"github.com/studioctl/studioctl/internal/migrate"
-	"github.com/studioctl/studioctl/internal/testkit/pgtest"
 	"github.com/studioctl/studioctl/internal/replicas"
+	"github.com/studioctl/studioctl/internal/testkit/pgtest"
 )
 
 func openPool(t *testing.T, url string) *pgxpool.Pool {

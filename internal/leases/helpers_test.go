@@ -17,8 +17,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/studioctl/studioctl/internal/db"
-	"github.com/studioctl/studioctl/internal/testkit/faultproxy"
 	"github.com/studioctl/studioctl/internal/liveness"
+	"github.com/studioctl/studioctl/internal/testkit/faultproxy"
 	"github.com/studioctl/studioctl/internal/testkit/pgtest"
 )
 

@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/studioctl/studioctl/internal/db"
-	"github.com/studioctl/studioctl/internal/testkit/pgtest"
 	"github.com/studioctl/studioctl/internal/replicas"
+	"github.com/studioctl/studioctl/internal/testkit/pgtest"
 )
 
 // Found by the adversarial pass over issue 7: a role that may INSERT into

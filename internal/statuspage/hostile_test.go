@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/studioctl/studioctl/internal/testkit/pgtest"
 	"github.com/studioctl/studioctl/internal/statuspage"
+	"github.com/studioctl/studioctl/internal/testkit/pgtest"
 )
 
 // Text from the database that html/template leaves as it is but that still

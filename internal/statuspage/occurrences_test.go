@@ -7,8 +7,8 @@ import (
 	"regexp"
 	"testing"
 
-	"github.com/studioctl/studioctl/internal/testkit/pgtest"
 	"github.com/studioctl/studioctl/internal/statuspage"
+	"github.com/studioctl/studioctl/internal/testkit/pgtest"
 )
 
 // occurrenceRows are two jobs' occurrences relative to database now: one

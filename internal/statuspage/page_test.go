@@ -16,8 +16,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/studioctl/studioctl/internal/locks"
-	"github.com/studioctl/studioctl/internal/testkit/pgtest"
 	"github.com/studioctl/studioctl/internal/statuspage"
+	"github.com/studioctl/studioctl/internal/testkit/pgtest"
 )
 
 // The replica serves the page at / from the database: every section has

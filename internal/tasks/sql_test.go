@@ -12,8 +12,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/studioctl/studioctl/internal/db"
-	"github.com/studioctl/studioctl/internal/testkit/pgtest"
 	"github.com/studioctl/studioctl/internal/tasks"
+	"github.com/studioctl/studioctl/internal/testkit/pgtest"
 )
 
 // newPool opens a pool of at most maxConns connections on a fresh database

@@ -21,9 +21,9 @@ import (
 
 	"github.com/studioctl/studioctl/internal/db"
 	"github.com/studioctl/studioctl/internal/leases"
+	"github.com/studioctl/studioctl/internal/tasks"
 	"github.com/studioctl/studioctl/internal/testkit/pgtest"
 	"github.com/studioctl/studioctl/internal/testkit/replicaproc"
-	"github.com/studioctl/studioctl/internal/tasks"
 )
 
 // Bounds of the kill test (issue 25, item 3; ADR-0152).

@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/studioctl/studioctl/internal/liveness"
+	"github.com/studioctl/studioctl/internal/sdnotify"
 	"github.com/studioctl/studioctl/internal/testkit/pgtest"
 	"github.com/studioctl/studioctl/internal/testkit/replicaproc"
-	"github.com/studioctl/studioctl/internal/sdnotify"
 )
 
 // unit is a parsed systemd unit file: section -> key -> values in order.

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/studioctl/studioctl/internal/leases"
-	"github.com/studioctl/studioctl/internal/testkit/replicaproc"
 	"github.com/studioctl/studioctl/internal/replicas"
+	"github.com/studioctl/studioctl/internal/testkit/replicaproc"
 )
 
 const (

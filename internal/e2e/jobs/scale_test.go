@@ -21,9 +21,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/studioctl/studioctl/internal/tasks"
 	"github.com/studioctl/studioctl/internal/testkit/pgtest"
 	"github.com/studioctl/studioctl/internal/testkit/replicaproc"
-	"github.com/studioctl/studioctl/internal/tasks"
 )
 
 // Replicas sharing installation jobs (issue 14, item 4), a measurement, not

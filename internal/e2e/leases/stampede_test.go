@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/studioctl/studioctl/internal/testkit/replicaproc"
 	"github.com/studioctl/studioctl/internal/replicas"
+	"github.com/studioctl/studioctl/internal/testkit/replicaproc"
 )
 
 // Many clusters over three real replicas (issue 21: 20,000 clusters

@@ -16,11 +16,11 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/studioctl/studioctl/internal/testkit/faultproxy"
 	"github.com/studioctl/studioctl/internal/host"
+	"github.com/studioctl/studioctl/internal/replicas"
+	"github.com/studioctl/studioctl/internal/testkit/faultproxy"
 	"github.com/studioctl/studioctl/internal/testkit/pgtest"
 	"github.com/studioctl/studioctl/internal/testkit/replicaproc"
-	"github.com/studioctl/studioctl/internal/replicas"
 )
 
 // Bounds of SPEC §6 and §8 that the faults are judged by.
