@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/pressly/goose/v3/lock"
 )
 
@@ -67,21 +66,6 @@ WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
   AND ((l.classid::bigint << 32) | l.objid::bigint) = $1
   AND l.pid <> pg_backend_pid()
 LIMIT 1`
-
-// LockHolder returns the session, other than q's own, that holds the
-// migration lock now; ok is false when none does.
-func LockHolder(ctx context.Context, q interface {
-	QueryRow(context.Context, string, ...any) pgx.Row
-}) (h Holder, ok bool, err error) {
-	err = q.QueryRow(ctx, holderSQL, int64(LockID)).Scan(h.dests()...)
-	if err == pgx.ErrNoRows {
-		return Holder{}, false, nil
-	}
-	if err != nil {
-		return Holder{}, false, fmt.Errorf("read the migration lock's holder: %w", err)
-	}
-	return h, true, nil
-}
 
 // ErrGaveUp: Options.GiveUp ended the wait for the migration lock; nothing
 // was applied.

@@ -47,9 +47,6 @@ func Compare(a, b string) int {
 	return strings.Compare(a, b)
 }
 
-// Less reports whether a sorts before b.
-func Less(a, b string) bool { return Compare(a, b) < 0 }
-
 // Strings sorts s in natural order.
 func Strings(s []string) { slices.SortFunc(s, Compare) }
 

@@ -323,8 +323,3 @@ func (c *Cluster) Promote(ctx context.Context) error {
 	return nil
 }
 
-// IsStandby reports whether DataDir is a standby's (standby.signal).
-func (c *Cluster) IsStandby() bool {
-	_, err := os.Stat(filepath.Join(c.DataDir, "standby.signal"))
-	return err == nil
-}

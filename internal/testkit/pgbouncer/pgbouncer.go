@@ -176,11 +176,6 @@ server_reset_query = DISCARD ALL
 
 func (b *Bouncer) addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(b.Port)) }
 
-// URL is a postgres:// URL of database db as user through the bouncer.
-func (b *Bouncer) URL(user, db string) string {
-	return fmt.Sprintf("postgres://%s@%s/%s?sslmode=disable", user, b.addr(), db)
-}
-
 // Log is what PgBouncer logged so far.
 func (b *Bouncer) Log() string {
 	data, _ := os.ReadFile(filepath.Join(b.Dir, "pgbouncer.log"))

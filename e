@@ -1,1 +1,0 @@
-timeout: failed to run command ‘./studioctl’: No such file or directory
