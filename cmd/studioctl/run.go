@@ -248,12 +248,13 @@ func runRun(ctx context.Context, o *runOptions) error {
 	if err != nil {
 		return &usageError{err: err}
 	}
-	// Start runs while the signals are served, so a replica that waits
-	// for a writable primary stops on a signal; Wait returns Start's
-	// error (docs/failover.md).
-	go h.Start(ctx)
+	// The signals are served from here to the end: one that comes while
+	// the replica waits for a writable primary (or for the migration
+	// lock) ends the preparation (docs/failover.md).
+	stopSignals := h.HandleSignals(sigs)
 	waitNotify := notifySystemd(ctx, h, o.Notify, o.Logger)
-	err = serveUntilDone(h, sigs)
+	err = hostReplica(ctx, h)
+	stopSignals()
 	waitNotify()
 	// A live duplicate, a lock table that does not fit and a pooler where a
 	// session of its own is needed are the configuration's fault (exit 2);
@@ -266,21 +267,18 @@ func runRun(ctx context.Context, o *runOptions) error {
 	return err
 }
 
-// serveUntilDone turns signals into the host's stops until it has ended:
-// the first drains, a second stops at once.
-func serveUntilDone(h *host.Host, sigs <-chan os.Signal) error {
-	draining := false
-	for {
-		select {
-		case s := <-sigs:
-			if !draining {
-				draining = true
-				h.Drain("signal " + s.String())
-				continue
-			}
-			h.StopNow()
-		case <-h.Done():
-			return h.Wait()
+// hostReplica prepares the replica (what blocks: a writable primary, the
+// migrations, the checks), starts it, and waits for its end: nil after a
+// drain, host.ErrInterrupted after a second signal, or why it failed.
+func hostReplica(ctx context.Context, h *host.Host) error {
+	if err := h.Prepare(ctx); err != nil {
+		if errors.Is(err, host.ErrStoppedWhilePreparing) {
+			return h.Wait() // a signal while it waited: nothing registered
 		}
+		return err
 	}
+	if err := h.Start(ctx); err != nil {
+		return err
+	}
+	return h.Wait()
 }

@@ -5,7 +5,10 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"os"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -102,5 +105,111 @@ func TestTheDemoConfigurationLoads(t *testing.T) {
 	}
 	if len(list) == 0 || len(clusters) != 12 {
 		t.Errorf("demo.yaml: %d jobs, %d clusters; want jobs and 12 clusters", len(list), len(clusters))
+	}
+}
+
+// What Prepare (the blocking part of a start) says reaches run's exit
+// code: a lock table that does not fit is the configuration's (exit 2), a
+// database that cannot be reached a failure (exit 1), and a signal while
+// the replica waits for a writable primary ends it cleanly before it
+// registers (exit 0).
+func TestPrepareErrorsReachRunsExitCode(t *testing.T) {
+	const readOnly = `DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET default_transaction_read_only = on', current_database()); END $$`
+	tests := []struct {
+		name    string
+		url     func(t *testing.T) string
+		table   func() locks.Table
+		signals int
+		want    int
+	}{
+		{name: "a missing lock table is exit 2", url: func(t *testing.T) string { return pgtest.NewDB(t) },
+			table: func() locks.Table { tb := locks.DefaultTable(); tb.Name = "no_such_locks"; return tb }, want: exitUsage},
+		{name: "an unreachable database is exit 1", url: func(t *testing.T) string {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			addr := ln.Addr().String()
+			ln.Close() // nothing listens there now
+			return "postgres://studio@" + addr + "/studio?connect_timeout=5&sslmode=disable"
+		}, want: exitFailure},
+		{name: "a drain while waiting for a writable primary is exit 0", url: readOnlyDB(readOnly), signals: 1, want: exitOK},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			url := tt.url(t)
+			cfg := &config.Config{}
+			cfg.Replica.ID = "prepare-exit"
+			cfg.Replica.Listen = "127.0.0.1:0"
+			cfg.Database.Migrate = "off"
+			sigs := make(chan os.Signal, 2)
+			var logs lockedWriter
+			o := runTestOptions(url, cfg, sigs)
+			o.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
+			if tt.table != nil {
+				o.LockTable = tt.table
+			}
+			done := make(chan error, 1)
+			go func() { done <- runRun(context.Background(), o) }()
+			if tt.signals > 0 {
+				waitFor(t, time.Minute, "the waiting log line", func() bool {
+					return strings.Contains(logs.String(), "waiting for a writable primary")
+				})
+				for range tt.signals {
+					sigs <- os.Interrupt
+				}
+			}
+			select {
+			case err := <-done:
+				if got := exitCode(err); got != tt.want {
+					t.Errorf("run = %v: exit %d, want %d", err, got, tt.want)
+				}
+			case <-time.After(2 * time.Minute):
+				t.Fatal("run did not end")
+			}
+		})
+	}
+}
+
+func readOnlyDB(stmt string) func(t *testing.T) string {
+	return func(t *testing.T) string {
+		url := pgtest.NewDB(t)
+		pool, err := db.Open(t.Context(), url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pool.Close()
+		if _, err := pool.Exec(t.Context(), stmt); err != nil {
+			t.Fatal(err)
+		}
+		return url
+	}
+}
+
+// lockedWriter is a log sink that tests read while the replica writes.
+type lockedWriter struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (w *lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.Write(p)
+}
+
+func (w *lockedWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
+}
+
+// waitFor polls cond until it holds or d passes.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(d); !cond(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s after %s", what, d)
+		}
 	}
 }
