@@ -351,6 +351,40 @@ func (h *Host) endPhase() {
 
 // prepare is Prepare's sequence; whatever it started, stops() stops.
 func (h *Host) prepare(ctx context.Context) (err error) {
+	if err := h.prepareDatabase(ctx); err != nil {
+		return err
+	}
+	// (2) The jobs: bound, and checked by the runner (ids, lock names).
+	h.stream = stream.NewHub(stream.HubOptions{DB: h.pool, Logger: h.log})
+	h.metrics = h.newMetrics()
+	if err := h.newRunner(); err != nil {
+		return err
+	}
+	// The overdue jobs, read on a cadence for /metrics, in the runner's
+	// metrics mode (per job or for the replica).
+	h.overdue = overdue.NewSampler(overdue.SamplerOptions{DB: h.pool, PerJob: h.runner.PerJobMetrics, Logger: h.log})
+	if err := h.metrics.Register(h.overdue); err != nil {
+		return err
+	}
+	// Built before the bus listener starts: its handler wakes the loop.
+	h.leases = leases.New(leases.Options{ID: h.o.ID, DB: h.leasePool, Logger: h.log,
+		OnAcquire:   h.runner.AddCluster,
+		OnLose:      func(cluster string, _ error) { h.runner.RemoveCluster(cluster) },
+		AwaitDuties: h.runner.AwaitClusters,
+	})
+	// (3) The HTTP address, which the row records.
+	h.http, err = listenHTTP(h.o.Listen, h.routes(), h.log)
+	if err != nil {
+		return err
+	}
+	h.warnExposed(h.http.Addr())
+	return nil
+}
+
+// prepareDatabase is Prepare's step (1): a writable primary, the pools,
+// the schema version (or the migrations), the lock table and the
+// configuration's clusters.
+func (h *Host) prepareDatabase(ctx context.Context) (err error) {
 	// (1) The database, its schema version (or the migrations), the lock
 	// table.
 	pcfg, err := db.ParsePoolConfig(h.o.ConnString)
@@ -416,30 +450,6 @@ func (h *Host) prepare(ctx context.Context) (err error) {
 	} else if len(added) > 0 {
 		h.log.Info("clusters added from the configuration", "clusters", added)
 	}
-	// (2) The jobs: bound, and checked by the runner (ids, lock names).
-	h.stream = stream.NewHub(stream.HubOptions{DB: h.pool, Logger: h.log})
-	h.metrics = h.newMetrics()
-	if err := h.newRunner(); err != nil {
-		return err
-	}
-	// The overdue jobs, read on a cadence for /metrics, in the runner's
-	// metrics mode (per job or for the replica).
-	h.overdue = overdue.NewSampler(overdue.SamplerOptions{DB: h.pool, PerJob: h.runner.PerJobMetrics, Logger: h.log})
-	if err := h.metrics.Register(h.overdue); err != nil {
-		return err
-	}
-	// Built before the bus listener starts: its handler wakes the loop.
-	h.leases = leases.New(leases.Options{ID: h.o.ID, DB: h.leasePool, Logger: h.log,
-		OnAcquire:   h.runner.AddCluster,
-		OnLose:      func(cluster string, _ error) { h.runner.RemoveCluster(cluster) },
-		AwaitDuties: h.runner.AwaitClusters,
-	})
-	// (3) The HTTP address, which the row records.
-	h.http, err = listenHTTP(h.o.Listen, h.routes(), h.log)
-	if err != nil {
-		return err
-	}
-	h.warnExposed(h.http.Addr())
 	return nil
 }
 
