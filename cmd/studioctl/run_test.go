@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -25,7 +26,7 @@ func runTestOptions(url string, cfg *config.Config, sigs chan os.Signal) *runOpt
 	return &runOptions{
 		deps:       deps{LockTable: locks.DefaultTable},
 		Config:     cfg,
-		ConnString: func(context.Context) (string, bool, error) { return url, false, nil },
+		ConnString: func(context.Context) (string, error) { return url, nil },
 		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Signals:    func() (<-chan os.Signal, func()) { return sigs, func() {} },
 		Version:    "test",
@@ -37,9 +38,9 @@ func TestRunRunRefusesABadReplicaIDBeforeReachingTheDatabase(t *testing.T) {
 	cfg.Replica.ID = "Web_1"
 	cfg.Database.Migrate = "off"
 	o := runTestOptions("", cfg, make(chan os.Signal))
-	o.ConnString = func(context.Context) (string, bool, error) {
+	o.ConnString = func(context.Context) (string, error) {
 		t.Error("run reached for the database with a bad replica id")
-		return "", false, errors.New("unreachable")
+		return "", errors.New("unreachable")
 	}
 	err := runRun(context.Background(), o)
 	var ue *usageError
@@ -95,11 +96,15 @@ func TestRunRunHostsAReplicaUntilASignalDrainsIt(t *testing.T) {
 
 // The README's tour runs examples/demo.yaml: it must stay a valid config.
 func TestTheDemoConfigurationLoads(t *testing.T) {
-	list, err := jobs.LoadFile("../../examples/demo.yaml")
+	cfg, _, err := config.Load("../../examples/demo.yaml", func(string) string { return "" }, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	clusters, err := leases.LoadFile("../../examples/demo.yaml", 0)
+	list, err := jobs.ParseSection(cfg.File, cfg.Doc.Section("jobs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clusters, err := leases.ParseSection(cfg.File, cfg.Doc.Section("clusters"), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,5 +216,32 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 		if time.Now().After(deadline) {
 			t.Fatalf("no %s after %s", what, d)
 		}
+	}
+}
+
+// The config file is read once, by config.Load: what run, config show and
+// doctor parse from its jobs: and clusters: is that read, not a second one
+// (issue 23 item 4). Replaced on disk after the load, the file is not read
+// again: before, jobs.LoadFile and leases.LoadFile each read it again and
+// saw the new one.
+func TestTheJobsAndClustersComeFromTheOneReadOfTheConfigFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "studio.yaml")
+	first := "jobs:\n  - id: first\n    scope: instance\n    every: 1m\n    run:\n      command: [\"true\"]\nclusters: [c1]\n"
+	if err := os.WriteFile(path, []byte(first), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, _, err := config.Load(path, func(string) string { return "" }, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte("jobs:\n  - id: second\n    every: nonsense\nclusters: [c2, c3]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	views, clusters, err := parsedJobs(cfg, false)
+	if err != nil {
+		t.Fatalf("parsedJobs = %v; want the jobs of the one read", err)
+	}
+	if len(views) != 1 || views[0].ID != "first" || len(clusters) != 1 || clusters[0] != "c1" {
+		t.Errorf("jobs %+v, clusters %v; want job first and cluster c1 from the one read", views, clusters)
 	}
 }
