@@ -15,6 +15,7 @@ import (
 
 	"github.com/studioctl/studioctl/internal/config"
 	"github.com/studioctl/studioctl/internal/db"
+	"github.com/studioctl/studioctl/internal/embedded"
 	"github.com/studioctl/studioctl/internal/jobs"
 	"github.com/studioctl/studioctl/internal/leases"
 	"github.com/studioctl/studioctl/internal/locks"
@@ -243,5 +244,42 @@ func TestTheJobsAndClustersComeFromTheOneReadOfTheConfigFile(t *testing.T) {
 	}
 	if len(views) != 1 || views[0].ID != "first" || len(clusters) != 1 || clusters[0] != "c1" {
 		t.Errorf("jobs %+v, clusters %v; want job first and cluster c1 from the one read", views, clusters)
+	}
+}
+
+// Resolving the database is pure: it names the target from the
+// configuration and the environment, and starts, creates and prints
+// nothing, even when the target is the embedded default (issue 23 item 4:
+// connString used to start and migrate it as it resolved it).
+func TestResolvingTheDatabaseStartsNothing(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "embedded")
+	tests := []struct {
+		name string
+		url  string
+		env  map[string]string
+		want dbTarget
+	}{
+		{name: "database.url wins", url: "postgres://app@db/app", env: map[string]string{"PGHOST": "elsewhere"}, want: dbTarget{URL: "postgres://app@db/app"}},
+		{name: "a PG variable without database.url", env: map[string]string{"PGHOST": "db"}, want: dbTarget{PGEnv: true}},
+		{name: "neither: the embedded default, not started", want: dbTarget{Embedded: &embedded.Embedded{Dir: dir}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var stderr strings.Builder
+			a := &app{stderr: &stderr, getenv: func(k string) string { return tt.env[k] }, cfg: &config.Config{}}
+			a.cfg.Database.URL = tt.url
+			a.cfg.Embedded.Dir = dir
+			got := a.resolveDatabase()
+			if got.URL != tt.want.URL || got.PGEnv != tt.want.PGEnv || (got.Embedded == nil) != (tt.want.Embedded == nil) ||
+				(got.Embedded != nil && got.Embedded.Dir != dir) {
+				t.Errorf("resolveDatabase = %+v, want %+v", got, tt.want)
+			}
+			if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("resolving created %s (stat: %v)", dir, err)
+			}
+			if stderr.Len() > 0 {
+				t.Errorf("resolving printed %q", stderr.String())
+			}
+		})
 	}
 }
