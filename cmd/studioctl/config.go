@@ -172,14 +172,14 @@ func parsedJobs(cfg *config.Config, onEmbedded bool) ([]jobView, []string, error
 	if file == "" {
 		return views, clusters, nil
 	}
-	list, err := jobs.LoadFile(file)
+	list, err := jobs.ParseSection(file, cfg.Doc.Section("jobs"))
 	if err != nil {
 		return nil, nil, &usageError{err: err}
 	}
 	if err := sqlJobsRole(cfg, list, onEmbedded); err != nil {
 		return nil, nil, err
 	}
-	cs, err := leases.LoadFile(file, cfg.Leases.MaxConfigClusters)
+	cs, err := leases.ParseSection(file, cfg.Doc.Section("clusters"), cfg.Leases.MaxConfigClusters)
 	if err != nil {
 		return nil, nil, &usageError{err: err}
 	}

@@ -143,15 +143,14 @@ func demoRun(ctx context.Context, o *demoOptions) error {
 // PG* variables', or the embedded default (started if needed, but not
 // migrated: the demo migrates only its own database).
 func (a *app) demoDatabase(ctx context.Context) (string, string, error) {
-	if u := a.cfg.Database.URL; u != "" {
-		return u, db.Redact(u), nil
+	t := a.resolveDatabase()
+	switch {
+	case t.URL != "":
+		return t.URL, db.Redact(t.URL), nil
+	case t.PGEnv:
+		return "", "the database of the PG* variables", nil
 	}
-	for _, k := range pgEnvVars {
-		if a.getenv(k) != "" {
-			return "", "the database of the PG* variables", nil
-		}
-	}
-	e := a.embedded()
+	e := t.Embedded
 	url, started, err := e.Ensure(ctx)
 	if err != nil {
 		return "", "", err

@@ -79,7 +79,7 @@ func doctorRun(ctx context.Context, o *doctorOptions) error {
 		opts.ReplicaID = replicas.DefaultID()
 	}
 	if cfg.File != "" {
-		opts.Jobs, opts.JobsErr = jobs.LoadFile(cfg.File)
+		opts.Jobs, opts.JobsErr = jobs.ParseSection(cfg.File, cfg.Doc.Section("jobs"))
 		opts.JobsSource = filepath.Base(cfg.File)
 	}
 	cs, err := o.ConnString(ctx)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/studioctl/studioctl/internal/config"
 	"github.com/studioctl/studioctl/internal/leases"
 	"github.com/studioctl/studioctl/internal/output"
 )
@@ -285,16 +286,16 @@ func printSome(ctx context.Context, d deps, q leases.Querier, p *output.Printer,
 // leasesRemoveOptions are the flags, arguments and dependencies of leases remove.
 type leasesRemoveOptions struct {
 	deps
-	// ConfigFile is the configuration file read, if any: remove warns
-	// about a cluster it lists.
-	ConfigFile func() string
+	// ConfigFile is the configuration file read, if any, as read once:
+	// remove warns about a cluster it lists.
+	ConfigFile func() *config.Document
 	Clusters   []string
 	Reason     string
 	Yes        bool
 }
 
 func newLeasesRemoveCmd(a *app, runF func(context.Context, *leasesRemoveOptions) error) *cobra.Command {
-	o := &leasesRemoveOptions{deps: a.deps(), ConfigFile: func() string { return a.cfg.File }}
+	o := &leasesRemoveOptions{deps: a.deps(), ConfigFile: func() *config.Document { return a.cfg.Doc }}
 	cmd := &cobra.Command{
 		Use:   "remove CLUSTER... [--reason R] [--yes]",
 		Short: "Remove clusters (audited); their duties stop at once",
@@ -353,8 +354,9 @@ func leasesRemoveRun(ctx context.Context, o *leasesRemoveOptions) error {
 	if err != nil {
 		return err
 	}
-	if file := o.ConfigFile(); file != "" {
-		if listed, err := leases.LoadFile(file, 0); err == nil {
+	if doc := o.ConfigFile(); doc != nil {
+		file := doc.Path
+		if listed, err := leases.ParseSection(file, doc.Section("clusters"), 0); err == nil {
 			for _, in := range removed {
 				if slices.Contains(listed, in.Cluster) {
 					fmt.Fprintf(o.IO.Err, "warning: cluster %q is listed under clusters: in %s; a replica that starts with it adds it again\n", in.Cluster, file)

@@ -122,13 +122,14 @@ type app struct {
 	pool *pgxpool.Pool
 	// sessionPool is database.listen_url's, when set (sessionDB).
 	sessionPool *pgxpool.Pool
-	// migrated: connString already applied the migrations (embedded default).
-	migrated bool
-	// embeddedBanner: connString says which embedded database it uses
-	// (run only: docs/embedded.md).
-	embeddedBanner bool
+	// hostMigrates: this invocation is run, whose host applies the
+	// migrations (host.Prepare, database.migrate): openDatabase leaves the
+	// embedded default's schema to it and says which database it uses
+	// (docs/embedded.md).
+	hostMigrates bool
 	// embeddedSQLURL: the embedded default's login for sql: jobs
-	// (embedded.SQLJobUser), set by connString when it uses that database.
+	// (embedded.SQLJobUser), set by openDatabase when it uses that
+	// database.
 	embeddedSQLURL string
 }
 
@@ -402,16 +403,39 @@ func (a *app) pgEnv() bool {
 	return false
 }
 
-// connString resolves the database: the configured URL, the PG* variables,
-// or the embedded default.
-func (a *app) connString(ctx context.Context) (string, error) {
-	if a.cfg.Database.URL != "" {
-		return a.cfg.Database.URL, nil
+// dbTarget is the database an invocation uses, as the configuration and
+// the environment name it.
+type dbTarget struct {
+	URL      string             // database.url (STUDIO_DATABASE_URL, --database-url)
+	PGEnv    bool               // no URL: libpq's PG* variables configure it ("" as the URL)
+	Embedded *embedded.Embedded // neither: the embedded default, not started
+}
+
+// resolveDatabase says which database this invocation uses: the configured
+// URL, the PG* variables, or the embedded default. It is pure: it starts,
+// connects to and writes nothing.
+func (a *app) resolveDatabase() dbTarget {
+	switch {
+	case a.cfg.Database.URL != "":
+		return dbTarget{URL: a.cfg.Database.URL}
+	case a.pgEnv():
+		return dbTarget{PGEnv: true}
+	default:
+		return dbTarget{Embedded: a.embedded()}
 	}
-	if a.pgEnv() {
-		return "", nil
+}
+
+// openDatabase is the one step on the way to the database that has side
+// effects, and only on the embedded default: it starts the server (when
+// not running) and, with database.migrate on, applies the migrations. On
+// run it leaves the migrations to the host (host.Prepare applies them with
+// database.migrate on, on any database) and says which database it uses.
+// It returns the connection string ("" for the PG* variables).
+func (a *app) openDatabase(ctx context.Context, t dbTarget) (string, error) {
+	if t.Embedded == nil {
+		return t.URL, nil
 	}
-	e := a.embedded()
+	e := t.Embedded
 	url, started, err := e.Ensure(ctx)
 	if err != nil {
 		return "", err
@@ -422,23 +446,35 @@ func (a *app) connString(ctx context.Context) (string, error) {
 	// Only run says which database it uses (docs/embedded.md): above
 	// every table it was noise. url holds the password: only its redacted
 	// form is shown.
-	if a.embeddedBanner {
+	if a.hostMigrates {
 		fmt.Fprintf(a.stderr, "using the embedded database %s, password in %s (set database.url or STUDIO_DATABASE_URL to use another)\n",
 			db.Redact(url), e.PasswordFile())
 	}
-	pool, err := db.Open(ctx, url)
-	if err != nil {
-		return "", err
+	if !a.hostMigrates && a.cfg.Database.Migrate == "on" {
+		if err := migrateEmbedded(ctx, url); err != nil {
+			return "", err
+		}
 	}
-	defer pool.Close()
-	if _, err := migrate.Up(ctx, pool); err != nil {
-		return "", err
-	}
-	a.migrated = true
 	if a.embeddedSQLURL, err = e.SQLJobURL(); err != nil {
 		return "", fmt.Errorf("embedded database: the sql jobs' login: %w", err)
 	}
 	return url, nil
+}
+
+// migrateEmbedded applies the migrations to the embedded default at url.
+func migrateEmbedded(ctx context.Context, url string) error {
+	pool, err := db.Open(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	_, err = migrate.Up(ctx, pool)
+	return err
+}
+
+// connString resolves the database and opens it (openDatabase).
+func (a *app) connString(ctx context.Context) (string, error) {
+	return a.openDatabase(ctx, a.resolveDatabase())
 }
 
 func (a *app) embedded() *embedded.Embedded {

@@ -32,9 +32,10 @@ type runOptions struct {
 	// Config is the loaded configuration: the jobs file, replica.*,
 	// drain.*, database.migrate.
 	Config *config.Config
-	// ConnString resolves the database (the embedded default is started
-	// and migrated here: migrated then says so).
-	ConnString func(context.Context) (cs string, migrated bool, err error)
+	// ConnString resolves the database and opens it: the embedded
+	// default is started here, not migrated (the host migrates, with
+	// database.migrate on).
+	ConnString func(context.Context) (cs string, err error)
 	// PGEnv: a PG* variable configures the database (database.url unset).
 	PGEnv bool
 	// EmbeddedSQLURL, after ConnString, is the embedded default's login
@@ -114,11 +115,8 @@ on stdout, so it takes no -o.`,
 			o.Config = a.cfg
 			o.Logger = a.logger()
 			o.PGEnv = a.pgEnv()
-			a.embeddedBanner = true
-			o.ConnString = func(ctx context.Context) (string, bool, error) {
-				cs, err := a.connString(ctx)
-				return cs, a.migrated, err
-			}
+			a.hostMigrates = true
+			o.ConnString = a.connString
 			o.EmbeddedSQLURL = func() string { return a.embeddedSQLURL }
 			o.Signals = processSignals
 			o.Notify = sdnotify.FromEnv(a.getenv)
@@ -173,10 +171,11 @@ func runRun(ctx context.Context, o *runOptions) error {
 	var clusters []string
 	if cfg.File != "" {
 		var err error
-		if list, err = jobs.LoadFile(cfg.File); err != nil {
+		// The file as config.Load read it, once: its sections.
+		if list, err = jobs.ParseSection(cfg.File, cfg.Doc.Section("jobs")); err != nil {
 			return &usageError{err: err}
 		}
-		if clusters, err = leases.LoadFile(cfg.File, cfg.Leases.MaxConfigClusters); err != nil {
+		if clusters, err = leases.ParseSection(cfg.File, cfg.Doc.Section("clusters"), cfg.Leases.MaxConfigClusters); err != nil {
 			return &usageError{err: err}
 		}
 	}
@@ -211,7 +210,7 @@ func runRun(ctx context.Context, o *runOptions) error {
 	if err := sqlJobsRole(cfg, list, cfg.Database.URL == "" && !o.PGEnv); err != nil {
 		return err
 	}
-	cs, migrated, err := o.ConnString(ctx)
+	cs, err := o.ConnString(ctx)
 	if err != nil {
 		return err
 	}
@@ -239,7 +238,7 @@ func runRun(ctx context.Context, o *runOptions) error {
 		Version:          o.Version,
 		DrainDelay:       drainDelay,
 		MaxConns:         cfg.Database.MaxConns,
-		Migrate:          cfg.Database.Migrate == "on" && !migrated, // the embedded default is migrated already
+		Migrate:          cfg.Database.Migrate == "on", // the one place run migrates, on any database
 		Logger:           o.Logger,
 
 		MetricsPerJob: cfg.Metrics.PerJob, MetricsPerJobLimit: cfg.Metrics.PerJobLimit, // docs/metrics.md
@@ -248,12 +247,13 @@ func runRun(ctx context.Context, o *runOptions) error {
 	if err != nil {
 		return &usageError{err: err}
 	}
-	// Start runs while the signals are served, so a replica that waits
-	// for a writable primary stops on a signal; Wait returns Start's
-	// error (docs/failover.md).
-	go h.Start(ctx)
+	// The signals are served from here to the end: one that comes while
+	// the replica waits for a writable primary (or for the migration
+	// lock) ends the preparation (docs/failover.md).
+	stopSignals := h.HandleSignals(sigs)
 	waitNotify := notifySystemd(ctx, h, o.Notify, o.Logger)
-	err = serveUntilDone(h, sigs)
+	err = hostReplica(ctx, h)
+	stopSignals()
 	waitNotify()
 	// A live duplicate, a lock table that does not fit and a pooler where a
 	// session of its own is needed are the configuration's fault (exit 2);
@@ -266,21 +266,18 @@ func runRun(ctx context.Context, o *runOptions) error {
 	return err
 }
 
-// serveUntilDone turns signals into the host's stops until it has ended:
-// the first drains, a second stops at once.
-func serveUntilDone(h *host.Host, sigs <-chan os.Signal) error {
-	draining := false
-	for {
-		select {
-		case s := <-sigs:
-			if !draining {
-				draining = true
-				h.Drain("signal " + s.String())
-				continue
-			}
-			h.StopNow()
-		case <-h.Done():
-			return h.Wait()
+// hostReplica prepares the replica (what blocks: a writable primary, the
+// migrations, the checks), starts it, and waits for its end: nil after a
+// drain, host.ErrInterrupted after a second signal, or why it failed.
+func hostReplica(ctx context.Context, h *host.Host) error {
+	if err := h.Prepare(ctx); err != nil {
+		if errors.Is(err, host.ErrStoppedWhilePreparing) {
+			return h.Wait() // a signal while it waited: nothing registered
 		}
+		return err
 	}
+	if err := h.Start(ctx); err != nil {
+		return err
+	}
+	return h.Wait()
 }

@@ -3,6 +3,7 @@
 package config
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
+	"gopkg.in/yaml.v3"
 )
 
 // EnvPrefix is prepended to every config key, with "." turned into "_":
@@ -127,6 +129,33 @@ type Config struct {
 
 	// File is the config file read, if any.
 	File string `mapstructure:"-"`
+	// Doc is that file as read, once: its parsed YAML, whose sections
+	// (jobs:, clusters:) their own parsers take, so no one reads the file
+	// again. nil without a file.
+	Doc *Document `mapstructure:"-"`
+}
+
+// Document is the config file as Load read it: its path and its YAML
+// tree, with the line of every node, so an error found in any section
+// names the one file and its line.
+type Document struct {
+	Path string
+	root *yaml.Node // the top-level mapping; nil for an empty document
+}
+
+// Section is the value of top-level key in the file (jobs, clusters), or
+// nil when the file has none. Safe on a nil Document.
+func (d *Document) Section(key string) *yaml.Node {
+	if d == nil || d.root == nil || d.root.Kind != yaml.MappingNode {
+		return nil
+	}
+	var v *yaml.Node
+	for i := 0; i+1 < len(d.root.Content); i += 2 {
+		if d.root.Content[i].Value == key {
+			v = d.root.Content[i+1] // the last one wins, as in viper
+		}
+	}
+	return v
 }
 
 // MaxDrainDelay bounds drain.delay: a load balancer notices a failing
@@ -308,7 +337,15 @@ type FlagBinding struct {
 
 // Load builds a viper for this invocation and decodes it. file is --config
 // ("" to search ./studio.yaml and $XDG_CONFIG_HOME/studioctl/config.yaml).
+// The file is read once: viper is fed its bytes, and Config.Doc keeps its
+// YAML tree for the jobs: and clusters: parsers.
 func Load(file string, getenv func(string) string, flags []FlagBinding) (*Config, *viper.Viper, error) {
+	return LoadFrom(os.ReadFile, file, getenv, flags)
+}
+
+// LoadFrom is Load with the file read through readFile, called once at
+// most.
+func LoadFrom(readFile func(string) ([]byte, error), file string, getenv func(string) string, flags []FlagBinding) (*Config, *viper.Viper, error) {
 	v := viper.New()
 	for k, d := range defaults {
 		v.SetDefault(k, d)
@@ -337,19 +374,19 @@ func Load(file string, getenv func(string) string, flags []FlagBinding) (*Config
 	if err != nil {
 		return nil, nil, err
 	}
+	var doc *Document
 	if path != "" {
 		// The file's syntax first: viper's message names the line where
 		// the enclosing block began, not the bad one.
-		b, err := os.ReadFile(path)
+		b, err := readFile(path)
 		if err != nil {
 			return nil, nil, &Error{Msg: fmt.Sprintf("config file %s: %v", path, err)}
 		}
-		if err := checkSyntax(path, b); err != nil {
+		if doc, err = parseDocument(path, b); err != nil {
 			return nil, nil, err
 		}
-		v.SetConfigFile(path)
 		v.SetConfigType("yaml")
-		if err := v.ReadInConfig(); err != nil {
+		if err := v.ReadConfig(bytes.NewReader(b)); err != nil {
 			return nil, nil, &Error{Msg: fmt.Sprintf("config file %s: %v", path, err)}
 		}
 		if err := checkKeys(path, v.AllSettings(), ""); err != nil {
@@ -364,6 +401,7 @@ func Load(file string, getenv func(string) string, flags []FlagBinding) (*Config
 		return nil, nil, &Error{Msg: fmt.Sprintf("configuration: %v", err)}
 	}
 	c.File = path
+	c.Doc = doc
 	// Neither libpq nor pgx takes " postgres://..." as a URL; white space
 	// around a pasted URL is never meant.
 	c.Database.URL = strings.TrimSpace(c.Database.URL)

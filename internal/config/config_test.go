@@ -635,3 +635,53 @@ func TestSQLAsReplicaIsAnExplicitBoolean(t *testing.T) {
 		})
 	}
 }
+
+// The config file is read once (issue 23 item 4): viper's values and the
+// sections the jobs: and clusters: parsers take all come from that one
+// read. Before, viper read the file itself after Load had checked its
+// syntax, and jobs and leases read it twice more.
+func TestTheConfigFileIsReadOnceAndEverythingComesFromThatRead(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "studio.yaml")
+	// What is on disk differs from what the one read returns: a second
+	// read, by anyone, would see the disk.
+	if err := os.WriteFile(path, []byte("output: yaml\nreplica:\n  id: on-disk\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	served := "output: json\nreplica:\n  id: read-once\njobs:\n  - id: a\n    scope: instance\nclusters: [c1, c2]\n"
+	reads := 0
+	readFile := func(name string) ([]byte, error) {
+		reads++
+		if name != path {
+			t.Errorf("read %q, want %q", name, path)
+		}
+		return []byte(served), nil
+	}
+	c, v, err := config.LoadFrom(readFile, path, noEnv, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reads != 1 {
+		t.Errorf("the file was read %d times, want once", reads)
+	}
+	if c.Output != "json" || c.Replica.ID != "read-once" || v.GetString("replica.id") != "read-once" {
+		t.Errorf("output %q, replica.id %q (viper %q): want the values of the one read", c.Output, c.Replica.ID, v.GetString("replica.id"))
+	}
+	if c.Doc == nil || c.Doc.Path != path {
+		t.Fatalf("Doc = %+v, want the document of %s", c.Doc, path)
+	}
+	jobs := c.Doc.Section("jobs")
+	if jobs == nil || len(jobs.Content) != 1 || jobs.Line != 5 {
+		t.Errorf("jobs: section %+v, want one job from line 5 of the one read", jobs)
+	}
+	clusters := c.Doc.Section("clusters")
+	if clusters == nil || len(clusters.Content) != 2 || clusters.Line != 7 {
+		t.Errorf("clusters: section %+v, want two names on line 7", clusters)
+	}
+	if c.Doc.Section("nothing") != nil {
+		t.Error("a section the file does not have is not nil")
+	}
+	var none *config.Document
+	if none.Section("jobs") != nil {
+		t.Error("Section on a nil Document (no file) is not nil")
+	}
+}

@@ -42,16 +42,26 @@ func SyntaxLine(b []byte, err error) (line int, msg string, ok bool) {
 	return line, msg, true
 }
 
-// checkSyntax parses b, the file at path, and returns its first syntax
-// error naming the file and the real line (SyntaxLine).
-func checkSyntax(path string, b []byte) error {
+// parseDocument parses b, the file at path, once; its first syntax error
+// names the file and the real line (SyntaxLine).
+func parseDocument(path string, b []byte) (*Document, error) {
 	var n yaml.Node
 	err := yaml.Unmarshal(b, &n)
 	if err == nil {
-		return nil
+		return NewDocument(path, &n), nil
 	}
 	if line, msg, ok := SyntaxLine(b, err); ok {
-		return &Error{Msg: fmt.Sprintf("config file %s:%d: yaml syntax error: %s", path, line, msg)}
+		return nil, &Error{Msg: fmt.Sprintf("config file %s:%d: yaml syntax error: %s", path, line, msg)}
 	}
-	return &Error{Msg: fmt.Sprintf("config file %s: %v", path, err)}
+	return nil, &Error{Msg: fmt.Sprintf("config file %s: %v", path, err)}
+}
+
+// NewDocument wraps doc, a YAML document parsed from the file at path, as
+// Load's Document does (for a parser given bytes of its own).
+func NewDocument(path string, doc *yaml.Node) *Document {
+	d := &Document{Path: path}
+	if doc != nil && len(doc.Content) > 0 {
+		d.root = doc.Content[0]
+	}
+	return d
 }

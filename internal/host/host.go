@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -74,6 +75,29 @@ func heartbeatFresh(every time.Duration) time.Duration {
 // ErrInterrupted: StopNow (a second signal) stopped the replica at once.
 var ErrInterrupted = errors.New("stopped at once by a second signal")
 
+// ErrStoppedWhilePreparing is wrapped by Prepare's error when a Drain,
+// StopNow or Stop ended it while it waited (for a writable primary, for
+// the migration lock): the replica never registered, and Wait says nil
+// (a drain) or ErrInterrupted.
+var ErrStoppedWhilePreparing = errors.New("stopped while preparing")
+
+// errStopWhilePreparing: Stop came during a step of Prepare that does not
+// wait; Prepare ends when the step does.
+var errStopWhilePreparing = fmt.Errorf("stopped: %w", ErrStoppedWhilePreparing)
+
+// ErrNotPrepared is returned by a Start before Prepare has succeeded.
+var ErrNotPrepared = errors.New("not prepared: call Prepare first")
+
+// The host's phases: Prepare, then Start, then the end.
+const (
+	phaseNew = iota
+	phasePreparing
+	phasePrepared
+	phaseStarting
+	phaseStarted
+	phaseEnded
+)
+
 // Options configure a Host.
 type Options struct {
 	ConnString string // "" means the PG* environment
@@ -127,10 +151,16 @@ func (o Options) clock() clock.Clock {
 	return o.Clock
 }
 
-// Host is one replica process, and a startstop service: Start runs the
-// checked start sequence and leaves the replica ready; Drain, StopNow and
-// Stop end it through the drain sequence; Done and Wait tell when and why
-// it ended. Signals are the command's business (cmd/studioctl run.go).
+// Host is one replica process, and a startstop service. Prepare does what
+// blocks (a writable primary, the migrations, the checks) before anything
+// is registered; Start registers, starts the services and returns with
+// the replica ready. It has two ways out, as River's Client has Stop and
+// StopAndCancel: Stop drains (the drain sequence, runs in progress may
+// finish within ShutdownWait) and StopAndCancel stops at once (runs in
+// progress are interrupted); both wait for the end. Drain and StopNow ask
+// for the same without waiting (a signal, a claimed drain request), and
+// HandleSignals maps signals onto them. Done and Wait tell when and why it
+// ended.
 type Host struct {
 	startstop.Base // the supervisor goroutine
 	o              Options
@@ -152,21 +182,23 @@ type Host struct {
 	metrics    *prometheus.Registry
 	req        *requests // claims control requests (requests.go)
 
-	state       atomic.Value // replicas.State
-	registered  atomic.Bool  // this process wrote its row: stopped is written at the end
-	startCalled atomic.Bool
-	lost        atomic.Bool // another process took the id: nothing more is written
-	readOnly    atomic.Bool // the database refuses writes now (writable.go)
-	runCtx      context.Context
-	drainReq    chan string // reasons to drain (Drain, a claimed drain request)
-	lostCh      chan error  // incarnation lost
-	now         chan struct{}
-	nowOnce     sync.Once
-	done        chan struct{}
-	doneOnce    sync.Once
-	err         error // why the host ended; set before done is closed
-	lostErr     error
-	lostNotice  chan struct{} // closed by loseID
+	phaseMu sync.Mutex
+	phase   int // phaseNew ... phaseEnded
+
+	state      atomic.Value // replicas.State
+	registered atomic.Bool  // this process wrote its row: stopped is written at the end
+	lost       atomic.Bool  // another process took the id: nothing more is written
+	readOnly   atomic.Bool  // the database refuses writes now (writable.go)
+	runCtx     context.Context
+	drainReq   chan string // reasons to drain (Drain, a claimed drain request)
+	lostCh     chan error  // incarnation lost
+	now        chan struct{}
+	nowOnce    sync.Once
+	done       chan struct{}
+	doneOnce   sync.Once
+	err        error // why the host ended; set before done is closed
+	lostErr    error
+	lostNotice chan struct{} // closed by loseID
 	// exposedWarned: the warning that replica.listen is not loopback was
 	// logged (once, whichever server listened first).
 	exposedWarned atomic.Bool
@@ -194,7 +226,6 @@ func New(o Options) (*Host, error) {
 	}
 	h := &Host{o: o, log: o.Logger.With("replica_id", o.ID), drainReq: make(chan string, 1), lostCh: make(chan error, 1),
 		now: make(chan struct{}), done: make(chan struct{}), lostNotice: make(chan struct{}), req: newRequests()}
-	h.req.h = h
 	h.state.Store(replicas.StateStarting)
 	return h, nil
 }
@@ -217,48 +248,93 @@ func (h *Host) Pool() *pgxpool.Pool { return h.pool }
 // State is the replica's current state.
 func (h *Host) State() replicas.State { return h.state.Load().(replicas.State) }
 
-// Start runs the start sequence (docs/services.md): everything that can be
-// checked is checked before the replica registers (the database and its
-// schema version, the lock table, the jobs, the HTTP address; the id was
-// checked in New), so that a bad start leaves no row. Any failure after
-// registering runs the same stops as a drain, which record stopped, so
-// the row neither looks live nor blocks a corrected restart with the same
-// id. On success the replica is ready and serves until Drain, StopNow,
-// Stop, or the loss of its id.
-func (h *Host) Start(ctx context.Context) error {
+// Prepare is the blocking part of a start (docs/services.md): it waits for
+// a writable primary (the writableWait service), checks the sessions,
+// opens the pools, migrates (or checks the schema version), checks the
+// lock table, adds the configuration's clusters, builds the runner and
+// listens on the HTTP address. Nothing is registered yet, so a bad start
+// leaves no row. A Drain, StopNow or Stop while it waits ends it with an
+// error wrapping ErrStoppedWhilePreparing, and Wait then says nil (a
+// drain) or ErrInterrupted. Any other error is final, and Wait says it
+// too. `studioctl run` calls Prepare while it serves signals, then Start.
+func (h *Host) Prepare(ctx context.Context) error {
 	runCtx, err := h.StartInit(ctx)
 	if err != nil {
-		return fmt.Errorf("start replica: %w", err)
+		return fmt.Errorf("prepare replica: %w", err)
 	}
-	h.startCalled.Store(true)
+	h.phaseMu.Lock()
+	h.phase = phasePreparing
 	h.runCtx = runCtx
+	h.phaseMu.Unlock()
 	h.warnSQLRole()
-	if err := h.start(ctx); err != nil {
-		if errors.Is(err, errStopWhileWaiting) {
-			// Nothing registered: a clean end (exit 0 for a drain).
-			h.stopAll(h.stops(false))
-			h.StartFailed()
-			if isClosed(h.now) {
-				h.finish(ErrInterrupted)
-			} else {
-				h.finish(nil)
-			}
-			return fmt.Errorf("start replica: %w", err)
+	err = h.prepare(ctx)
+	h.phaseMu.Lock()
+	if err == nil && runCtx.Err() != nil {
+		err = errStopWhilePreparing // Stop came during a step that does not wait
+	}
+	if err == nil {
+		h.phase = phasePrepared
+		h.phaseMu.Unlock()
+		return nil
+	}
+	h.phase = phaseEnded
+	h.phaseMu.Unlock()
+	h.stopAll(h.stops(false))
+	h.StartFailed()
+	if errors.Is(err, ErrStoppedWhilePreparing) {
+		// Nothing registered: a clean end (exit 0 for a drain).
+		if isClosed(h.now) {
+			h.finish(ErrInterrupted)
+		} else {
+			h.finish(nil)
 		}
+		return fmt.Errorf("prepare replica: %w", err)
+	}
+	h.finish(err)
+	return err
+}
+
+// Start registers the prepared replica, starts its services and marks it
+// ready (docs/services.md); it does not wait for anything but its own
+// statements. Any failure runs the same stops as a drain, which record
+// stopped, so the row neither looks live nor blocks a corrected restart
+// with the same id. On success the replica serves until Drain, StopNow,
+// Stop, StopAndCancel, or the loss of its id; Wait says which.
+func (h *Host) Start(ctx context.Context) error {
+	h.phaseMu.Lock()
+	switch h.phase {
+	case phaseNew, phasePreparing:
+		h.phaseMu.Unlock()
+		return fmt.Errorf("start replica: %w", ErrNotPrepared)
+	case phaseStarting, phaseStarted:
+		h.phaseMu.Unlock()
+		return fmt.Errorf("start replica: %w", startstop.ErrStarted)
+	case phaseEnded:
+		h.phaseMu.Unlock()
+		return fmt.Errorf("start replica: %w", startstop.ErrStopped)
+	}
+	h.phase = phaseStarting
+	h.phaseMu.Unlock()
+	if err := h.start(ctx); err != nil {
 		if h.registered.Load() && !h.lost.Load() {
 			h.log.Error("start failed after registering; recording stopped", "error", err)
 		}
+		h.endPhase()
 		h.stopAll(h.stops(false))
 		h.StartFailed()
 		h.finish(err)
 		return err
 	}
-	if !h.Go(func() { h.supervise(runCtx) }) {
+	if !h.Go(func() { h.supervise(h.runCtx) }) {
 		// Stop came during the start: drain what started.
+		h.endPhase()
 		h.stopAll(h.stops(true))
 		h.finish(nil)
 		return fmt.Errorf("start replica: %w", startstop.ErrStopped)
 	}
+	h.phaseMu.Lock()
+	h.phase = phaseStarted
+	h.phaseMu.Unlock()
 	h.log.Info("replica ready", "listen", h.Addr(), "version", h.o.Version)
 	h.MarkStarted()
 	if h.o.OnReady != nil {
@@ -267,8 +343,48 @@ func (h *Host) Start(ctx context.Context) error {
 	return nil
 }
 
-// start is the start sequence; whatever it started, stops() stops.
-func (h *Host) start(ctx context.Context) (err error) {
+func (h *Host) endPhase() {
+	h.phaseMu.Lock()
+	h.phase = phaseEnded
+	h.phaseMu.Unlock()
+}
+
+// prepare is Prepare's sequence; whatever it started, stops() stops.
+func (h *Host) prepare(ctx context.Context) (err error) {
+	if err := h.prepareDatabase(ctx); err != nil {
+		return err
+	}
+	// (2) The jobs: bound, and checked by the runner (ids, lock names).
+	h.stream = stream.NewHub(stream.HubOptions{DB: h.pool, Logger: h.log})
+	h.metrics = h.newMetrics()
+	if err := h.newRunner(); err != nil {
+		return err
+	}
+	// The overdue jobs, read on a cadence for /metrics, in the runner's
+	// metrics mode (per job or for the replica).
+	h.overdue = overdue.NewSampler(overdue.SamplerOptions{DB: h.pool, PerJob: h.runner.PerJobMetrics, Logger: h.log})
+	if err := h.metrics.Register(h.overdue); err != nil {
+		return err
+	}
+	// Built before the bus listener starts: its handler wakes the loop.
+	h.leases = leases.New(leases.Options{ID: h.o.ID, DB: h.leasePool, Logger: h.log,
+		OnAcquire:   h.runner.AddCluster,
+		OnLose:      func(cluster string, _ error) { h.runner.RemoveCluster(cluster) },
+		AwaitDuties: h.runner.AwaitClusters,
+	})
+	// (3) The HTTP address, which the row records.
+	h.http, err = listenHTTP(h.o.Listen, h.routes(), h.log)
+	if err != nil {
+		return err
+	}
+	h.warnExposed(h.http.Addr())
+	return nil
+}
+
+// prepareDatabase is Prepare's step (1): a writable primary, the pools,
+// the schema version (or the migrations), the lock table and the
+// configuration's clusters.
+func (h *Host) prepareDatabase(ctx context.Context) (err error) {
 	// (1) The database, its schema version (or the migrations), the lock
 	// table.
 	pcfg, err := db.ParsePoolConfig(h.o.ConnString)
@@ -288,7 +404,7 @@ func (h *Host) start(ctx context.Context) (err error) {
 		h.o.PoolConfigHook(pcfg)
 	}
 	// Nothing is written until a server accepts writes (writable.go).
-	if err := h.awaitWritable(ctx, h.runCtx, pcfg); err != nil {
+	if err := h.awaitWritable(ctx, pcfg); err != nil {
 		return err
 	}
 	// What needs a session of its own must have one (poolers.go).
@@ -334,30 +450,11 @@ func (h *Host) start(ctx context.Context) (err error) {
 	} else if len(added) > 0 {
 		h.log.Info("clusters added from the configuration", "clusters", added)
 	}
-	// (2) The jobs: bound, and checked by the runner (ids, lock names).
-	h.stream = stream.NewHub(stream.HubOptions{DB: h.pool, Logger: h.log})
-	h.metrics = h.newMetrics()
-	if err := h.newRunner(); err != nil {
-		return err
-	}
-	// The overdue jobs, read on a cadence for /metrics, in the runner's
-	// metrics mode (per job or for the replica).
-	h.overdue = overdue.NewSampler(overdue.SamplerOptions{DB: h.pool, PerJob: h.runner.PerJobMetrics, Logger: h.log})
-	if err := h.metrics.Register(h.overdue); err != nil {
-		return err
-	}
-	// Built before the bus listener starts: its handler wakes the loop.
-	h.leases = leases.New(leases.Options{ID: h.o.ID, DB: h.leasePool, Logger: h.log,
-		OnAcquire:   h.runner.AddCluster,
-		OnLose:      func(cluster string, _ error) { h.runner.RemoveCluster(cluster) },
-		AwaitDuties: h.runner.AwaitClusters,
-	})
-	// (3) The HTTP address, which the row records.
-	h.http, err = listenHTTP(h.o.Listen, h.routes(), h.log)
-	if err != nil {
-		return err
-	}
-	h.warnExposed(h.http.Addr())
+	return nil
+}
+
+// start is Start's sequence; whatever it started, stops() stops.
+func (h *Host) start(ctx context.Context) (err error) {
 	ccfg, err := db.ParseConnConfig(h.sessionConnString())
 	if err != nil {
 		return err
@@ -408,6 +505,8 @@ func (h *Host) start(ctx context.Context) (err error) {
 	if err := h.leases.Start(ctx); err != nil {
 		return err
 	}
+	h.req.setDeps(requestDeps{DB: h.pool, ReplicaID: h.o.ID, Incarnation: h.registry.Incarnation, Jobs: h.runner,
+		ReadOnly: h.readOnly.Load, Drain: h.Drain, Logger: h.log})
 	if err := h.req.Start(ctx); err != nil {
 		return err
 	}
@@ -538,12 +637,64 @@ func (h *Host) StopNow() {
 	})
 }
 
-// Stop drains and waits for the end; safe twice, concurrently, and
-// without Start.
+// Stop is the soft way out: it drains (docs/services.md) and waits for the
+// end. Safe twice, concurrently, before Prepare, between Prepare and
+// Start, and while either runs.
 func (h *Host) Stop() {
-	h.Base.Stop()
-	if !h.startCalled.Load() {
+	h.Base.Stop() // cancels the run context: supervise drains, Prepare's waits end
+	h.phaseMu.Lock()
+	phase := h.phase
+	if phase == phaseNew || phase == phasePrepared {
+		h.phase = phaseEnded
+	}
+	h.phaseMu.Unlock()
+	switch phase {
+	case phaseNew:
 		h.finish(nil) // nothing ran
+	case phasePrepared:
+		h.stopAll(h.stops(false)) // prepared, never registered
+		h.finish(nil)
+	}
+	<-h.done // Prepare, Start or supervise finishes
+}
+
+// StopAndCancel is the hard way out: StopNow, then Stop. Runs in progress
+// are interrupted (recorded interrupted), the drain delay is cut, and
+// Wait says ErrInterrupted.
+func (h *Host) StopAndCancel() {
+	h.StopNow()
+	h.Stop()
+}
+
+// HandleSignals turns sigs into the host's ways out until the host has
+// ended or stop is called: the first signal drains, a second stops at
+// once. stop waits for its goroutine.
+func (h *Host) HandleSignals(sigs <-chan os.Signal) (stop func()) {
+	quit := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		draining := false
+		for {
+			select {
+			case s := <-sigs:
+				if !draining {
+					draining = true
+					h.Drain("signal " + s.String())
+					continue
+				}
+				h.StopNow()
+			case <-h.done:
+				return
+			case <-quit:
+				return
+			}
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() { close(quit) })
+		<-done
 	}
 }
 

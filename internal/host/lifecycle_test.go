@@ -41,7 +41,7 @@ func TestAFailedHostStartLeavesNothingRunningAndIsFinal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = h.Start(context.Background())
+	err = h.Prepare(context.Background())
 	if !errors.Is(err, locks.ErrSchema) {
 		t.Fatalf("Start = %v, want locks.ErrSchema", err)
 	}
@@ -74,7 +74,7 @@ func TestHostStopDrainsAndIsSafeTwiceAndConcurrently(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := h.Start(ctx); err != nil {
+	if err := prepareStart(ctx, h); err != nil {
 		t.Fatal(err)
 	}
 	if err := startstop.WaitStarted(ctx, h); err != nil {
@@ -139,7 +139,7 @@ func TestJobsTheRunnerRefusesFailTheStartBeforeRegistering(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = h.Start(context.Background())
+	err = h.Prepare(context.Background())
 	if err == nil || !strings.Contains(err.Error(), `lock "shared" is already taken`) {
 		t.Fatalf("Start = %v, want the shared lock refused", err)
 	}

@@ -73,7 +73,7 @@ func TestEveryLogLineOfAReplicaCarriesEachKeyOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go h.Start(context.Background())
+	go prepareStart(context.Background(), h)
 	select {
 	case <-ready:
 	case <-h.Done():

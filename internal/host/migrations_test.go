@@ -67,7 +67,7 @@ func TestADrainWhileWaitingForTheMigrationLockEndsCleanly(t *testing.T) {
 		t.Fatal(err)
 	}
 	started := make(chan error, 1)
-	go func() { started <- h.Start(context.Background()) }()
+	go func() { started <- prepareStart(context.Background(), h) }()
 	var holder string
 	waitUntil(t, 30*time.Second, "the log line that names the lock's holder", func() bool {
 		var ok bool
@@ -111,7 +111,7 @@ func TestAReplicaWaitingForTheMigrationLockStartsOnceItIsReleased(t *testing.T) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	go h.Start(context.Background())
+	go prepareStart(context.Background(), h)
 	waitUntil(t, 30*time.Second, "the waiting log line", func() bool {
 		_, ok := logAttr(logs.String(), "waiting for the migration lock", "holder")
 		return ok
@@ -165,7 +165,7 @@ func TestADrainWhileTheMigrationsAreAppliedStillDrains(t *testing.T) {
 		t.Fatal(err)
 	}
 	started := make(chan error, 1)
-	go func() { started <- h.Start(context.Background()) }()
+	go func() { started <- prepareStart(context.Background(), h) }()
 	waitUntil(t, 30*time.Second, "the migrations to wait behind the version table's lock", func() bool {
 		var n int
 		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
@@ -204,7 +204,7 @@ func TestAStopNowWhileWaitingForTheMigrationLockEndsTheWait(t *testing.T) {
 		t.Fatal(err)
 	}
 	started := make(chan error, 1)
-	go func() { started <- h.Start(context.Background()) }()
+	go func() { started <- prepareStart(context.Background(), h) }()
 	waitUntil(t, 30*time.Second, "the waiting log line", func() bool {
 		_, ok := logAttr(logs.String(), "waiting for the migration lock", "holder")
 		return ok

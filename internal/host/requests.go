@@ -3,10 +3,14 @@ package host
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/studioctl/studioctl/internal/jobstore"
 	"github.com/studioctl/studioctl/internal/replicas"
@@ -39,7 +43,7 @@ type requests struct {
 	all   bool            // poll everything (start, bus resync, retry)
 
 	kick chan struct{}
-	h    *Host
+	deps requestDeps // set before Start
 	startstop.Base
 
 	claims          atomic.Int64 // claim passes (each one or two statements)
@@ -47,6 +51,25 @@ type requests struct {
 	triggersClaimed atomic.Int64
 	drainsEmpty     atomic.Int64 // replica.drain signals without a request
 	triggersEmpty   atomic.Int64 // job.trigger signals without a request
+}
+
+// requestDeps are what the claimer needs: the database, who this replica
+// is, the jobs it hosts and what to do with a claimed drain.
+type requestDeps struct {
+	DB          *pgxpool.Pool
+	ReplicaID   string
+	Incarnation func() uuid.UUID // the registered incarnation
+	Jobs        hostedJobs
+	ReadOnly    func() bool  // the database refuses writes now: claim nothing
+	Drain       func(string) // a claimed drain request, with its reason
+	Logger      *slog.Logger
+}
+
+// hostedJobs is the runner as the claimer sees it.
+type hostedJobs interface {
+	JobIDs() []string
+	Hosts(id string) bool
+	Trigger(id string) bool
 }
 
 func newRequests() *requests {
@@ -85,27 +108,31 @@ func (q *requests) wantAll() {
 	q.wake()
 }
 
-// Start runs the claim loop of the host, whose pool, registry and runner
-// are set; the first pass looks for everything, so a request made while
-// the replica was starting is not lost.
+// setDeps gives the claimer what it needs; before Start.
+func (q *requests) setDeps(d requestDeps) { q.deps = d }
+
+// Start runs the claim loop; setDeps came first. The first pass looks for
+// everything, so a request made while the replica was starting is not
+// lost.
 func (q *requests) Start(ctx context.Context) error {
 	runCtx, err := q.StartInit(ctx)
 	if err != nil {
 		return fmt.Errorf("start control requests: %w", err)
 	}
-	if q.h == nil || q.h.pool == nil || q.h.registry == nil || q.h.runner == nil {
+	d := q.deps
+	if d.DB == nil || d.Incarnation == nil || d.Jobs == nil || d.ReadOnly == nil || d.Drain == nil || d.Logger == nil {
 		q.StartFailed()
-		return fmt.Errorf("start control requests: the pool, registry and runner must be set first")
+		return fmt.Errorf("start control requests: the database, incarnation, jobs, read-only check, drain and logger must be set first")
 	}
 	q.wantAll()
-	if !q.Go(func() { q.loop(runCtx, q.h) }) {
+	if !q.Go(func() { q.loop(runCtx, d) }) {
 		return fmt.Errorf("start control requests: %w", startstop.ErrStopped)
 	}
 	q.MarkStarted()
 	return nil
 }
 
-func (q *requests) loop(ctx context.Context, h *Host) {
+func (q *requests) loop(ctx context.Context, d requestDeps) {
 	var retry <-chan time.Time
 	for {
 		select {
@@ -117,7 +144,7 @@ func (q *requests) loop(ctx context.Context, h *Host) {
 			q.wantAll()
 			continue
 		}
-		if h.readOnly.Load() {
+		if d.ReadOnly() {
 			// Nothing is claimed from a read-only database; back to
 			// writable, setReadOnly asks for every pending request.
 			continue
@@ -126,11 +153,11 @@ func (q *requests) loop(ctx context.Context, h *Host) {
 		drain, all, signalled := q.drain, q.all, q.jobs
 		q.drain, q.all, q.jobs = false, false, map[string]bool{}
 		q.mu.Unlock()
-		if err := q.claim(ctx, h, drain, all, signalled); err != nil {
+		if err := q.claim(ctx, d, drain, all, signalled); err != nil {
 			if ctx.Err() != nil {
 				return
 			}
-			h.log.Warn("could not read control requests; trying again", "error", err, "retry_in", requestRetry.String())
+			d.Logger.Warn("could not read control requests; trying again", "error", err, "retry_in", requestRetry.String())
 			if retry == nil {
 				retry = time.After(requestRetry)
 			}
@@ -147,32 +174,32 @@ func (q *requests) loop(ctx context.Context, h *Host) {
 
 // claim takes what is pending: drains when drain or all, triggers of the
 // signalled jobs (of every hosted job when all).
-func (q *requests) claim(ctx context.Context, h *Host, drain, all bool, signalled map[string]bool) error {
+func (q *requests) claim(ctx context.Context, d requestDeps, drain, all bool, signalled map[string]bool) error {
 	q.claims.Add(1)
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
 	var firstErr error
 	if drain || all {
-		got, err := replicas.ClaimDrain(ctx, h.pool, h.o.ID, h.registry.Incarnation())
+		got, err := replicas.ClaimDrain(ctx, d.DB, d.ReplicaID, d.Incarnation())
 		switch {
 		case err != nil:
 			firstErr = err
 		case len(got) > 0:
 			q.drainsClaimed.Add(int64(len(got)))
-			d := got[len(got)-1]
-			h.log.Info("drain requested", "request_seq", d.Seq, "requested_by", d.RequestedBy, "reason", d.Reason, "requests", len(got))
-			h.Drain(fmt.Sprintf("drain requested by %s (request %d)", d.RequestedBy, d.Seq))
+			last := got[len(got)-1]
+			d.Logger.Info("drain requested", "request_seq", last.Seq, "requested_by", last.RequestedBy, "reason", last.Reason, "requests", len(got))
+			d.Drain(fmt.Sprintf("drain requested by %s (request %d)", last.RequestedBy, last.Seq))
 		case drain:
 			q.drainsEmpty.Add(1)
-			h.log.Debug("replica.drain signal without a drain request; ignored")
+			d.Logger.Debug("replica.drain signal without a drain request; ignored")
 		}
 	}
 	var ids []string
 	if all {
-		ids = h.runner.JobIDs()
+		ids = d.Jobs.JobIDs()
 	} else {
 		for id := range signalled {
-			if h.runner.Hosts(id) {
+			if d.Jobs.Hosts(id) {
 				ids = append(ids, id)
 			}
 		}
@@ -181,7 +208,7 @@ func (q *requests) claim(ctx context.Context, h *Host, drain, all bool, signalle
 		return firstErr
 	}
 	sort.Strings(ids)
-	got, err := jobstore.ClaimTriggers(ctx, h.pool, ids, h.o.ID, h.registry.Incarnation())
+	got, err := jobstore.ClaimTriggers(ctx, d.DB, ids, d.ReplicaID, d.Incarnation())
 	if err != nil {
 		if firstErr == nil {
 			firstErr = err
@@ -191,19 +218,19 @@ func (q *requests) claim(ctx context.Context, h *Host, drain, all bool, signalle
 	q.triggersClaimed.Add(int64(len(got)))
 	fired := map[string]bool{}
 	for _, t := range got {
-		h.log.Info("job trigger requested", "job_id", t.JobID, "request_seq", t.Seq, "requested_by", t.RequestedBy, "reason", t.Reason)
+		d.Logger.Info("job trigger requested", "job_id", t.JobID, "request_seq", t.Seq, "requested_by", t.RequestedBy, "reason", t.Reason)
 		if fired[t.JobID] {
 			continue // several requests of one job: one run
 		}
 		fired[t.JobID] = true
-		if !h.runner.Trigger(t.JobID) {
-			h.log.Info("job trigger ignored: the job is running or the runner is stopping", "job_id", t.JobID, "request_seq", t.Seq)
+		if !d.Jobs.Trigger(t.JobID) {
+			d.Logger.Info("job trigger ignored: the job is running or the runner is stopping", "job_id", t.JobID, "request_seq", t.Seq)
 		}
 	}
 	for id := range signalled {
-		if h.runner.Hosts(id) && !fired[id] {
+		if d.Jobs.Hosts(id) && !fired[id] {
 			q.triggersEmpty.Add(1)
-			h.log.Debug("job.trigger signal without a trigger request for this replica; ignored", "job_id", id)
+			d.Logger.Debug("job.trigger signal without a trigger request for this replica; ignored", "job_id", id)
 		}
 	}
 	return firstErr

@@ -284,7 +284,7 @@ func TestADrainWhileWaitingForAWritablePrimaryEndsCleanly(t *testing.T) {
 		t.Fatal(err)
 	}
 	started := make(chan error, 1)
-	go func() { started <- h.Start(context.Background()) }()
+	go func() { started <- prepareStart(context.Background(), h) }()
 	waitUntil(t, 30*time.Second, "the waiting log line", func() bool {
 		_, ok := logAttr(logs.String(), "waiting for a writable primary", "listen")
 		return ok

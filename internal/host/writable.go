@@ -2,8 +2,8 @@ package host
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"sync/atomic"
@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/studioctl/studioctl/internal/db"
+	"github.com/studioctl/studioctl/internal/startstop"
 )
 
 // A replica claims work only on a database that accepts writes
@@ -30,70 +31,136 @@ const waitingReason = "waiting for a writable primary"
 
 // errStopWhileWaiting: a drain, a stop at once or Stop came while the
 // replica waited for a writable primary; it never registered.
-var errStopWhileWaiting = errors.New("stopped while waiting for a writable primary")
+var errStopWhileWaiting = fmt.Errorf("stopped while waiting for a writable primary: %w", ErrStoppedWhilePreparing)
 
 // awaitWritable returns once a connection made like the pool's reaches a
-// server that accepts writes. While the only server reached is read-only
-// (a standby, default_transaction_read_only=on, or a multi-host URL whose
-// target_session_attrs=read-write refuses every host), it says so once,
-// serves /livez (ok) and /readyz (503, the reason) on replica.listen, and
-// asks again every writableRetry; once it waits, any other connection
-// error is waited out too (a failover's gap), each new reason logged once.
-// An error before any wait (a database that cannot be reached, a
-// refused login) is returned, as before.
-func (h *Host) awaitWritable(ctx, stop context.Context, pcfg *pgxpool.Config) error {
+// server that accepts writes, or with the error of the first try (a
+// database that cannot be reached, a refused login). The waiting is a
+// service of its own (writableWait); while it waits, a Drain, StopNow or
+// Stop ends it with errStopWhileWaiting. A drain that comes during the
+// first try, before any wait, is left for the started replica (it
+// registers, then drains), as before.
+func (h *Host) awaitWritable(ctx context.Context, pcfg *pgxpool.Config) error {
+	w := &writableWait{
+		check: func(ctx context.Context) (string, error) { return h.checkWritable(ctx, pcfg) },
+		serve: h.serveWaiting,
+		scrub: h.scrub,
+		log:   h.log,
+		db:    db.Describe(pcfg.ConnConfig),
+		done:  make(chan error, 1),
+		wait:  make(chan struct{}),
+	}
+	if err := w.Start(ctx); err != nil {
+		return err
+	}
+	defer w.Stop()
 	var (
-		w    *waitServer
+		waiting  = w.wait
+		drainReq <-chan string   // only while it waits
+		now      <-chan struct{} // idem
+		stop     <-chan struct{} // idem
+	)
+	for {
+		select {
+		case err := <-w.done:
+			if err == nil && w.addr != "" {
+				h.o.Listen = w.addr // the replica keeps the address it waited on
+			}
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-waiting:
+			waiting, drainReq, now, stop = nil, h.drainReq, h.now, h.runCtx.Done()
+		case <-stop:
+			return errStopWhileWaiting
+		case why := <-drainReq:
+			h.log.Info("stopping while waiting for a writable primary", "reason", why)
+			return errStopWhileWaiting
+		case <-now:
+			return errStopWhileWaiting
+		}
+	}
+}
+
+// writableWait is the wait for a writable primary at start, a startstop
+// service: its goroutine asks whether the database accepts writes until
+// it does, every writableRetry. While the only server reached is
+// read-only (a standby, default_transaction_read_only=on, or a multi-host
+// URL whose target_session_attrs=read-write refuses every host), it says
+// so once, serves /livez (ok) and /readyz (503, the reason) on
+// replica.listen; once it waits, any other connection error is waited out
+// too (a failover's gap), each new reason logged once. An error before
+// any wait is its result, as is nil once a server accepts writes. Stop
+// ends the wait and closes the probe server.
+type writableWait struct {
+	startstop.Base
+	check func(context.Context) (why string, err error)
+	serve func() (*waitServer, error)
+	scrub func(error) error
+	log   *slog.Logger
+	db    string // the database, described without its password
+
+	done chan error    // the result, once
+	wait chan struct{} // closed once it waits (the first try refused writes)
+	addr string        // the probe server's address; read after done
+}
+
+// Start starts the wait's goroutine.
+func (w *writableWait) Start(ctx context.Context) error {
+	runCtx, err := w.StartInit(ctx)
+	if err != nil {
+		return fmt.Errorf("start writable wait: %w", err)
+	}
+	if !w.Go(func() { w.done <- w.loop(runCtx) }) {
+		return fmt.Errorf("start writable wait: %w", startstop.ErrStopped)
+	}
+	w.MarkStarted()
+	return nil
+}
+
+func (w *writableWait) loop(ctx context.Context) error {
+	var (
+		srv  *waitServer
 		last string
 	)
 	defer func() {
-		if w != nil {
-			w.stop()
+		if srv != nil {
+			srv.stop()
 		}
 	}()
 	began := time.Now()
 	for {
-		why, err := h.checkWritable(ctx, pcfg)
-		if err != nil && w == nil {
+		why, err := w.check(ctx)
+		if err != nil && srv == nil {
 			return err
 		}
 		if why == "" && err == nil {
-			if w != nil {
-				h.log.Info("a writable primary answers; starting", "waited", time.Since(began).Round(time.Millisecond).String())
+			if srv != nil {
+				w.log.Info("a writable primary answers; starting", "waited", time.Since(began).Round(time.Millisecond).String())
 			}
 			return nil
 		}
 		if err != nil {
-			why = h.scrub(err).Error()
+			why = w.scrub(err).Error()
 		}
-		if w == nil {
-			if w, err = h.serveWaiting(); err != nil {
+		if srv == nil {
+			if srv, err = w.serve(); err != nil {
 				return err
 			}
-			// The replica keeps this address once it is ready.
-			h.o.Listen = w.addr
+			w.addr = srv.addr
+			close(w.wait)
 		}
-		w.reason.Store(waitingReason + ": " + why)
+		srv.reason.Store(waitingReason + ": " + why)
 		if why != last {
-			h.log.Warn("waiting for a writable primary before registering: the database reached does not accept writes; "+
+			w.log.Warn("waiting for a writable primary before registering: the database reached does not accept writes; "+
 				"the replica claims nothing and /readyz fails until a primary answers",
-				"database", db.Describe(pcfg.ConnConfig), "reason", why, "retry_every", writableRetry.String(), "listen", w.addr)
+				"database", w.db, "reason", why, "retry_every", writableRetry.String(), "listen", srv.addr)
 			last = why
 		}
 		t := time.NewTimer(writableRetry)
 		select {
 		case <-t.C:
 		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-stop.Done():
-			t.Stop()
-			return errStopWhileWaiting
-		case why := <-h.drainReq:
-			t.Stop()
-			h.log.Info("stopping while waiting for a writable primary", "reason", why)
-			return errStopWhileWaiting
-		case <-h.now:
 			t.Stop()
 			return errStopWhileWaiting
 		}

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"os"
 	"slices"
 	"strings"
 	"time"
@@ -42,17 +41,9 @@ func (e *ConfigError) Error() string {
 	return fmt.Sprintf("%s: %s: %s: %s", where, job, e.Field, e.Msg)
 }
 
-// LoadFile reads the jobs: list of a YAML configuration file. A file
-// without jobs gives none.
-func LoadFile(path string) ([]Job, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("read jobs from %s: %w", path, err)
-	}
-	return Parse(path, b)
-}
-
 // Parse reads the jobs: list of YAML document b (named file in errors).
+// The binary parses the config file once (config.Load) and hands its
+// jobs: section to ParseSection; Parse is for a document on its own.
 func Parse(file string, b []byte) ([]Job, error) {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(b, &doc); err != nil {
@@ -61,19 +52,13 @@ func Parse(file string, b []byte) ([]Job, error) {
 		}
 		return nil, &ConfigError{File: file, Field: "yaml", Msg: err.Error()}
 	}
-	if len(doc.Content) == 0 {
-		return nil, nil
-	}
-	root := doc.Content[0]
-	if root.Kind != yaml.MappingNode {
-		return nil, nil
-	}
-	var list *yaml.Node
-	for i := 0; i+1 < len(root.Content); i += 2 {
-		if root.Content[i].Value == "jobs" {
-			list = root.Content[i+1]
-		}
-	}
+	return ParseSection(file, config.NewDocument(file, &doc).Section("jobs"))
+}
+
+// ParseSection reads list, the value of a config file's jobs: key (nil:
+// no jobs), as parsed once by config.Load (Config.Doc.Section("jobs")),
+// naming file and the node's line in every error.
+func ParseSection(file string, list *yaml.Node) ([]Job, error) {
 	if list == nil || list.Tag == "!!null" {
 		return nil, nil
 	}

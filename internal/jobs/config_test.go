@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/studioctl/studioctl/internal/config"
 	"github.com/studioctl/studioctl/internal/jobs"
 	"github.com/studioctl/studioctl/internal/tasks"
 )
@@ -392,31 +393,42 @@ func TestParseReportsMalformedYAML(t *testing.T) {
 	}
 }
 
-func TestLoadFileNamesThePathInErrors(t *testing.T) {
+// The binary reads the config file once (config.Load) and hands its jobs:
+// section to ParseSection: errors name that file and the line.
+func TestParseSectionOfTheConfigFileNamesThePathInErrors(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "studio.yaml")
+	load := func() ([]jobs.Job, error) {
+		t.Helper()
+		c, _, err := config.Load(path, func(string) string { return "" }, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return jobs.ParseSection(c.File, c.Doc.Section("jobs"))
+	}
 	if err := os.WriteFile(path, []byte(head+"    every: 30s\n"+cmd), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, err := jobs.LoadFile(path)
+	_, err := load()
 	want := path + `:2: job "report": scope: is required: installation (one replica per tick) or instance (every replica); there is no default`
 	if err == nil || err.Error() != want {
-		t.Errorf("LoadFile = %v, want %q", err, want)
+		t.Errorf("ParseSection = %v, want %q", err, want)
 	}
 
 	if err := os.WriteFile(path, []byte(validConfig), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	got, err := jobs.LoadFile(path)
+	got, err := load()
 	if err != nil || len(got) != 4 || got[0].File != path {
-		t.Errorf("LoadFile = %+v, %v; want 4 jobs declared in %s", got, err, path)
+		t.Errorf("ParseSection = %+v, %v; want 4 jobs declared in %s", got, err, path)
 	}
 
-	missing := filepath.Join(dir, "missing.yaml")
-	_, err = jobs.LoadFile(missing)
-	if !errors.Is(err, os.ErrNotExist) || jobs.IsConfigError(err) || !strings.Contains(err.Error(), missing) {
-		t.Errorf("LoadFile(missing) = %v, want a not-exist error naming %s", err, missing)
+	if err := os.WriteFile(path, []byte("output: json\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := load(); err != nil || got != nil {
+		t.Errorf("a file without jobs: ParseSection = %v, %v; want none", got, err)
 	}
 }
 

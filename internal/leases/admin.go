@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"time"
 
@@ -415,28 +414,10 @@ func explainNoChange(ctx context.Context, tx pgx.Tx, in Info) (ReleaseResult, er
 		in.Cluster, ErrChanged, in.Owner, in.Generation, *owner, gen)
 }
 
-// LoadFile reads the top-level clusters: list of a YAML configuration
-// file, of at most maxClusters names (leases.max_config_clusters; 0: no
-// bound); a file without one gives none.
-func LoadFile(path string, maxClusters int) ([]string, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, &config.Error{Msg: fmt.Sprintf("read clusters from %s: %v", path, err)}
-	}
-	return ParseConfig(path, b, maxClusters)
-}
-
 // ParseConfig reads the top-level clusters: list of YAML document b (named
-// file in errors): a list of at most maxClusters cluster names (0: no
-// bound), each valid and listed once. The word owned is refused: it
-// belongs on a job (clusters: owned), and a list holding it is that
-// mistake, not a cluster named owned.
-//
-// The list is bounded because every name in it is inserted into the
-// shared cluster_lease table at start and stays there until leases
-// remove: a list of 20,000 left 20,000 leases whose duties overloaded
-// every replica (issue 21). More clusters are added deliberately, with
-// leases add.
+// file in errors). The binary parses the config file once (config.Load)
+// and hands its clusters: section to ParseSection; ParseConfig is for a
+// document on its own.
 func ParseConfig(file string, b []byte, maxClusters int) ([]string, error) {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(b, &doc); err != nil {
@@ -445,16 +426,23 @@ func ParseConfig(file string, b []byte, maxClusters int) ([]string, error) {
 		}
 		return nil, &config.Error{Msg: fmt.Sprintf("%s: clusters: %v", file, err)}
 	}
-	if len(doc.Content) == 0 || doc.Content[0].Kind != yaml.MappingNode {
-		return nil, nil
-	}
-	root := doc.Content[0]
-	var list *yaml.Node
-	for i := 0; i+1 < len(root.Content); i += 2 {
-		if root.Content[i].Value == "clusters" {
-			list = root.Content[i+1]
-		}
-	}
+	return ParseSection(file, config.NewDocument(file, &doc).Section("clusters"), maxClusters)
+}
+
+// ParseSection reads list, the value of a config file's top-level
+// clusters: key (nil: none), as parsed once by config.Load
+// (Config.Doc.Section("clusters")): a list of at most maxClusters cluster
+// names (0: no bound), each valid and listed once. The word owned is
+// refused: it belongs on a job (clusters: owned), and a list holding it is
+// that mistake, not a cluster named owned. Every error names file and the
+// node's line.
+//
+// The list is bounded because every name in it is inserted into the
+// shared cluster_lease table at start and stays there until leases
+// remove: a list of 20,000 left 20,000 leases whose duties overloaded
+// every replica (issue 21). More clusters are added deliberately, with
+// leases add.
+func ParseSection(file string, list *yaml.Node, maxClusters int) ([]string, error) {
 	if list == nil || list.Tag == "!!null" {
 		return nil, nil
 	}

@@ -76,6 +76,9 @@ func startHost(t *testing.T, url, id string, clusters []string) (string, *host.H
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := h.Prepare(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	if err := h.Start(context.Background()); err != nil {
 		t.Fatalf("start %s: %v", id, err)
 	}

@@ -50,6 +50,9 @@ jobs:
 		if err != nil {
 			t.Fatal(err)
 		}
+		if err := h.Prepare(context.Background()); err != nil {
+			t.Fatalf("prepare %s: %v", id, err)
+		}
 		if err := h.Start(context.Background()); err != nil {
 			t.Fatalf("start %s: %v", id, err)
 		}
