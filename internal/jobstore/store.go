@@ -329,7 +329,13 @@ func (s *Store) Flush(ctx context.Context) error {
 	return err
 }
 
+// upsertRunsSQL writes the runs and, in the same statement, the end of
+// each per-cluster duty's newest ended run per cluster in studio_duty_end
+// (migrations/00012: what a missed stretch of the duty counts from when
+// the run history was pruned). Only a run's own end counts there: an
+// interrupted mark of housekeeping or of a restart is not an end.
 const upsertRunsSQL = `
+WITH w AS (
 INSERT INTO studio_job_run (seq, job_id, replica_id, cluster, started_at, finished_at, outcome, error, output_tail, nominal_at, scope_key, triggered)
 SELECT seq, job_id, replica_id, NULLIF(cluster, ''), started_at, finished_at, outcome, NULLIF(error, ''), NULLIF(output_tail, ''), nominal_at, scope_key, triggered
 FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::timestamptz[], $7::text[], $8::text[], $9::text[],
@@ -342,7 +348,17 @@ WHERE studio_job_run.outcome = 'running'
    -- interrupted by housekeeping; its own final outcome is the truth.
    OR (studio_job_run.outcome = 'interrupted' AND EXCLUDED.outcome <> 'running'
        AND studio_job_run.replica_id = EXCLUDED.replica_id)
-RETURNING seq`
+RETURNING seq, job_id, cluster, replica_id, started_at, finished_at),
+d AS (
+INSERT INTO studio_duty_end AS d (job_id, cluster, last_ended_at, last_started_at, last_replica_id, last_seq)
+SELECT DISTINCT ON (w.job_id, w.cluster) w.job_id, w.cluster, w.finished_at, w.started_at, w.replica_id, w.seq
+FROM w WHERE w.cluster IS NOT NULL AND w.finished_at IS NOT NULL
+ORDER BY w.job_id, w.cluster, w.finished_at DESC
+ON CONFLICT (job_id, cluster) DO UPDATE SET last_ended_at = EXCLUDED.last_ended_at, last_started_at = EXCLUDED.last_started_at,
+  last_replica_id = EXCLUDED.last_replica_id, last_seq = EXCLUDED.last_seq,
+  prev_ended_at = d.last_ended_at, prev_started_at = d.last_started_at
+WHERE EXCLUDED.last_ended_at > d.last_ended_at)
+SELECT seq FROM w`
 
 // eventRunsSQL writes the event stream's rows of the runs the upsert
 // changed and sends the flush's bus messages (the seqs batch, and one
