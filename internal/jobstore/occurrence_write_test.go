@@ -445,7 +445,7 @@ func TestOccurrenceStartTellsALostRunsStartAndItsReplicasDeath(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range []struct {
-		job             string
+		job            string
 		started, until time.Time
 	}{
 		{"report", now.Add(-90 * time.Second), now.Add(-40 * time.Second)},
