@@ -131,6 +131,11 @@ type occurrence struct {
 	end          time.Time // zero: never ran, or not read
 	dbNow        time.Time
 	readNow      time.Time // r.now() at the read
+	// prevEnd: for a triggered run, the end its job's due times counted
+	// from before the trigger (a shared job's last end anywhere, another
+	// job's last end here; zero: none), so that the due times the run
+	// overran are the schedule's (recordOverrun).
+	prevEnd time.Time
 }
 
 // onGrid reports whether the shared schedule was read and the job ran
@@ -158,6 +163,7 @@ func (r *Runner) nominalFor(js *jobState, sched jobs.Schedule, fire time.Time, o
 	switch {
 	case o.triggered:
 		o.nominal = fire
+		o.prevEnd = r.endBeforeTrigger(js)
 		return
 	case !o.startNominal.IsZero():
 		o.nominal = o.startNominal
@@ -175,6 +181,25 @@ func (r *Runner) nominalFor(js *jobState, sched jobs.Schedule, fire time.Time, o
 		return
 	}
 	o.nominal = fire
+}
+
+// endBeforeTrigger is the end js's due times count from as the trigger
+// fires: a shared job's last end anywhere (one read of the shared
+// schedule, for a trigger only: zero when it fails), another job's last
+// end here.
+func (r *Runner) endBeforeTrigger(js *jobState) time.Time {
+	if js.shared && r.o.Schedules != nil {
+		ctx, cancel := context.WithTimeout(r.runsCtx, settingsTimeout)
+		defer cancel()
+		end, _, err := r.loadEnd(ctx, js)
+		if err != nil {
+			return time.Time{}
+		}
+		return end
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return js.lastEnd
 }
 
 // recordOccurrence queues a skip or a miss of js.
@@ -239,23 +264,41 @@ func (r *Runner) skipInvalid(js *jobState) time.Time {
 }
 
 // recordOverrun records the due times of js that came while its run of
-// nominal time nominal, started at started, lasted until ended, as one skipped/overrun row with
-// their count: a cron job's cron times, an instance job's or a duty's
-// interval steps. A shared fixed-delay job has none (its next due time
-// counts from the end).
+// the occurrence occ, started at started, lasted until ended, as one
+// skipped/overrun row with their count: a cron job's cron times, an
+// instance job's or a duty's interval steps. A shared fixed-delay job has
+// none (its next due time counts from the end), except under a trigger.
 //
 // Only due times after the run's start count: a run that started late (the
 // run at start after a missed stretch, or one that waited for a slot)
 // did not overrun the due times before its start.
-func (r *Runner) recordOverrun(js *jobState, sched jobs.Schedule, nominal, started, ended time.Time) {
-	if js.shared && !sched.IsCron() {
+//
+// A triggered run's own time is off the schedule: the due times it
+// overran are the schedule's, counted from the end before the trigger
+// (occ.prevEnd; a cron job with none: its cron times), a shared
+// fixed-delay job's included. Such a due time fell while this replica's
+// triggered run held the job (and its lock): no run was its occurrence,
+// the job was running, so it was overrun (issue 22's definition: "a run
+// still running when the next time came"); it is not held-elsewhere,
+// which names a holder that ran or runs that due time, and never
+// missed/down, since a live replica hosted the job. Defect 3 of issue
+// 22's adversarial pass: nothing was recorded, and a later start counted
+// it as missed/down.
+func (r *Runner) recordOverrun(js *jobState, sched jobs.Schedule, occ occurrence, started, ended time.Time) {
+	anchor := occ.nominal
+	switch {
+	case occ.triggered && !occ.prevEnd.IsZero():
+		anchor = occ.prevEnd
+	case occ.triggered && !sched.IsCron():
+		return
+	case !occ.triggered && js.shared && !sched.IsCron():
 		return
 	}
-	from := sched.Next(nominal)
+	from := sched.Next(anchor)
 	if !from.After(started) {
 		from = started.Add(time.Nanosecond)
 	}
-	n, first, last, _ := gridSpan(sched, nominal, from, ended)
+	n, first, last, _ := gridSpan(sched, anchor, from, ended)
 	if n == 0 {
 		return
 	}
