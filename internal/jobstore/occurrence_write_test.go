@@ -396,9 +396,14 @@ func TestDutyStartCountsFromTheLastEndAfterTheHistoryWasPruned(t *testing.T) {
 	if n := count(t, pool, `SELECT count(*) FROM studio_job_run WHERE cluster IN ('c5', 'c7')`); n != 0 {
 		t.Fatalf("%d runs of c5 and c7 left; the test wants them pruned", n)
 	}
-	// The new owner of c7 ran at once and flushed before the read.
+	// The new owner of c7 ran at once and flushed before the read; the
+	// duty's end costs no statement more (BEGIN, runs, events, COMMIT).
+	_, before := s.Stats()
 	put("c7", acq.Add(time.Millisecond), acq.Add(2*time.Millisecond))
 	mustFlush(t, s)
+	if _, after := s.Stats(); after-before != 4 {
+		t.Errorf("a flush of a duty's run took %d statements; want 4", after-before)
+	}
 	for _, c := range []struct {
 		cluster string
 		want    time.Time
