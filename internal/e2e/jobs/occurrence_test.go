@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/studioctl/studioctl/internal/jobs"
+	"github.com/studioctl/studioctl/internal/liveness"
 	"github.com/studioctl/studioctl/internal/testkit/replicaproc"
 )
 
@@ -290,5 +291,66 @@ func TestAStretchWithNoReplicaUpIsOneMissedOccurrence(t *testing.T) {
 		if !ran[0].Nominal.Equal(last.Add(every)) {
 			t.Errorf("%s: the first run after the stretch has nominal time %v; want the due time after the stretch's last (%v)", c.job, ran[0].Nominal, last)
 		}
+	}
+}
+
+// TestAStretchAfterAReplicaKilledMidRunStartsAtItsDeath: the only replica
+// is killed with -9 while it runs an installation job (every 2s, the run a
+// minute long), after a heartbeat two due times into the run, and another
+// starts once the first is gone. The killed
+// run is missed/lost; the missed/down stretch starts at the first due
+// time after the killed replica's last heartbeat, not inside the run
+// (defect 4 of issue 22's adversarial pass: it started at the lost run's
+// next due time, while its replica was live and held the job, and `jobs
+// why` there told a live replica beside "no live replica hosted it").
+func TestAStretchAfterAReplicaKilledMidRunStartsAtItsDeath(t *testing.T) {
+	t.Parallel()
+	const every = 2 * time.Second
+	// The first run ends at once (the shared schedule gets an end); every
+	// later one takes a minute.
+	f := newFixture(t, shJob("kd", "installation", every.String(), "5m",
+		`if [ -e "$EXP_DIR/kd-first" ]; then exec sleep 60; fi; touch "$EXP_DIR/kd-first"`))
+	p := f.startReplica("kd-1")
+	p.WaitReady(t)
+	var started time.Time
+	replicaproc.Eventually(t, 60*time.Second, "kd's second run running", func() error {
+		return f.pool.QueryRow(context.Background(), `SELECT started_at FROM studio_job_run WHERE job_id = 'kd' AND outcome = 'running'`).Scan(&started)
+	})
+	// Its replica lives on while it runs, for more than a due time.
+	replicaproc.Eventually(t, 60*time.Second, "a heartbeat of kd-1 two due times after the run's start", func() error {
+		var beat time.Time
+		if err := f.pool.QueryRow(context.Background(), `SELECT heartbeat_at FROM studio_replica WHERE id = 'kd-1'`).Scan(&beat); err != nil {
+			return err
+		}
+		if beat.Sub(started) < 2*every {
+			return fmt.Errorf("last heartbeat %v after the start", beat.Sub(started))
+		}
+		return nil
+	})
+	p.Signal(t, syscall.SIGKILL)
+	p.WaitExit(t, 30*time.Second)
+	var beat time.Time
+	if err := f.pool.QueryRow(context.Background(), `SELECT heartbeat_at FROM studio_replica WHERE id = 'kd-1'`).Scan(&beat); err != nil {
+		t.Fatal(err)
+	}
+	// Gone (no heartbeat for liveness.GoneAfter), and a few due times more.
+	replicaproc.Eventually(t, 60*time.Second, "kd-1 gone", func() error {
+		if d := f.dbNow().Sub(beat); d < liveness.GoneAfter+3*every {
+			return fmt.Errorf("%v since its last heartbeat", d)
+		}
+		return nil
+	})
+	p2 := f.startReplica("kd-2")
+	p2.WaitReady(t)
+	lost := f.waitOccurrences("kd", "missed", "lost", 1, 30*time.Second)
+	down := f.waitOccurrences("kd", "missed", "down", 1, 30*time.Second)
+	d := down[0]
+	t.Logf("lost run due %v, started %v; kd-1's last heartbeat %v; missed/down %d from %v", lost[0].Nominal, started, beat, d.Count, d.Nominal)
+	if len(down) != 1 || !d.Nominal.After(beat) || d.Nominal.After(beat.Add(every)) {
+		t.Errorf("%d missed/down rows, the first from %v; want one from the first due time after kd-1's last heartbeat %v (within %v)",
+			len(down), d.Nominal, beat, every)
+	}
+	if !lost[0].Nominal.Before(d.Nominal) {
+		t.Errorf("the lost run is due %v, after the stretch's start %v", lost[0].Nominal, d.Nominal)
 	}
 }
