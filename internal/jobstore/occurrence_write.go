@@ -161,22 +161,28 @@ SELECT j.id,
      WHERE o.job_id = j.id AND o.scope_key IN ('', $2)),
     n.nominal_at),
   n.started_at, ` + lostRunDeathSQL("n", "p") + `,
-  pz.*
+  pz.*, g.paused, g.updated_at, g.updated_by
 FROM unnest($1::text[]) AS j(id)
+LEFT JOIN studio_job_setting g ON g.job_id = j.id
 LEFT JOIN LATERAL (SELECT r.nominal_at, r.started_at, r.finished_at, r.outcome, r.replica_id FROM studio_job_run r
      WHERE r.job_id = j.id AND r.cluster IS NULL AND r.nominal_at IS NOT NULL AND r.scope_key IN ('', $2)
      ORDER BY r.seq DESC LIMIT 1) n ON true
 LEFT JOIN studio_replica p ON p.id = n.replica_id
 CROSS JOIN LATERAL ` + pauseChangesSQL("j.id", `least(n.started_at, (SELECT s.last_ended_at FROM studio_job_schedule s WHERE s.job_id = j.id))`) + ` pz`
 
-// scanStartTrace scans the trace columns after the id: recorded, the lost
-// run's start and death, and the pause changes.
+// scanStartTrace scans the trace columns after dest: recorded, the lost
+// run's start and death, the pause changes and the setting row. A setting
+// whose state the audit rows do not end with (paused or resumed by a
+// direct write, or before audit rows were required) adds its own change,
+// at its updated_at.
 func scanStartTrace(rows pgx.Rows, dest ...any) (jobs.StartTrace, error) {
-	var rec, lostStarted, lostUntil *time.Time
+	var rec, lostStarted, lostUntil, setAt *time.Time
 	var at []time.Time
 	var paused []bool
 	var by []string
-	if err := rows.Scan(append(dest, &rec, &lostStarted, &lostUntil, &at, &paused, &by)...); err != nil {
+	var setPaused *bool
+	var setBy *string
+	if err := rows.Scan(append(dest, &rec, &lostStarted, &lostUntil, &at, &paused, &by, &setPaused, &setAt, &setBy)...); err != nil {
 		return jobs.StartTrace{}, err
 	}
 	var tr jobs.StartTrace
@@ -189,6 +195,12 @@ func scanStartTrace(rows pgx.Rows, dest ...any) (jobs.StartTrace, error) {
 	if len(at) == len(paused) && len(at) == len(by) {
 		for i := range at {
 			tr.Pauses = append(tr.Pauses, jobs.PauseChange{At: at[i], Paused: paused[i], By: by[i]})
+		}
+	}
+	if setPaused != nil && setAt != nil && setBy != nil {
+		last := len(tr.Pauses) - 1
+		if (last < 0 && *setPaused) || (last >= 0 && tr.Pauses[last].Paused != *setPaused && !setAt.Before(tr.Pauses[last].At)) {
+			tr.Pauses = append(tr.Pauses, jobs.PauseChange{At: *setAt, Paused: *setPaused, By: *setBy})
 		}
 	}
 	return tr, nil
@@ -241,8 +253,9 @@ SELECT j.id, greatest(
   greatest((SELECT max(coalesce(o.last_nominal_at, o.nominal_at)) FROM studio_occurrence o WHERE o.job_id = j.id AND o.scope_key = $2),
     n.nominal_at),
   n.started_at, l.died,
-  pz.*
+  pz.*, g.paused, g.updated_at, g.updated_by
 FROM unnest($1::text[]) AS j(id)
+LEFT JOIN studio_job_setting g ON g.job_id = j.id
 LEFT JOIN studio_duty_end d ON d.job_id = j.id AND d.cluster = $2
 LEFT JOIN LATERAL (SELECT r.nominal_at, r.started_at, r.finished_at, r.outcome, r.replica_id FROM studio_job_run r
      WHERE r.job_id = j.id AND r.cluster = $2 AND r.started_at < $3

@@ -627,15 +627,20 @@ func TestAPauseWhileEveryReplicaWasDownSplitsTheStretch(t *testing.T) {
 	for _, c := range []struct {
 		name    string
 		resumed bool
+		noAudit bool // paused by a direct write of the setting: its updated_at
 		want    []stretchRow
 		runs    int
 	}{
-		{"resumed", true, []stretchRow{
+		{"paused with no audit row", false, true, []stretchRow{
+			{"missed/down", -115 * time.Second, -65 * time.Second, 6, ""},
+			{"skipped/paused", -55 * time.Second, -5 * time.Second, 6, "carol"},
+		}, 0},
+		{"resumed", true, false, []stretchRow{
 			{"missed/down", -115 * time.Second, -65 * time.Second, 6, ""},
 			{"skipped/paused", -55 * time.Second, -35 * time.Second, 3, "alice"},
 			{"missed/down", -25 * time.Second, -15 * time.Second, 2, ""},
 		}, 1},
-		{"still paused", false, []stretchRow{
+		{"still paused", false, false, []stretchRow{
 			{"missed/down", -115 * time.Second, -65 * time.Second, 6, ""},
 			{"skipped/paused", -55 * time.Second, -5 * time.Second, 6, "alice"},
 		}, 0},
@@ -644,11 +649,15 @@ func TestAPauseWhileEveryReplicaWasDownSplitsTheStretch(t *testing.T) {
 			t.Parallel()
 			ft := &occTask{}
 			e, _, o := sharedDBEnv(t, jobs.MissedRunOnce, t0.Add(-125*time.Second), ft)
-			e.exec(`INSERT INTO studio_audit (at, actor, action, target) VALUES ($1, 'alice', 'jobs.pause', 'shared')`, t0.Add(-60500*time.Millisecond))
-			if c.resumed {
-				e.exec(`INSERT INTO studio_audit (at, actor, action, target) VALUES ($1, 'bob', 'jobs.resume', 'shared')`, t0.Add(-30500*time.Millisecond))
+			if c.noAudit {
+				e.exec(`INSERT INTO studio_job_setting (job_id, paused, updated_by, updated_at) VALUES ('shared', true, 'carol', $1)`, t0.Add(-60500*time.Millisecond))
+			} else {
+				e.exec(`INSERT INTO studio_audit (at, actor, action, target) VALUES ($1, 'alice', 'jobs.pause', 'shared')`, t0.Add(-60500*time.Millisecond))
+				if c.resumed {
+					e.exec(`INSERT INTO studio_audit (at, actor, action, target) VALUES ($1, 'bob', 'jobs.resume', 'shared')`, t0.Add(-30500*time.Millisecond))
+				}
+				e.exec(`INSERT INTO studio_job_setting (job_id, paused, updated_by) VALUES ('shared', $1, 'x')`, !c.resumed)
 			}
-			e.exec(`INSERT INTO studio_job_setting (job_id, paused, updated_by) VALUES ('shared', $1, 'x')`, !c.resumed)
 			e.start(o)
 			if c.runs > 0 {
 				eventually(t, "the run", func() bool { return len(ft.got()) == 1 })
