@@ -354,3 +354,64 @@ func TestAStretchAfterAReplicaKilledMidRunStartsAtItsDeath(t *testing.T) {
 		t.Errorf("the lost run is due %v, after the stretch's start %v", lost[0].Nominal, d.Nominal)
 	}
 }
+
+// TestAJobPausedWhileEveryReplicaWasDownIsPausedNotMissed: the only replica
+// stops; three due times later the job is paused; three more later
+// another replica starts. The due times before the pause are one
+// missed/down row, those after it one skipped/paused row naming who paused
+// it, and nothing runs (defect 5 of issue 22's adversarial pass: all of
+// them were missed/down, and the job ran at start).
+func TestAJobPausedWhileEveryReplicaWasDownIsPausedNotMissed(t *testing.T) {
+	t.Parallel()
+	const every = 2 * time.Second
+	f := newFixture(t, shJob("pd", "installation", every.String(), "", recordRun("0.1")))
+	p := f.startReplica("pd-1")
+	p.WaitReady(t)
+	f.waitExecutions("pd", time.Time{}, 1, 60*time.Second)
+	stopAll(t, []*replicaproc.Proc{p})
+	var end time.Time
+	if err := f.pool.QueryRow(context.Background(), `SELECT last_ended_at FROM studio_job_schedule WHERE job_id = 'pd'`).Scan(&end); err != nil {
+		t.Fatal(err)
+	}
+	waitDB := func(d time.Duration) {
+		replicaproc.Eventually(t, 60*time.Second, fmt.Sprintf("%v after the last end", d), func() error {
+			if got := f.dbNow().Sub(end); got < d {
+				return fmt.Errorf("%v so far", got)
+			}
+			return nil
+		})
+	}
+	waitDB(3*every + every/2)
+	f.pauseJob("pd")
+	var pausedAt time.Time
+	if err := f.pool.QueryRow(context.Background(), `SELECT updated_at FROM studio_job_setting WHERE job_id = 'pd'`).Scan(&pausedAt); err != nil {
+		t.Fatal(err)
+	}
+	replicaproc.Eventually(t, 60*time.Second, "3 due times after the pause", func() error {
+		if got := f.dbNow().Sub(pausedAt); got < 3*every+every/2 {
+			return fmt.Errorf("%v so far", got)
+		}
+		return nil
+	})
+	runsBefore, err := f.runs("pd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2 := f.startReplica("pd-2")
+	p2.WaitReady(t)
+	paused := f.waitOccurrences("pd", "skipped", "paused", 1, 30*time.Second)
+	down := f.waitOccurrences("pd", "missed", "down", 1, 30*time.Second)
+	t.Logf("last end %v, paused at %v; missed/down %d from %v; skipped/paused %d from %v", end, pausedAt, down[0].Count, down[0].Nominal, paused[0].Count, paused[0].Nominal)
+	// The due times before the pause (3 unless the machine was slow to
+	// write it).
+	wantDown := int(pausedAt.Sub(end) / every)
+	if len(down) != 1 || !down[0].Nominal.Equal(end.Add(every).Truncate(time.Millisecond)) || down[0].Count != wantDown {
+		t.Errorf("missed/down %+v; want one of %d from the first due time after the last end", down, wantDown)
+	}
+	if p := paused[0]; p.Nominal.Before(pausedAt) || p.Nominal.After(pausedAt.Add(every)) || p.Count < 3 || p.PausedBy == nil || *p.PausedBy != testAppName {
+		t.Errorf("skipped/paused %+v; want one from the first due time after the pause, of 3 or more, by %s", p, testAppName)
+	}
+	if runs, err := f.runs("pd"); err != nil || len(runs) != len(runsBefore) {
+		t.Errorf("%d runs after the start (%v); want none: the job is paused", len(runs)-len(runsBefore), err)
+	}
+}
