@@ -118,6 +118,11 @@ func explainOccurrence(o jobstore.OccurrenceView, ev jobstore.OccurrenceEvidence
 		name += " (scope " + o.ScopeKey + ")"
 	}
 	due := name + ", due " + nominalText(o.NominalAt)
+	if o.Outcome == jobs.OccurrenceSkipped && o.Count > 1 {
+		// One row for several due times: an overrun of more than one, or
+		// a paused stretch recorded at a start (docs/occurrences.md).
+		due = fmt.Sprintf("%s, due %d times from %s to %s", name, o.Count, nominalText(o.NominalAt), nominalText(o.Last()))
+	}
 	switch {
 	case o.Outcome == jobs.OccurrenceRan:
 		return explainRan(o, ev, due)

@@ -113,13 +113,45 @@ func (s *Store) writeOccurrences(ctx context.Context, tx pgx.Tx, occ map[occurre
 	return nil
 }
 
+// lostRunDeathSQL is, for the run aliased n and its replica's row p, the
+// time its replica died while it ran (the dead incarnation's last
+// heartbeat), or NULL when the run ended or its replica lives: a run
+// still marked running while its replica is not live died at the
+// replica's last heartbeat; a run marked interrupted (by a restart under
+// the same id, by housekeeping, or at a shutdown) at the earliest of that
+// mark, the crashed incarnation's last heartbeat (last_crash_at) and a
+// dead replica's last heartbeat.
+func lostRunDeathSQL(n, p string) string {
+	return `CASE WHEN ` + n + `.outcome = 'running' AND NOT coalesce(` + liveness.LiveSQL(p) + `, false)
+    THEN greatest(` + n + `.started_at, coalesce(` + p + `.heartbeat_at, ` + n + `.started_at))
+  WHEN ` + n + `.outcome = 'interrupted'
+    THEN greatest(` + n + `.started_at, least(` + n + `.finished_at,
+      CASE WHEN ` + p + `.last_crash_at >= ` + n + `.started_at THEN ` + p + `.last_crash_at END,
+      CASE WHEN NOT coalesce(` + liveness.LiveSQL(p) + `, false) THEN ` + p + `.heartbeat_at END))
+  END`
+}
+
+// pauseChangesSQL reads, as three arrays, the pause and resume changes of
+// job id (a column name) from the last one at or before since (an SQL
+// expression; NULL: all), oldest first, through studio_audit's target
+// index. The audit row is written with every change of the setting
+// (migration 00009) and no retention prunes it.
+func pauseChangesSQL(id, since string) string {
+	return `(SELECT array_agg(a.at ORDER BY a.at, a.seq), array_agg(a.action = 'jobs.pause' ORDER BY a.at, a.seq), array_agg(a.actor ORDER BY a.at, a.seq)
+   FROM studio_audit a WHERE a.target = ` + id + ` AND a.action IN ('jobs.pause', 'jobs.resume')
+     AND a.at >= coalesce((SELECT max(b.at) FROM studio_audit b WHERE b.target = ` + id + `
+                             AND b.action IN ('jobs.pause', 'jobs.resume') AND b.at <= ` + since + `), '-infinity'))`
+}
+
 // occurrenceStartSQL: for each job id, whether a live replica other than
-// $2 has a status row of it, and the latest nominal time accounted for
-// under scope "" or $2: recorded in studio_occurrence (read through the
-// UNIQUE index), or carried by the job's newest run there (read newest
-// first through the job's seq index). A run that started and never ended
-// (its replica was killed: missed/lost) is its due time's occurrence, so a
-// stretch missed after it starts at the next due time, not at its own.
+// $2 has a status row of it; the latest nominal time accounted for under
+// scope "" or $2: recorded in studio_occurrence (read through the UNIQUE
+// index), or carried by the job's newest run there (read newest first
+// through the job's seq index; a run that started and never ended, its
+// replica killed, is its due time's occurrence, missed/lost); when that
+// newest run never ended, its start and its replica's death; and the
+// job's pause and resume changes since before its newest run or the
+// shared schedule's last end.
 var occurrenceStartSQL = `
 SELECT j.id,
   EXISTS (SELECT 1 FROM studio_job_status s JOIN studio_replica r ON r.id = s.replica_id
@@ -127,83 +159,136 @@ SELECT j.id,
   greatest(
     (SELECT max(coalesce(o.last_nominal_at, o.nominal_at)) FROM studio_occurrence o
      WHERE o.job_id = j.id AND o.scope_key IN ('', $2)),
-    (SELECT r.nominal_at FROM studio_job_run r
+    n.nominal_at),
+  n.started_at, ` + lostRunDeathSQL("n", "p") + `,
+  pz.*, g.paused, g.updated_at, g.updated_by
+FROM unnest($1::text[]) AS j(id)
+LEFT JOIN studio_job_setting g ON g.job_id = j.id
+LEFT JOIN LATERAL (SELECT r.nominal_at, r.started_at, r.finished_at, r.outcome, r.replica_id FROM studio_job_run r
      WHERE r.job_id = j.id AND r.cluster IS NULL AND r.nominal_at IS NOT NULL AND r.scope_key IN ('', $2)
-     ORDER BY r.seq DESC LIMIT 1))
-FROM unnest($1::text[]) AS j(id)`
+     ORDER BY r.seq DESC LIMIT 1) n ON true
+LEFT JOIN studio_replica p ON p.id = n.replica_id
+CROSS JOIN LATERAL ` + pauseChangesSQL("j.id", `least(n.started_at, (SELECT s.last_ended_at FROM studio_job_schedule s WHERE s.job_id = j.id))`) + ` pz`
+
+// scanStartTrace scans the trace columns after dest: recorded, the lost
+// run's start and death, the pause changes and the setting row. A setting
+// whose state the audit rows do not end with (paused or resumed by a
+// direct write, or before audit rows were required) adds its own change,
+// at its updated_at.
+func scanStartTrace(rows pgx.Rows, dest ...any) (jobs.StartTrace, error) {
+	var rec, lostStarted, lostUntil, setAt *time.Time
+	var at []time.Time
+	var paused []bool
+	var by []string
+	var setPaused *bool
+	var setBy *string
+	if err := rows.Scan(append(dest, &rec, &lostStarted, &lostUntil, &at, &paused, &by, &setPaused, &setAt, &setBy)...); err != nil {
+		return jobs.StartTrace{}, err
+	}
+	var tr jobs.StartTrace
+	if rec != nil {
+		tr.Recorded = *rec
+	}
+	if lostStarted != nil && lostUntil != nil {
+		tr.LostStarted, tr.LostUntil = *lostStarted, *lostUntil
+	}
+	if len(at) == len(paused) && len(at) == len(by) {
+		for i := range at {
+			tr.Pauses = append(tr.Pauses, jobs.PauseChange{At: at[i], Paused: paused[i], By: by[i]})
+		}
+	}
+	if setPaused != nil && setAt != nil && setBy != nil {
+		last := len(tr.Pauses) - 1
+		if (last < 0 && *setPaused) || (last >= 0 && tr.Pauses[last].Paused != *setPaused && !setAt.Before(tr.Pauses[last].At)) {
+			tr.Pauses = append(tr.Pauses, jobs.PauseChange{At: *setAt, Paused: *setPaused, By: *setBy})
+		}
+	}
+	return tr, nil
+}
 
 // OccurrenceStart returns, for each of jobIDs, whether a live replica
-// other than this store's declares it, and the latest nominal time
-// recorded for it in studio_occurrence (scope "" or this replica's id;
-// absent: none). The runner reads it once at start (runner.OccurrenceRecorder).
-func (s *Store) OccurrenceStart(ctx context.Context, jobIDs []string) (map[string]bool, map[string]time.Time, error) {
+// other than this store's declares it, and what the database knows of
+// its occurrences under scope "" or this replica's id (jobs.StartTrace).
+// The runner reads it once at start (runner.OccurrenceRecorder).
+func (s *Store) OccurrenceStart(ctx context.Context, jobIDs []string) (map[string]bool, map[string]jobs.StartTrace, error) {
 	rows, err := s.q.Query(ctx, occurrenceStartSQL, jobIDs, s.replicaID)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read job occurrences: %w", err)
 	}
 	defer rows.Close()
-	hosted, last := map[string]bool{}, map[string]time.Time{}
+	hosted, traces := map[string]bool{}, map[string]jobs.StartTrace{}
 	for rows.Next() {
 		var id string
 		var elsewhere bool
-		var at *time.Time
-		if err := rows.Scan(&id, &elsewhere, &at); err != nil {
+		tr, err := scanStartTrace(rows, &id, &elsewhere)
+		if err != nil {
 			return nil, nil, fmt.Errorf("read job occurrences: %w", err)
 		}
 		if elsewhere {
 			hosted[id] = true
 		}
-		if at != nil {
-			last[id] = *at
-		}
+		traces[id] = tr
 	}
 	if err := rows.Err(); err != nil {
 		return nil, nil, fmt.Errorf("read job occurrences: %w", err)
 	}
-	return hosted, last, nil
+	return hosted, traces, nil
 }
 
 // dutyStartSQL: for each job id, the end of its last run for cluster $2 on
-// any replica (read newest first through the job's start-time index; a run
-// with no end, whose replica died or has not flushed its end yet, counts
-// from its start: its own occurrence is that run's), and the latest
-// nominal time recorded for it under that cluster. Only runs started
-// before $3, the acquisition, count: the new owner's own first run, which
-// starts at once and may be flushed before this read, is not the previous
-// owner's last (under load it made the stretch empty).
-const dutyStartSQL = `
-SELECT j.id,
-  (SELECT coalesce(r.finished_at, r.started_at) FROM studio_job_run r WHERE r.job_id = j.id AND r.cluster = $2 AND r.started_at < $3
-   ORDER BY r.started_at DESC LIMIT 1),
-  (SELECT max(coalesce(o.last_nominal_at, o.nominal_at)) FROM studio_occurrence o WHERE o.job_id = j.id AND o.scope_key = $2)
-FROM unnest($1::text[]) AS j(id)`
+// any replica: the newer of studio_duty_end's (migrations/00012, which no
+// retention prunes) and the run history's newest run (read newest first
+// through the job's start-time index; a run that never ended, its
+// replica dead or its end not flushed yet, counts from its start: its own
+// occurrence is that run's). Only runs started before $3, the
+// acquisition, count: the new owner's own first run, which starts at once
+// and may be flushed before this read, is not the previous owner's last
+// (under load it made the stretch empty). Then the latest nominal time
+// recorded under that cluster, the lost run's start and death when the
+// newest run never ended, and the pause changes.
+var dutyStartSQL = `
+SELECT j.id, greatest(
+    CASE WHEN d.last_started_at < $3 THEN d.last_ended_at WHEN d.prev_started_at < $3 THEN d.prev_ended_at END,
+    CASE WHEN l.died IS NOT NULL THEN n.started_at ELSE coalesce(n.finished_at, n.started_at) END) AS anchor,
+  greatest((SELECT max(coalesce(o.last_nominal_at, o.nominal_at)) FROM studio_occurrence o WHERE o.job_id = j.id AND o.scope_key = $2),
+    n.nominal_at),
+  n.started_at, l.died,
+  pz.*, g.paused, g.updated_at, g.updated_by
+FROM unnest($1::text[]) AS j(id)
+LEFT JOIN studio_job_setting g ON g.job_id = j.id
+LEFT JOIN studio_duty_end d ON d.job_id = j.id AND d.cluster = $2
+LEFT JOIN LATERAL (SELECT r.nominal_at, r.started_at, r.finished_at, r.outcome, r.replica_id FROM studio_job_run r
+     WHERE r.job_id = j.id AND r.cluster = $2 AND r.started_at < $3
+     ORDER BY r.started_at DESC LIMIT 1) n ON true
+LEFT JOIN studio_replica p ON p.id = n.replica_id
+CROSS JOIN LATERAL (SELECT ` + lostRunDeathSQL("n", "p") + ` AS died) l
+CROSS JOIN LATERAL ` + pauseChangesSQL("j.id", `least(n.started_at, d.last_ended_at, d.prev_ended_at)`) + ` pz`
 
-// DutyStart returns, for each of jobIDs, the end of its last run for
-// cluster on any replica and the latest nominal time recorded for it
-// under that cluster (absent: none). The runner reads it when it acquires
-// a cluster (runner.DutyOccurrenceRecorder).
-func (s *Store) DutyStart(ctx context.Context, jobIDs []string, cluster string, before time.Time) (map[string]time.Time, map[string]time.Time, error) {
+// DutyStart returns, for each of jobIDs, what the database knows of its
+// occurrences under cluster (jobs.StartTrace, with Anchor the end of its
+// last run there on any replica). The runner reads it when it acquires a
+// cluster (runner.DutyOccurrenceRecorder).
+func (s *Store) DutyStart(ctx context.Context, jobIDs []string, cluster string, before time.Time) (map[string]jobs.StartTrace, error) {
 	rows, err := s.q.Query(ctx, dutyStartSQL, jobIDs, cluster, before)
 	if err != nil {
-		return nil, nil, fmt.Errorf("read the duties' last runs: %w", err)
+		return nil, fmt.Errorf("read the duties' last runs: %w", err)
 	}
 	defer rows.Close()
-	ends, last := map[string]time.Time{}, map[string]time.Time{}
+	traces := map[string]jobs.StartTrace{}
 	for rows.Next() {
 		var id string
-		var end, at *time.Time
-		if err := rows.Scan(&id, &end, &at); err != nil {
-			return nil, nil, fmt.Errorf("read the duties' last runs: %w", err)
+		var anchor *time.Time
+		tr, err := scanStartTrace(rows, &id, &anchor)
+		if err != nil {
+			return nil, fmt.Errorf("read the duties' last runs: %w", err)
 		}
-		if end != nil {
-			ends[id] = *end
+		if anchor != nil {
+			tr.Anchor = *anchor
 		}
-		if at != nil {
-			last[id] = *at
-		}
+		traces[id] = tr
 	}
 	if err := rows.Err(); err != nil {
-		return nil, nil, fmt.Errorf("read the duties' last runs: %w", err)
+		return nil, fmt.Errorf("read the duties' last runs: %w", err)
 	}
-	return ends, last, nil
+	return traces, nil
 }

@@ -264,7 +264,7 @@ func TestTheReplicaRoleRecordsOccurrences(t *testing.T) {
 	if _, _, err := s.OccurrenceStart(ctx, []string{"nightly", "java"}); err != nil {
 		t.Errorf("OccurrenceStart as studio_replica: %v", err)
 	}
-	if _, _, err := s.DutyStart(ctx, []string{"nightly"}, "eu-1", time.Now()); err != nil {
+	if _, err := s.DutyStart(ctx, []string{"nightly"}, "eu-1", time.Now()); err != nil {
 		t.Errorf("DutyStart as studio_replica: %v", err)
 	}
 	rt := jobstore.DefaultRetention
@@ -328,14 +328,14 @@ VALUES ('report', '', $1, 'skipped', 'paused', 'web-2')`, lost.Add(-30*time.Seco
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !last["report"].Equal(lost) {
-		t.Errorf("report: latest accounted %v, want the lost run's nominal time %v", last["report"], lost)
+	if !last["report"].Recorded.Equal(lost) {
+		t.Errorf("report: latest accounted %v, want the lost run's nominal time %v", last["report"].Recorded, lost)
 	}
-	if !last["sweep"].Equal(lost) {
-		t.Errorf("sweep (instance, this replica's run): %v, want %v", last["sweep"], lost)
+	if !last["sweep"].Recorded.Equal(lost) {
+		t.Errorf("sweep (instance, this replica's run): %v, want %v", last["sweep"].Recorded, lost)
 	}
-	if _, ok := last["other"]; ok {
-		t.Errorf("other: %v, want none", last["other"])
+	if !last["other"].Recorded.IsZero() {
+		t.Errorf("other: %v, want none", last["other"].Recorded)
 	}
 }
 
@@ -352,11 +352,150 @@ func TestDutyStartCountsOnlyRunsBeforeTheAcquisition(t *testing.T) {
   ('duty', 'web-1', 'eu-1', $3, NULL, 'running')`, acq.Add(-36*time.Second), acq.Add(-35*time.Second), acq.Add(time.Millisecond)); err != nil {
 		t.Fatal(err)
 	}
-	ends, _, err := jobstore.NewStore(pool, "web-1", nil).DutyStart(ctx, []string{"duty"}, "eu-1", acq)
+	tr, err := jobstore.NewStore(pool, "web-1", nil).DutyStart(ctx, []string{"duty"}, "eu-1", acq)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := acq.Add(-35 * time.Second); !ends["duty"].Equal(want) {
-		t.Errorf("last end %v, want the previous owner's %v", ends["duty"], want)
+	if want := acq.Add(-35 * time.Second); !tr["duty"].Anchor.Equal(want) {
+		t.Errorf("last end %v, want the previous owner's %v", tr["duty"].Anchor, want)
+	}
+}
+
+// Housekeeping keeps the newest successful runs per job across all its
+// clusters, so a cluster's last run is pruned within minutes when there
+// are many. The end of each duty's last run per cluster is kept in
+// studio_duty_end, written with the run, which no retention prunes; the
+// acquisition's read counts from it, and from the end before it when the
+// new owner's own first run was flushed first. Defect 1 of issue 22's
+// adversarial pass: with the history pruned, nothing was counted.
+func TestDutyStartCountsFromTheLastEndAfterTheHistoryWasPruned(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool, _ := newPool(t)
+	acq := time.Now().UTC().Truncate(time.Millisecond)
+	s := jobstore.NewStore(pool, "web-2", nil)
+	seq := int64(500)
+	put := func(cluster string, started, ended time.Time) {
+		seq++
+		s.PutRun(jobs.Run{Seq: seq, JobID: "sync", ReplicaID: "web-2", Cluster: cluster, StartedAt: started, FinishedAt: &ended,
+			Outcome: jobs.OutcomeSucceeded, NominalAt: started, ScopeKey: cluster})
+	}
+	put("c5", acq.Add(-400*time.Second), acq.Add(-399*time.Second))
+	put("c5", acq.Add(-360*time.Second), acq.Add(-359*time.Second))
+	put("c7", acq.Add(-300*time.Second), acq.Add(-299*time.Second))
+	mustFlush(t, s)
+	// Many runs of other clusters since: housekeeping prunes c5's and c7's.
+	for i := 0; i < 120; i++ {
+		put("c1", acq.Add(time.Duration(-250+i)*time.Second), acq.Add(time.Duration(-250+i)*time.Second+time.Millisecond))
+	}
+	mustFlush(t, s)
+	rt := jobstore.DefaultRetention
+	if _, err := rt.Housekeep(ctx, pool, ""); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM studio_job_run WHERE cluster IN ('c5', 'c7')`); n != 0 {
+		t.Fatalf("%d runs of c5 and c7 left; the test wants them pruned", n)
+	}
+	// The new owner of c7 ran at once and flushed before the read; the
+	// duty's end costs no statement more (BEGIN, runs, events, COMMIT).
+	_, before := s.Stats()
+	put("c7", acq.Add(time.Millisecond), acq.Add(2*time.Millisecond))
+	mustFlush(t, s)
+	if _, after := s.Stats(); after-before != 4 {
+		t.Errorf("a flush of a duty's run took %d statements; want 4", after-before)
+	}
+	for _, c := range []struct {
+		cluster string
+		want    time.Time
+	}{
+		{"c5", acq.Add(-359 * time.Second)},
+		{"c7", acq.Add(-299 * time.Second)},
+		{"c9", time.Time{}},
+	} {
+		tr, err := s.DutyStart(ctx, []string{"sync"}, c.cluster, acq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := tr["sync"].Anchor; !got.Equal(c.want) {
+			t.Errorf("%s: last end %v; want %v", c.cluster, got, c.want)
+		}
+	}
+}
+
+// A newest run that never ended, on a replica that died (killed while it
+// ran), gives its start and the replica's death: its last heartbeat while
+// the replica is gone, the crashed incarnation's (last_crash_at) when it
+// restarted under the same id and the run was marked interrupted. Defect
+// 4 of issue 22's adversarial pass.
+func TestOccurrenceStartTellsALostRunsStartAndItsReplicasDeath(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool, _ := newPool(t)
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	if _, err := pool.Exec(ctx, `INSERT INTO studio_replica (id, incarnation, host, pid, version, state, heartbeat_at, last_crash_at) VALUES
+  ('dead', gen_random_uuid(), 'h', 1, 'dev', 'ready', $1, NULL),
+  ('web-1', gen_random_uuid(), 'h', 1, 'dev', 'ready', now(), $2),
+  ('live', gen_random_uuid(), 'h', 1, 'dev', 'ready', now(), NULL)`, now.Add(-40*time.Second), now.Add(-50*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO studio_job_run (job_id, replica_id, started_at, finished_at, outcome, nominal_at, scope_key) VALUES
+  ('report', 'dead', $1, NULL, 'running', $1, ''),
+  ('inst', 'web-1', $2, $3, 'interrupted', $2, 'web-1'),
+  ('going', 'live', $1, NULL, 'running', $1, ''),
+  ('done', 'dead', $1, $3, 'succeeded', $1, '')`, now.Add(-90*time.Second), now.Add(-80*time.Second), now); err != nil {
+		t.Fatal(err)
+	}
+	_, tr, err := jobstore.NewStore(pool, "web-1", nil).OccurrenceStart(ctx, []string{"report", "inst", "going", "done"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		job            string
+		started, until time.Time
+	}{
+		{"report", now.Add(-90 * time.Second), now.Add(-40 * time.Second)},
+		{"inst", now.Add(-80 * time.Second), now.Add(-50 * time.Second)},
+		{"going", time.Time{}, time.Time{}},
+		{"done", time.Time{}, time.Time{}},
+	} {
+		if got := tr[c.job]; !got.LostStarted.Equal(c.started) || !got.LostUntil.Equal(c.until) {
+			t.Errorf("%s: lost run from %v until %v; want %v until %v", c.job, got.LostStarted, got.LostUntil, c.started, c.until)
+		}
+	}
+}
+
+// The pause and resume changes of a job come from its audit rows, oldest
+// first, from the last one before its newest run. Defect 5 of issue 22's
+// adversarial pass: a job paused while every replica was down.
+func TestOccurrenceStartTellsThePauseChanges(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool, _ := newPool(t)
+	if _, err := pool.Exec(ctx, `INSERT INTO studio_job_status (replica_id, job_id, scope) VALUES ('web-2', 'report', 'installation')`); err != nil {
+		t.Fatal(err)
+	}
+	yes, no := true, false
+	for _, c := range []jobstore.Change{{Pause: &yes, Actor: "old"}, {Pause: &no, Actor: "old"}} {
+		if _, err := jobstore.ApplyChange(ctx, pool, "report", c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO studio_job_run (job_id, replica_id, started_at, finished_at, outcome, nominal_at, scope_key)
+VALUES ('report', 'web-2', now(), now(), 'succeeded', now(), '')`); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []jobstore.Change{{Pause: &yes, Actor: "alice"}, {Pause: &no, Actor: "bob"}} {
+		if _, err := jobstore.ApplyChange(ctx, pool, "report", c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, tr, err := jobstore.NewStore(pool, "web-1", nil).OccurrenceStart(ctx, []string{"report"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := tr["report"].Pauses
+	if len(p) != 3 || p[0].Paused || p[0].By != "old" || !p[1].Paused || p[1].By != "alice" || p[2].Paused || p[2].By != "bob" ||
+		p[1].At.Before(p[0].At) || p[2].At.Before(p[1].At) {
+		t.Fatalf("pause changes %+v; want old's resume, alice's pause and bob's resume", p)
 	}
 }

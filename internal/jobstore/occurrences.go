@@ -376,7 +376,7 @@ WITH vk AS MATERIALIZED (
            ELSE ARRAY(SELECT DISTINCT s.replica_id FROM studio_job_status s WHERE s.job_id = v.job) END AS keys
   FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS v(id, job, scope, cluster)),
 win AS MATERIALIZED (
-  SELECT o.job_id, o.scope_key, count(*) FILTER (WHERE o.outcome = 'skipped') AS skipped,
+  SELECT o.job_id, o.scope_key, sum(o.count) FILTER (WHERE o.outcome = 'skipped') AS skipped,
          sum(o.count) FILTER (WHERE o.outcome = 'missed') AS missed
   FROM studio_occurrence o
   WHERE o.recorded_at > now() - make_interval(secs => $5 + ` + recordedSlackSeconds + `)

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"math"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -344,6 +345,26 @@ WHERE studio_job_run.outcome = 'running'
        AND studio_job_run.replica_id = EXCLUDED.replica_id)
 RETURNING seq`
 
+// upsertRunsDutyEndsSQL is upsertRunsSQL for a flush that holds the end of
+// a per-cluster duty's run: the same upsert, and in the same statement (a
+// data-modifying CTE) the end of each duty's newest ended run per cluster
+// in studio_duty_end (migrations/00012: what a missed stretch of the duty
+// counts from once the run history was pruned). Only a run's own end
+// counts: an interrupted mark of housekeeping or of a restart is not one.
+// A flush without such an end uses upsertRunsSQL, as before.
+var upsertRunsDutyEndsSQL = `
+WITH w AS (` + strings.TrimSuffix(upsertRunsSQL, "RETURNING seq") + `RETURNING seq, job_id, cluster, replica_id, started_at, finished_at),
+d AS (
+INSERT INTO studio_duty_end AS d (job_id, cluster, last_ended_at, last_started_at, last_replica_id, last_seq)
+SELECT DISTINCT ON (w.job_id, w.cluster) w.job_id, w.cluster, w.finished_at, w.started_at, w.replica_id, w.seq
+FROM w WHERE w.cluster IS NOT NULL AND w.finished_at IS NOT NULL
+ORDER BY w.job_id, w.cluster, w.finished_at DESC
+ON CONFLICT (job_id, cluster) DO UPDATE SET last_ended_at = EXCLUDED.last_ended_at, last_started_at = EXCLUDED.last_started_at,
+  last_replica_id = EXCLUDED.last_replica_id, last_seq = EXCLUDED.last_seq,
+  prev_ended_at = d.last_ended_at, prev_started_at = d.last_started_at
+WHERE EXCLUDED.last_ended_at > d.last_ended_at)
+SELECT seq FROM w`
+
 // eventRunsSQL writes the event stream's rows of the runs the upsert
 // changed and sends the flush's bus messages (the seqs batch, and one
 // events frame), in one statement (migrations/00006_events.sql).
@@ -454,7 +475,11 @@ func (s *Store) write(ctx context.Context, runs map[int64]jobs.Run, status map[s
 			make(pgArray[pgText], 0, n), make(pgArray[pgText], 0, n), make(pgArray[pgText], 0, n)
 		started, finished, nominal := make(pgArray[pgTime], 0, n), make(pgArray[pgTime], 0, n), make(pgArray[pgTime], 0, n)
 		scope, triggered := make(pgArray[pgText], 0, n), make(pgArray[pgBool], 0, n)
+		q := upsertRunsSQL
 		for _, r := range runs {
+			if r.Cluster != "" && r.FinishedAt != nil {
+				q = upsertRunsDutyEndsSQL
+			}
 			seqs, seq = append(seqs, r.Seq), append(seq, pgInt8(r.Seq))
 			job, rep, cl = append(job, pgText(r.JobID)), append(rep, pgText(r.ReplicaID)), append(cl, pgText(r.Cluster))
 			started, finished = append(started, pgTime{t: r.StartedAt}), append(finished, pgTimeOf(r.FinishedAt))
@@ -466,7 +491,7 @@ func (s *Store) write(ctx context.Context, runs map[int64]jobs.Run, status map[s
 		if s.execMode {
 			args = plainArgs(args)
 		}
-		rows, err := tx.Query(ctx, upsertRunsSQL, args...)
+		rows, err := tx.Query(ctx, q, args...)
 		if err != nil {
 			return fmt.Errorf("write job history: %w", err)
 		}

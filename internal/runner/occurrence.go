@@ -19,10 +19,11 @@ import (
 type OccurrenceRecorder interface {
 	PutOccurrence(jobs.OccurrenceRecord)
 	// OccurrenceStart returns, for each job id of jobIDs, whether a live
-	// replica other than this one declares it, and the latest nominal
-	// time recorded for it in studio_occurrence (scope "" or this
-	// replica's id; absent: none).
-	OccurrenceStart(ctx context.Context, jobIDs []string) (hostedElsewhere map[string]bool, lastRecorded map[string]time.Time, err error)
+	// replica other than this one declares it, and what the database
+	// knows of its occurrences under scope "" or this replica's id: the
+	// latest nominal time accounted for, a newest run that never ended
+	// and its replica's death, the pause changes (absent: nothing).
+	OccurrenceStart(ctx context.Context, jobIDs []string) (hostedElsewhere map[string]bool, traces map[string]jobs.StartTrace, err error)
 }
 
 // maxGridSteps bounds the walk over a cron schedule's due times (a stretch
@@ -130,6 +131,11 @@ type occurrence struct {
 	end          time.Time // zero: never ran, or not read
 	dbNow        time.Time
 	readNow      time.Time // r.now() at the read
+	// prevEnd: for a triggered run, the end its job's due times counted
+	// from before the trigger (a shared job's last end anywhere, another
+	// job's last end here; zero: none), so that the due times the run
+	// overran are the schedule's (recordOverrun).
+	prevEnd time.Time
 }
 
 // onGrid reports whether the shared schedule was read and the job ran
@@ -157,6 +163,7 @@ func (r *Runner) nominalFor(js *jobState, sched jobs.Schedule, fire time.Time, o
 	switch {
 	case o.triggered:
 		o.nominal = fire
+		o.prevEnd = r.endBeforeTrigger(js)
 		return
 	case !o.startNominal.IsZero():
 		o.nominal = o.startNominal
@@ -174,6 +181,25 @@ func (r *Runner) nominalFor(js *jobState, sched jobs.Schedule, fire time.Time, o
 		return
 	}
 	o.nominal = fire
+}
+
+// endBeforeTrigger is the end js's due times count from as the trigger
+// fires: a shared job's last end anywhere (one read of the shared
+// schedule, for a trigger only: zero when it fails), another job's last
+// end here.
+func (r *Runner) endBeforeTrigger(js *jobState) time.Time {
+	if js.shared && r.o.Schedules != nil {
+		ctx, cancel := context.WithTimeout(r.runsCtx, settingsTimeout)
+		defer cancel()
+		end, _, err := r.loadEnd(ctx, js)
+		if err != nil {
+			return time.Time{}
+		}
+		return end
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return js.lastEnd
 }
 
 // recordOccurrence queues a skip or a miss of js.
@@ -238,23 +264,41 @@ func (r *Runner) skipInvalid(js *jobState) time.Time {
 }
 
 // recordOverrun records the due times of js that came while its run of
-// nominal time nominal, started at started, lasted until ended, as one skipped/overrun row with
-// their count: a cron job's cron times, an instance job's or a duty's
-// interval steps. A shared fixed-delay job has none (its next due time
-// counts from the end).
+// the occurrence occ, started at started, lasted until ended, as one
+// skipped/overrun row with their count: a cron job's cron times, an
+// instance job's or a duty's interval steps. A shared fixed-delay job has
+// none (its next due time counts from the end), except under a trigger.
 //
 // Only due times after the run's start count: a run that started late (the
 // run at start after a missed stretch, or one that waited for a slot)
 // did not overrun the due times before its start.
-func (r *Runner) recordOverrun(js *jobState, sched jobs.Schedule, nominal, started, ended time.Time) {
-	if js.shared && !sched.IsCron() {
+//
+// A triggered run's own time is off the schedule: the due times it
+// overran are the schedule's, counted from the end before the trigger
+// (occ.prevEnd; a cron job with none: its cron times), a shared
+// fixed-delay job's included. Such a due time fell while this replica's
+// triggered run held the job (and its lock): no run was its occurrence,
+// the job was running, so it was overrun (issue 22's definition: "a run
+// still running when the next time came"); it is not held-elsewhere,
+// which names a holder that ran or runs that due time, and never
+// missed/down, since a live replica hosted the job. Defect 3 of issue
+// 22's adversarial pass: nothing was recorded, and a later start counted
+// it as missed/down.
+func (r *Runner) recordOverrun(js *jobState, sched jobs.Schedule, occ occurrence, started, ended time.Time) {
+	anchor := occ.nominal
+	switch {
+	case occ.triggered && !occ.prevEnd.IsZero():
+		anchor = occ.prevEnd
+	case occ.triggered && !sched.IsCron():
+		return
+	case !occ.triggered && js.shared && !sched.IsCron():
 		return
 	}
-	from := sched.Next(nominal)
+	from := sched.Next(anchor)
 	if !from.After(started) {
 		from = started.Add(time.Nanosecond)
 	}
-	n, first, last, _ := gridSpan(sched, nominal, from, ended)
+	n, first, last, _ := gridSpan(sched, anchor, from, ended)
 	if n == 0 {
 		return
 	}
@@ -268,65 +312,177 @@ func (r *Runner) recordOverrun(js *jobState, sched jobs.Schedule, nominal, start
 // missedAtStart records, for a job that was due while no replica hosted it
 // (a shared job: no live replica declares it besides this one; an instance
 // job: this replica id was down), the stretch of due times that passed
-// since its last end (or since the last occurrence recorded, whichever is
-// later) as one missed/down row. With missed: run-once the last of them is
-// the occurrence of the run at start and the row covers those before it;
+// since its last end (anchor; or since the last occurrence recorded,
+// whichever is later) as one row per part (stretchRecords): missed/down
+// where no replica hosted it, skipped/paused where it was paused,
+// skipped/overrun where a run that was never ended still went on. With
+// missed: run-once the last due time of a final missed/down part is the
+// occurrence of the run at start and the row covers those before it;
 // with missed: skip, all. It returns the nominal time of the run at start
 // (zero: none) and marks the stretch accounted for. r.mu held (Start).
-func (r *Runner) missedAtStart(js *jobState, anchor, now, recorded time.Time) time.Time {
+func (r *Runner) missedAtStart(js *jobState, anchor, now time.Time, tr jobs.StartTrace) time.Time {
 	if anchor.IsZero() {
 		return time.Time{}
 	}
-	from := js.sched.Next(anchor)
-	if !recorded.IsZero() {
-		// The database holds it truncated to the millisecond: the due time
-		// it stands for is within the millisecond after it.
-		recorded = recorded.Add(time.Millisecond - time.Nanosecond)
-		if !recorded.Before(from) {
-			from = gridNext(js.sched, anchor, recorded)
-		}
-	}
-	n, first, last, beforeLast := gridSpan(js.sched, anchor, from, now)
-	if n == 0 {
-		return time.Time{}
-	}
-	runAt := time.Time{}
-	if js.job.Missed != jobs.MissedSkip {
-		runAt = last
-		n, last = n-1, beforeLast
-	}
-	if n > 0 {
-		rec := jobs.OccurrenceRecord{NominalAt: first, Outcome: jobs.OccurrenceMissed, Reason: jobs.ReasonDown, Count: n}
-		if n > 1 {
-			rec.LastNominalAt = last
-		}
+	overrun := !js.shared || js.sched.IsCron()
+	recs, runAt, last := stretchRecords(js.sched, anchor, now, tr, overrun, js.job.Missed != jobs.MissedSkip)
+	if !last.IsZero() {
 		js.accounted = last
+	}
+	for _, rec := range recs {
 		r.recordOccurrence(js, rec)
-		r.log.Info("runner: due times passed while no replica hosted the job; recorded as missed", "job_id", js.job.ID,
-			"count", n, "first_nominal_at", jobs.FormatNominal(first), "missed", string(js.job.Missed))
+		r.log.Info("runner: due times passed while no replica ran the job; recorded", "job_id", js.job.ID, "outcome", rec.Outcome, "reason", rec.Reason,
+			"count", rec.Count, "first_nominal_at", jobs.FormatNominal(rec.NominalAt), "missed", string(js.job.Missed))
 	}
 	return runAt
 }
 
+// stretchRecords splits the due times of sched on the grid after anchor,
+// from the first after tr.Recorded (or after anchor) up to to, into the
+// rows that say what became of them, oldest first:
+//   - those that came while a run that never ended still went on (after
+//     tr.LostStarted, until its replica's death, tr.LostUntil): one
+//     skipped/overrun row when overrun (an instance job, a duty, a cron
+//     job; a shared fixed-delay job's next due time counts from an end,
+//     so it had none), never missed/down: its replica was live and ran;
+//   - then, split at each pause and resume in tr.Pauses: one
+//     skipped/paused row (count, paused_by) for each part where the job
+//     was paused, one missed/down row for each part where it was not.
+//
+// With runOnce, when the last part is missed/down, its last due time is
+// taken out of it and returned as runAt, the run at start's occurrence.
+// last is the last due time the rows account for (zero: none).
+func stretchRecords(sched jobs.Schedule, anchor, to time.Time, tr jobs.StartTrace, overrun, runOnce bool) (recs []jobs.OccurrenceRecord, runAt, last time.Time) {
+	from := sched.Next(anchor)
+	if rec := tr.Recorded; !rec.IsZero() {
+		// The database holds it truncated to the millisecond: the due time
+		// it stands for is within the millisecond after it.
+		if rec = rec.Add(time.Millisecond - time.Nanosecond); !rec.Before(from) {
+			from = gridNext(sched, anchor, rec)
+		}
+	}
+	if from.After(to) {
+		return nil, time.Time{}, time.Time{}
+	}
+	// The cuts where a due time's fate may change, in (from, to].
+	cuts := []time.Time{}
+	lostUntil := time.Time{}
+	if !tr.LostUntil.IsZero() && !tr.LostStarted.After(tr.LostUntil) && tr.LostUntil.After(from) {
+		lostUntil = tr.LostUntil
+		cuts = append(cuts, lostUntil.Add(time.Nanosecond)) // a due time at the death itself came while it ran
+	}
+	for _, c := range tr.Pauses {
+		if c.At.After(from) && !c.At.After(to) {
+			cuts = append(cuts, c.At)
+		}
+	}
+	slices.SortFunc(cuts, func(a, b time.Time) int { return a.Compare(b) })
+	type part struct {
+		rec        jobs.OccurrenceRecord
+		beforeLast time.Time // the due time before the last (zero: one)
+	}
+	var parts []part
+	lo := from
+	for i := 0; i <= len(cuts); i++ {
+		hi := to
+		if i < len(cuts) {
+			hi = cuts[i].Add(-time.Nanosecond)
+		}
+		if hi.Before(lo) {
+			continue
+		}
+		n, first, lastDue, beforeLast := gridSpan(sched, anchor, lo, hi)
+		if i < len(cuts) {
+			lo = cuts[i]
+		}
+		if n == 0 {
+			continue
+		}
+		last = lastDue
+		var rec jobs.OccurrenceRecord
+		switch paused, by := tr.PausedAt(first); {
+		case !lostUntil.IsZero() && !first.After(lostUntil):
+			if !overrun {
+				continue
+			}
+			rec = jobs.OccurrenceRecord{Outcome: jobs.OccurrenceSkipped, Reason: jobs.ReasonOverrun}
+		case paused:
+			rec = jobs.OccurrenceRecord{Outcome: jobs.OccurrenceSkipped, Reason: jobs.ReasonPaused, PausedBy: by}
+		default:
+			rec = jobs.OccurrenceRecord{Outcome: jobs.OccurrenceMissed, Reason: jobs.ReasonDown}
+		}
+		rec.NominalAt, rec.Count = first, n
+		if n > 1 {
+			rec.LastNominalAt = lastDue
+		}
+		// Two parts of the same fate in a row (a pause by one and by
+		// another, a cut with no due time between) are one.
+		if k := len(parts) - 1; k >= 0 && parts[k].rec.Outcome == rec.Outcome && parts[k].rec.Reason == rec.Reason && parts[k].rec.PausedBy == rec.PausedBy {
+			if n == 1 {
+				beforeLast = lastOf(parts[k].rec)
+			}
+			parts[k].rec.Count += n
+			parts[k].rec.LastNominalAt = lastDue
+			parts[k].beforeLast = beforeLast
+			continue
+		}
+		parts = append(parts, part{rec: rec, beforeLast: beforeLast})
+	}
+	if k := len(parts) - 1; runOnce && k >= 0 && parts[k].rec.Reason == jobs.ReasonDown && lastOf(parts[k].rec).Equal(last) {
+		p := &parts[k]
+		runAt = last
+		p.rec.Count--
+		switch {
+		case p.rec.Count == 0:
+			parts = parts[:k]
+			last = time.Time{}
+			if k > 0 {
+				last = lastOf(parts[k-1].rec)
+			}
+		case p.rec.Count == 1:
+			p.rec.LastNominalAt, last = time.Time{}, p.rec.NominalAt
+		default:
+			p.rec.LastNominalAt, last = p.beforeLast, p.beforeLast
+		}
+	}
+	for _, p := range parts {
+		recs = append(recs, p.rec)
+	}
+	return recs, runAt, last
+}
+
+// lastOf is the last due time rec covers.
+func lastOf(rec jobs.OccurrenceRecord) time.Time {
+	if !rec.LastNominalAt.IsZero() {
+		return rec.LastNominalAt
+	}
+	return rec.NominalAt
+}
+
 // DutyOccurrenceRecorder is what a Recorder may also do (jobstore.Store
-// does) for per-cluster duties: read, when a cluster is acquired, the end
-// of each job's last run for that cluster on any replica, and the latest
-// nominal time recorded for it under that cluster.
+// does) for per-cluster duties: read, when a cluster is acquired, what the
+// database knows of each job's occurrences for that cluster
+// (jobs.StartTrace, with Anchor the end of its last run there on any
+// replica, kept in studio_duty_end, which no retention prunes).
 type DutyOccurrenceRecorder interface {
-	DutyStart(ctx context.Context, jobIDs []string, cluster string, before time.Time) (lastEnd, lastRecorded map[string]time.Time, err error)
+	DutyStart(ctx context.Context, jobIDs []string, cluster string, before time.Time) (map[string]jobs.StartTrace, error)
 }
 
 // missedDutiesLocked records, in a goroutine counted in runWG (AddCluster
 // must not block), the due times of cluster's duties that passed between
 // the end of their last run anywhere (the previous owner's) and now, the
-// acquisition, as one missed/down row each: no replica hosted them then.
-// The first run here is at once, at a nominal time of its own. r.mu held.
+// acquisition, as stretchRecords splits them: missed/down where no replica
+// hosted them, skipped/paused where the job was paused, skipped/overrun
+// while a previous owner's run that never ended still went on (until its
+// replica died). The first run here is at once, at a nominal time of its
+// own. r.mu held.
 func (r *Runner) missedDutiesLocked(cluster string, now time.Time) {
 	dr, ok := r.o.Store.(DutyOccurrenceRecorder)
 	if !ok || r.stopping || r.runsCtx == nil || len(r.clusters.templates) == 0 {
 		return
 	}
-	if _, ok := r.o.Store.(OccurrenceRecorder); !ok {
+	or, ok := r.o.Store.(OccurrenceRecorder)
+	if !ok {
 		return
 	}
 	templates := slices.Clone(r.clusters.templates)
@@ -339,7 +495,7 @@ func (r *Runner) missedDutiesLocked(cluster string, now time.Time) {
 	go func() {
 		defer r.runWG.Done()
 		qctx, cancel := context.WithTimeout(ctx, settingsTimeout)
-		ends, recorded, err := dr.DutyStart(qctx, ids, cluster, now)
+		traces, err := dr.DutyStart(qctx, ids, cluster, now)
 		cancel()
 		if err != nil {
 			if ctx.Err() == nil {
@@ -348,28 +504,17 @@ func (r *Runner) missedDutiesLocked(cluster string, now time.Time) {
 			return
 		}
 		for _, j := range templates {
-			end := ends[j.ID]
-			if end.IsZero() {
+			tr := traces[j.ID]
+			if tr.Anchor.IsZero() {
 				continue
 			}
-			from := j.Schedule.Next(end)
-			if rec := recorded[j.ID]; !rec.IsZero() {
-				if rec = rec.Add(time.Millisecond - time.Nanosecond); !rec.Before(from) {
-					from = gridNext(j.Schedule, end, rec)
-				}
+			recs, _, _ := stretchRecords(j.Schedule, tr.Anchor, now.Add(-time.Nanosecond), tr, true, false)
+			for _, rec := range recs {
+				rec.JobID, rec.ScopeKey, rec.ReplicaID = j.ID, cluster, r.o.ReplicaID
+				or.PutOccurrence(rec)
+				r.log.Info("runner: due times of a duty passed while no replica ran it for its cluster; recorded", "job_id", j.ID,
+					"cluster", cluster, "outcome", rec.Outcome, "reason", rec.Reason, "count", rec.Count, "first_nominal_at", jobs.FormatNominal(rec.NominalAt))
 			}
-			n, first, last, _ := gridSpan(j.Schedule, end, from, now.Add(-time.Nanosecond))
-			if n == 0 {
-				continue
-			}
-			rec := jobs.OccurrenceRecord{JobID: j.ID, ScopeKey: cluster, NominalAt: first, Outcome: jobs.OccurrenceMissed, Reason: jobs.ReasonDown, Count: n,
-				ReplicaID: r.o.ReplicaID}
-			if n > 1 {
-				rec.LastNominalAt = last
-			}
-			r.o.Store.(OccurrenceRecorder).PutOccurrence(rec)
-			r.log.Info("runner: due times of a duty passed while no replica owned its cluster; recorded as missed", "job_id", j.ID,
-				"cluster", cluster, "count", n, "first_nominal_at", jobs.FormatNominal(first))
 		}
 	}()
 }

@@ -523,3 +523,237 @@ func TestASkipThatAnotherReplicasRunExplainsIsTakenBack(t *testing.T) {
 		t.Errorf("occurrences of java %+v; want one held-elsewhere by java-node-3", got)
 	}
 }
+
+// The run store answers the runner's occurrence reads.
+var (
+	_ runner.OccurrenceRecorder     = (*jobstore.Store)(nil)
+	_ runner.DutyOccurrenceRecorder = (*jobstore.Store)(nil)
+)
+
+// stretchRow is what a test expects of one row: outcome/reason, the first
+// and last nominal times (from t0) and the count.
+type stretchRow struct {
+	what        string
+	first, last time.Duration
+	count       int
+	pausedBy    string
+}
+
+func checkStretch(t *testing.T, got []occRow, want []stretchRow) {
+	t.Helper()
+	ok := len(got) == len(want)
+	for i := 0; ok && i < len(want); i++ {
+		g, w := got[i], want[i]
+		last := g.Nominal
+		if g.Last != nil {
+			last = *g.Last
+		}
+		by := ""
+		if g.PausedBy != nil {
+			by = *g.PausedBy
+		}
+		ok = g.Outcome+"/"+g.Reason == w.what && g.Nominal.Equal(t0.Add(w.first)) && last.Equal(t0.Add(w.last)) && g.Count == w.count && by == w.pausedBy
+	}
+	if !ok {
+		var s []stretchRow
+		for _, g := range got {
+			last := g.Nominal
+			if g.Last != nil {
+				last = *g.Last
+			}
+			by := ""
+			if g.PausedBy != nil {
+				by = *g.PausedBy
+			}
+			s = append(s, stretchRow{g.Outcome + "/" + g.Reason, g.Nominal.Sub(t0), last.Sub(t0), g.Count, by})
+		}
+		t.Fatalf("rows %+v; want %+v", s, want)
+	}
+}
+
+// A replica was killed while it ran the shared job, and every replica
+// stayed down: the due times before its death are not missed/down (its
+// replica was live and held the job: a fixed-delay shared job's next due
+// time counts from an end, so they were not due), and the missed stretch
+// starts at its death, its last heartbeat. Defect 4 of issue 22's
+// adversarial pass: the stretch started at the lost run's due time.
+func TestAStretchAfterARunWhoseReplicaDiedStartsAtTheDeath(t *testing.T) {
+	t.Parallel()
+	ft := &occTask{}
+	e, _, o := sharedDBEnv(t, jobs.MissedRunOnce, t0.Add(-125*time.Second), ft)
+	e.exec(`INSERT INTO studio_replica (id, incarnation, host, pid, version, state, heartbeat_at) VALUES ('web-9', gen_random_uuid(), 'h', 1, 'dev', 'ready', $1)`,
+		t0.Add(-80*time.Second))
+	e.exec(`INSERT INTO studio_job_run (job_id, replica_id, started_at, outcome, nominal_at, scope_key) VALUES ('shared', 'web-9', $1, 'running', $1, '')`,
+		t0.Add(-115*time.Second))
+	e.start(o)
+	eventually(t, "the run", func() bool { return len(ft.got()) == 1 })
+	if got, want := ft.got()[0].ScheduledAt, t0.Add(-5*time.Second); !got.Equal(want) {
+		t.Errorf("the run at start has nominal time %v; want %v", got, want)
+	}
+	checkStretch(t, e.occurrences("shared"), []stretchRow{{"missed/down", -75 * time.Second, -15 * time.Second, 7, ""}})
+}
+
+// The same for an instance job whose replica restarted under its id: the
+// due times after the interrupted run's start until the crashed
+// incarnation's last heartbeat came while it ran (skipped/overrun), the
+// rest is missed/down.
+func TestAnInstanceJobsRunCutByACrashIsOverrunUntilTheDeath(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ft := &occTask{}
+	e.exec(`INSERT INTO studio_job_status (replica_id, job_id, scope, last_finished_at, runs) VALUES ($1, 'inst', 'instance', $2, 1)`,
+		replicaID, t0.Add(-95*time.Second))
+	e.exec(`INSERT INTO studio_replica (id, incarnation, host, pid, version, state, heartbeat_at, last_crash_at) VALUES ($1, gen_random_uuid(), 'h', 1, 'dev', 'ready', now(), $2)`,
+		replicaID, t0.Add(-52*time.Second))
+	e.exec(`INSERT INTO studio_job_run (job_id, replica_id, started_at, finished_at, outcome, nominal_at, scope_key) VALUES ('inst', $1, $2, $3, 'interrupted', $2, $1)`,
+		replicaID, t0.Add(-85*time.Second), t0)
+	o := e.options(jobs.Job{ID: "inst", Scope: jobs.ScopeInstance, Schedule: every(t, 10*time.Second), Task: ft})
+	o.Schedules = &fakeSchedules{clk: e.clk, ends: map[string]time.Time{}}
+	e.start(o)
+	eventually(t, "the run at start", func() bool { return len(ft.got()) == 1 })
+	checkStretch(t, e.occurrences("inst"), []stretchRow{
+		{"skipped/overrun", -75 * time.Second, -55 * time.Second, 3, ""},
+		{"missed/down", -45 * time.Second, -15 * time.Second, 4, ""},
+	})
+}
+
+// A job paused and resumed while every replica was down: the due times
+// between the pause and the resume are skipped/paused, naming who paused
+// it, and the stretch is split there; still paused at the start, the rest
+// is paused too and nothing runs. Defect 5 of issue 22's adversarial pass:
+// they were all missed/down.
+func TestAPauseWhileEveryReplicaWasDownSplitsTheStretch(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name    string
+		resumed bool
+		noAudit bool // paused by a direct write of the setting: its updated_at
+		want    []stretchRow
+		runs    int
+	}{
+		{"paused with no audit row", false, true, []stretchRow{
+			{"missed/down", -115 * time.Second, -65 * time.Second, 6, ""},
+			{"skipped/paused", -55 * time.Second, -5 * time.Second, 6, "carol"},
+		}, 0},
+		{"resumed", true, false, []stretchRow{
+			{"missed/down", -115 * time.Second, -65 * time.Second, 6, ""},
+			{"skipped/paused", -55 * time.Second, -35 * time.Second, 3, "alice"},
+			{"missed/down", -25 * time.Second, -15 * time.Second, 2, ""},
+		}, 1},
+		{"still paused", false, false, []stretchRow{
+			{"missed/down", -115 * time.Second, -65 * time.Second, 6, ""},
+			{"skipped/paused", -55 * time.Second, -5 * time.Second, 6, "alice"},
+		}, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			ft := &occTask{}
+			e, _, o := sharedDBEnv(t, jobs.MissedRunOnce, t0.Add(-125*time.Second), ft)
+			if c.noAudit {
+				e.exec(`INSERT INTO studio_job_setting (job_id, paused, updated_by, updated_at) VALUES ('shared', true, 'carol', $1)`, t0.Add(-60500*time.Millisecond))
+			} else {
+				e.exec(`INSERT INTO studio_audit (at, actor, action, target) VALUES ($1, 'alice', 'jobs.pause', 'shared')`, t0.Add(-60500*time.Millisecond))
+				if c.resumed {
+					e.exec(`INSERT INTO studio_audit (at, actor, action, target) VALUES ($1, 'bob', 'jobs.resume', 'shared')`, t0.Add(-30500*time.Millisecond))
+				}
+				e.exec(`INSERT INTO studio_job_setting (job_id, paused, updated_by) VALUES ('shared', $1, 'x')`, !c.resumed)
+			}
+			e.start(o)
+			if c.runs > 0 {
+				eventually(t, "the run", func() bool { return len(ft.got()) == 1 })
+				if got, want := ft.got()[0].ScheduledAt, t0.Add(-5*time.Second); !got.Equal(want) {
+					t.Errorf("the run at start has nominal time %v; want %v", got, want)
+				}
+			} else {
+				e.waitIdle("shared", t0.Add(5*time.Second)) // the first tick found it paused
+			}
+			checkStretch(t, e.occurrences("shared"), c.want)
+			if n := len(ft.got()); n != c.runs {
+				t.Errorf("%d runs; want %d", n, c.runs)
+			}
+		})
+	}
+}
+
+// A duty's cluster whose runs were all pruned (housekeeping keeps the
+// newest runs per job across its clusters) still has its last end in
+// studio_duty_end: the stretch is counted from it. Defect 1 of issue 22's
+// adversarial pass: nothing was recorded.
+func TestADutysStretchCountsFromItsLastEndWhenItsRunsWerePruned(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ft := e.task()
+	ft.auto = true
+	e.exec(`INSERT INTO studio_duty_end (job_id, cluster, last_ended_at, last_started_at, last_replica_id) VALUES ('duty', 'eu-1', $1, $2, 'replica-b')`,
+		t0.Add(-35*time.Second), t0.Add(-36*time.Second))
+	r := e.start(e.options(perClusterJob(e, "duty", 10*time.Second, ft)))
+	r.AddCluster("eu-1", context.Background())
+	ft.waitEnds(t, 1)
+	var got []occRow
+	eventually(t, "the stretch", func() bool { got = e.occurrences("duty"); return len(got) > 0 })
+	checkStretch(t, got, []stretchRow{{"missed/down", -25 * time.Second, -5 * time.Second, 3, ""}})
+}
+
+// A cron minute that falls while a `jobs trigger` run holds the job (it
+// was triggered a few seconds before the minute and ran past it) is
+// recorded as skipped/overrun by the replica that ran it: no run was that
+// minute's occurrence, and its replica was live and held the lock, so it
+// is never missed/down. Defect 3 of issue 22's adversarial pass: nothing
+// was recorded, and a later start counted it as missed/down.
+func TestACronMinuteDuringATriggeredRunIsAnOverrun(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name  string
+		scope jobs.Scope
+	}{
+		{"installation", jobs.ScopeInstallation},
+		{"instance", jobs.ScopeInstance},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			ft := e.task()
+			cron, err := jobs.ParseCron("* * * * *")
+			if err != nil {
+				t.Fatal(err)
+			}
+			sch := &fakeSchedules{clk: e.clk, ends: map[string]time.Time{"minutely": t0.Add(-30 * time.Second)}}
+			o := e.options(jobs.Job{ID: "minutely", Scope: c.scope, Schedule: cron, Task: ft})
+			o.Schedules = sch
+			r := e.start(o)
+			// The 09:00 run (at once for the shared job; the instance job's
+			// first cron time is 09:01, so run it by the clock).
+			if c.scope == jobs.ScopeInstance {
+				e.waitIdle("minutely", t0.Add(time.Minute))
+				e.clk.Advance(time.Minute)
+			}
+			ft.waitStarts(t, 1)
+			ft.finish(t, tasks.Result{})
+			next := t0.Add(time.Minute)
+			if c.scope == jobs.ScopeInstance {
+				next = t0.Add(2 * time.Minute)
+			}
+			e.waitIdle("minutely", next)
+			if c.scope == jobs.ScopeInstallation {
+				e.expireLock("minutely") // lockAtLeastFor runs in database time, not on the fake clock
+			}
+			// Triggered 3 s before the next minute; it runs 10 s.
+			e.clk.Advance(next.Add(-3 * time.Second).Sub(e.clk.Now()))
+			if !r.Trigger("minutely") {
+				t.Fatal("trigger ignored")
+			}
+			ft.waitStarts(t, 2)
+			e.clk.Advance(10 * time.Second)
+			ft.finish(t, tasks.Result{})
+			e.waitIdle("minutely", next.Add(time.Minute))
+			scope := ""
+			if c.scope == jobs.ScopeInstance {
+				scope = replicaID
+			}
+			got := e.occurrences("minutely")
+			if len(got) != 1 || got[0].Outcome != "skipped" || got[0].Reason != "overrun" || !got[0].Nominal.Equal(next) || got[0].Count != 1 || got[0].Scope != scope {
+				t.Fatalf("occurrences %+v; want one skipped/overrun at %v", got, next)
+			}
+		})
+	}
+}

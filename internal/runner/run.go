@@ -247,8 +247,8 @@ func (r *Runner) run(js *jobState, sched jobs.Schedule, fire time.Time, occ occu
 	if overrun {
 		r.metrics.overruns.WithLabelValues(id).Inc()
 	}
-	if !occ.triggered && !occ.nominal.IsZero() {
-		r.recordOverrun(js, sched, occ.nominal, started, ended)
+	if !occ.nominal.IsZero() {
+		r.recordOverrun(js, sched, occ, started, ended) // occurrence.go
 	}
 	switch outcome {
 	case jobs.OutcomeTimedOut:

@@ -349,7 +349,7 @@ func (r *Runner) Start(ctx context.Context) error {
 	// stretch of due times missed while no replica was up is recorded
 	// once (occurrence.go). A failed read records no stretch.
 	var hostedElsewhere map[string]bool
-	var recorded map[string]time.Time
+	var recorded map[string]jobs.StartTrace
 	if or, ok := r.o.Store.(OccurrenceRecorder); ok && len(declared) > 0 {
 		hostedElsewhere, recorded, err = or.OccurrenceStart(ctx, declared)
 		if err != nil {

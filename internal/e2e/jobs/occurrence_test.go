@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/studioctl/studioctl/internal/jobs"
+	"github.com/studioctl/studioctl/internal/liveness"
 	"github.com/studioctl/studioctl/internal/testkit/replicaproc"
 )
 
@@ -290,5 +291,127 @@ func TestAStretchWithNoReplicaUpIsOneMissedOccurrence(t *testing.T) {
 		if !ran[0].Nominal.Equal(last.Add(every)) {
 			t.Errorf("%s: the first run after the stretch has nominal time %v; want the due time after the stretch's last (%v)", c.job, ran[0].Nominal, last)
 		}
+	}
+}
+
+// TestAStretchAfterAReplicaKilledMidRunStartsAtItsDeath: the only replica
+// is killed with -9 while it runs an installation job (every 2s, the run a
+// minute long), after a heartbeat two due times into the run, and another
+// starts once the first is gone. The killed
+// run is missed/lost; the missed/down stretch starts at the first due
+// time after the killed replica's last heartbeat, not inside the run
+// (defect 4 of issue 22's adversarial pass: it started at the lost run's
+// next due time, while its replica was live and held the job, and `jobs
+// why` there told a live replica beside "no live replica hosted it").
+func TestAStretchAfterAReplicaKilledMidRunStartsAtItsDeath(t *testing.T) {
+	t.Parallel()
+	const every = 2 * time.Second
+	// The first run ends at once (the shared schedule gets an end); every
+	// later one takes a minute.
+	f := newFixture(t, shJob("kd", "installation", every.String(), "5m",
+		`if [ -e "$EXP_DIR/kd-first" ]; then exec sleep 60; fi; touch "$EXP_DIR/kd-first"`))
+	p := f.startReplica("kd-1")
+	p.WaitReady(t)
+	var started time.Time
+	replicaproc.Eventually(t, 60*time.Second, "kd's second run running", func() error {
+		return f.pool.QueryRow(context.Background(), `SELECT started_at FROM studio_job_run WHERE job_id = 'kd' AND outcome = 'running'`).Scan(&started)
+	})
+	// Its replica lives on while it runs, for more than a due time.
+	replicaproc.Eventually(t, 60*time.Second, "a heartbeat of kd-1 two due times after the run's start", func() error {
+		var beat time.Time
+		if err := f.pool.QueryRow(context.Background(), `SELECT heartbeat_at FROM studio_replica WHERE id = 'kd-1'`).Scan(&beat); err != nil {
+			return err
+		}
+		if beat.Sub(started) < 2*every {
+			return fmt.Errorf("last heartbeat %v after the start", beat.Sub(started))
+		}
+		return nil
+	})
+	p.Signal(t, syscall.SIGKILL)
+	p.WaitExit(t, 30*time.Second)
+	var beat time.Time
+	if err := f.pool.QueryRow(context.Background(), `SELECT heartbeat_at FROM studio_replica WHERE id = 'kd-1'`).Scan(&beat); err != nil {
+		t.Fatal(err)
+	}
+	// Gone (no heartbeat for liveness.GoneAfter), and a few due times more.
+	replicaproc.Eventually(t, 60*time.Second, "kd-1 gone", func() error {
+		if d := f.dbNow().Sub(beat); d < liveness.GoneAfter+3*every {
+			return fmt.Errorf("%v since its last heartbeat", d)
+		}
+		return nil
+	})
+	p2 := f.startReplica("kd-2")
+	p2.WaitReady(t)
+	lost := f.waitOccurrences("kd", "missed", "lost", 1, 30*time.Second)
+	down := f.waitOccurrences("kd", "missed", "down", 1, 30*time.Second)
+	d := down[0]
+	t.Logf("lost run due %v, started %v; kd-1's last heartbeat %v; missed/down %d from %v", lost[0].Nominal, started, beat, d.Count, d.Nominal)
+	if len(down) != 1 || !d.Nominal.After(beat) || d.Nominal.After(beat.Add(every)) {
+		t.Errorf("%d missed/down rows, the first from %v; want one from the first due time after kd-1's last heartbeat %v (within %v)",
+			len(down), d.Nominal, beat, every)
+	}
+	if !lost[0].Nominal.Before(d.Nominal) {
+		t.Errorf("the lost run is due %v, after the stretch's start %v", lost[0].Nominal, d.Nominal)
+	}
+}
+
+// TestAJobPausedWhileEveryReplicaWasDownIsPausedNotMissed: the only replica
+// stops; three due times later the job is paused; three more later
+// another replica starts. The due times before the pause are one
+// missed/down row, those after it one skipped/paused row naming who paused
+// it, and nothing runs (defect 5 of issue 22's adversarial pass: all of
+// them were missed/down, and the job ran at start).
+func TestAJobPausedWhileEveryReplicaWasDownIsPausedNotMissed(t *testing.T) {
+	t.Parallel()
+	const every = 2 * time.Second
+	f := newFixture(t, shJob("pd", "installation", every.String(), "", recordRun("0.1")))
+	p := f.startReplica("pd-1")
+	p.WaitReady(t)
+	f.waitExecutions("pd", time.Time{}, 1, 60*time.Second)
+	stopAll(t, []*replicaproc.Proc{p})
+	var end time.Time
+	if err := f.pool.QueryRow(context.Background(), `SELECT last_ended_at FROM studio_job_schedule WHERE job_id = 'pd'`).Scan(&end); err != nil {
+		t.Fatal(err)
+	}
+	waitDB := func(d time.Duration) {
+		replicaproc.Eventually(t, 60*time.Second, fmt.Sprintf("%v after the last end", d), func() error {
+			if got := f.dbNow().Sub(end); got < d {
+				return fmt.Errorf("%v so far", got)
+			}
+			return nil
+		})
+	}
+	waitDB(3*every + every/2)
+	f.pauseJob("pd")
+	var pausedAt time.Time
+	if err := f.pool.QueryRow(context.Background(), `SELECT updated_at FROM studio_job_setting WHERE job_id = 'pd'`).Scan(&pausedAt); err != nil {
+		t.Fatal(err)
+	}
+	replicaproc.Eventually(t, 60*time.Second, "3 due times after the pause", func() error {
+		if got := f.dbNow().Sub(pausedAt); got < 3*every+every/2 {
+			return fmt.Errorf("%v so far", got)
+		}
+		return nil
+	})
+	runsBefore, err := f.runs("pd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2 := f.startReplica("pd-2")
+	p2.WaitReady(t)
+	paused := f.waitOccurrences("pd", "skipped", "paused", 1, 30*time.Second)
+	down := f.waitOccurrences("pd", "missed", "down", 1, 30*time.Second)
+	t.Logf("last end %v, paused at %v; missed/down %d from %v; skipped/paused %d from %v", end, pausedAt, down[0].Count, down[0].Nominal, paused[0].Count, paused[0].Nominal)
+	// The due times before the pause (3 unless the machine was slow to
+	// write it).
+	wantDown := int(pausedAt.Sub(end) / every)
+	if len(down) != 1 || !down[0].Nominal.Equal(end.Add(every).Truncate(time.Millisecond)) || down[0].Count != wantDown {
+		t.Errorf("missed/down %+v; want one of %d from the first due time after the last end", down, wantDown)
+	}
+	if p := paused[0]; p.Nominal.Before(pausedAt) || p.Nominal.After(pausedAt.Add(every)) || p.Count < 3 || p.PausedBy == nil || *p.PausedBy != testAppName {
+		t.Errorf("skipped/paused %+v; want one from the first due time after the pause, of 3 or more, by %s", p, testAppName)
+	}
+	if runs, err := f.runs("pd"); err != nil || len(runs) != len(runsBefore) {
+		t.Errorf("%d runs after the start (%v); want none: the job is paused", len(runs)-len(runsBefore), err)
 	}
 }
