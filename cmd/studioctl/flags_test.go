@@ -151,7 +151,7 @@ func TestJobsVerbsParseTheirFlags(t *testing.T) {
 		{name: "history --limit not a number", parse: history, args: []string{"report", "--limit", "many"}, wantErr: `"--limit"`},
 		{name: "pause with a reason, unasked", parse: pause, args: []string{"report", "--reason", "incident 4521", "--yes"},
 			want: &jobChangeOptions{ID: "report", Reason: "incident 4521", Yes: true, What: "pause", Change: jobstore.Change{Pause: &yes}}},
-		{name: "pause of a bad id", parse: pause, args: []string{"-x-"}, wantErr: "unknown shorthand flag: 'x'"},
+		{name: "pause of an argument read as a flag", parse: pause, args: []string{"-x-"}, wantErr: "unknown shorthand flag: 'x'"},
 		{name: "pause of an id with upper case", parse: pause, args: []string{"Report"}, wantErr: "job id"},
 		{name: "resume", parse: resume, args: []string{"report"}, want: &jobChangeOptions{ID: "report", What: "resume", Change: jobstore.Change{Pause: &no}}},
 		{name: "resume has no --force", parse: resume, args: []string{"report", "--force"}, wantErr: "unknown flag: --force"},
