@@ -167,22 +167,6 @@ func TestReplicasListRunCountsAgesFromTheDisplayClock(t *testing.T) {
 	}
 }
 
-// Each verb's runF receives the options the flags filled, so a test sees
-// what the command would do without running it.
-func TestLocksReleaseCmdFillsItsOptionsFromFlags(t *testing.T) {
-	t.Parallel()
-	a := &app{stdin: strings.NewReader(""), stdout: &bytes.Buffer{}, stderr: &bytes.Buffer{}, getenv: func(string) string { return "" }, now: time.Now}
-	var got *locksReleaseOptions
-	cmd := newLocksReleaseCmd(a, func(_ context.Context, o *locksReleaseOptions) error { got = o; return nil })
-	cmd.SetArgs([]string{"nightly-report", "--force", "--reason", "crashed", "--yes"})
-	if err := cmd.Execute(); err != nil {
-		t.Fatal(err)
-	}
-	if got == nil || got.Name != "nightly-report" || !got.Force || got.Reason != "crashed" || !got.Yes {
-		t.Fatalf("options = %+v", got)
-	}
-}
-
 // Usage errors are typed, not matched by their text: an unknown command or
 // flag at any level exits 2.
 func TestUsageErrorsExitTwo(t *testing.T) {

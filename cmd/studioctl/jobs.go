@@ -95,9 +95,6 @@ func jobRow(p *output.Printer, v jobstore.View) []output.Cell {
 	if v.InvalidSchedule != "" {
 		errText = v.InvalidSchedule
 	}
-	if len(errText) > 80 {
-		errText = errText[:77] + "..."
-	}
 	lastDue, skips, misses, lastDueAt := occurrenceCells(p, v.Occurrences)
 	return []output.Cell{
 		{Text: v.ID}, {Text: string(v.Scope)}, {Text: v.Schedule}, {Text: string(v.Health), Tone: healthTone(v.Health)},
@@ -105,8 +102,17 @@ func jobRow(p *output.Printer, v jobstore.View) []output.Cell {
 		{Text: p.TimePtr(v.NextFireAt)}, {Text: strconv.FormatInt(v.Runs, 10)}, {Text: strconv.FormatInt(v.Failures, 10)},
 		lastDue, skips, misses, lastDueAt,
 		{Text: strconv.FormatInt(v.Timeouts, 10)}, {Text: strconv.FormatInt(v.LockLost, 10)}, {Text: strconv.FormatInt(v.Overruns, 10)},
-		{Text: strconv.FormatInt(v.SkippedElsewhere, 10)}, {Text: strings.ReplaceAll(errText, "\n", " ")},
+		{Text: strconv.FormatInt(v.SkippedElsewhere, 10)}, {Text: errorCell(errText)},
 	}
+}
+
+// errorCellWidth bounds the ERROR column of the tables, in display columns.
+const errorCellWidth = 80
+
+// errorCell is an error on one line, cut to errorCellWidth columns by
+// output.Truncate, which never splits a character.
+func errorCell(s string) string {
+	return output.Truncate(strings.ReplaceAll(s, "\n", " "), errorCellWidth)
 }
 
 func printJobViews(p *output.Printer, views []jobstore.View) error {
@@ -324,18 +330,16 @@ var runColumns = []output.Column{
 	{Header: "OUTCOME"}, {Header: "ERROR"}, {Header: "OUTPUT", Wide: true},
 }
 
-// outputCellRunes bounds the OUTPUT column of -o wide: the last line of
-// the output, cut; jobs output JOB SEQ prints all of it.
-const outputCellRunes = 60
+// outputCellWidth bounds the OUTPUT column of -o wide, in display columns:
+// the last line of the output, cut; jobs output JOB SEQ prints all of it.
+const outputCellWidth = 60
 
 // outputCell is a one-line glimpse of a run's output: its last non-blank
-// line, cut to outputCellRunes.
+// line, cut to outputCellWidth.
 func outputCell(tail string) string {
 	lines := strings.Split(strings.TrimRight(tail, " \t\r\n"), "\n")
 	last := strings.TrimSpace(lines[len(lines)-1])
-	if r := []rune(last); len(r) > outputCellRunes {
-		last = string(r[:outputCellRunes-3]) + "..."
-	}
+	last = output.Truncate(last, outputCellWidth)
 	if len(lines) > 1 && last != "" {
 		last = "... " + last
 	}
@@ -363,9 +367,9 @@ func printRuns(p *output.Printer, runs []jobs.Run) error {
 			dur = output.Duration(r.FinishedAt.Sub(r.StartedAt))
 		}
 		data = append(data, j)
-		errText := strings.ReplaceAll(r.Error, "\n", " ")
-		if len(errText) > 80 && !p.Structured() {
-			errText = errText[:77] + "..."
+		errText := r.Error
+		if !p.Structured() {
+			errText = errorCell(errText)
 		}
 		rows = append(rows, []output.Cell{
 			{Text: strconv.FormatInt(r.Seq, 10)}, {Text: r.ReplicaID}, {Text: r.Cluster}, {Text: p.Time(r.StartedAt)}, {Text: dur},

@@ -1,15 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/studioctl/studioctl/internal/output"
-	"github.com/studioctl/studioctl/internal/watch"
 )
 
 // leases list counts the renewal age from the display clock (STUDIO_NOW),
@@ -53,47 +50,5 @@ func TestReplicasListShowsTheLeaseCount(t *testing.T) {
 	}
 	if len(got) != 2 || got[0].ID != "web-2" || got[0].Leases == nil || *got[0].Leases != 2 || got[1].Leases == nil || *got[1].Leases != 0 {
 		t.Fatalf("replicas list -o json = %s", e.out.String())
-	}
-}
-
-// Each leases verb's runF receives the options its flags and arguments filled.
-func TestLeasesCmdsFillTheirOptionsFromFlags(t *testing.T) {
-	t.Parallel()
-	a := &app{stdin: strings.NewReader(""), stdout: &bytes.Buffer{}, stderr: &bytes.Buffer{}, getenv: func(string) string { return "" }, now: time.Now}
-	var rel *leasesReleaseOptions
-	cmd := newLeasesReleaseCmd(a, func(_ context.Context, o *leasesReleaseOptions) error { rel = o; return nil })
-	cmd.SetArgs([]string{"kafka-eu-1", "--force", "--reason", "stuck", "--yes"})
-	if err := cmd.Execute(); err != nil {
-		t.Fatal(err)
-	}
-	if rel == nil || rel.Cluster != "kafka-eu-1" || !rel.Force || rel.Reason != "stuck" || !rel.Yes {
-		t.Fatalf("release options = %+v", rel)
-	}
-	var add *leasesAddOptions
-	cmd = newLeasesAddCmd(a, func(_ context.Context, o *leasesAddOptions) error { add = o; return nil })
-	cmd.SetArgs([]string{"a", "b", "--reason", "new"})
-	if err := cmd.Execute(); err != nil {
-		t.Fatal(err)
-	}
-	if add == nil || strings.Join(add.Clusters, ",") != "a,b" || add.Reason != "new" || add.Yes {
-		t.Fatalf("add options = %+v", add)
-	}
-	var rm *leasesRemoveOptions
-	cmd = newLeasesRemoveCmd(a, func(_ context.Context, o *leasesRemoveOptions) error { rm = o; return nil })
-	cmd.SetArgs([]string{"a", "--yes"})
-	if err := cmd.Execute(); err != nil {
-		t.Fatal(err)
-	}
-	if rm == nil || strings.Join(rm.Clusters, ",") != "a" || !rm.Yes {
-		t.Fatalf("remove options = %+v", rm)
-	}
-	var list *leasesListOptions
-	cmd = newLeasesListCmd(a, func(_ context.Context, o *leasesListOptions) error { list = o; return nil })
-	cmd.SetArgs([]string{"--watch"})
-	if err := cmd.Execute(); err != nil {
-		t.Fatal(err)
-	}
-	if list == nil || !list.Watch || list.Poll != watch.DefaultPoll {
-		t.Fatalf("list options = %+v", list)
 	}
 }

@@ -36,8 +36,14 @@ type replicaJSON struct {
 	HeartbeatAgeSeconds float64    `json:"heartbeat_age_seconds" yaml:"heartbeat_age_seconds"`
 	Gone                bool       `json:"gone" yaml:"gone"`
 	Crashed             bool       `json:"crashed" yaml:"crashed"`
-	Leases              int        `json:"leases" yaml:"leases"` // cluster leases it owns (cluster_lease)
-	ClockOffsetSeconds  *float64   `json:"clock_offset_seconds" yaml:"clock_offset_seconds"`
+	// UptimeSeconds is the table's UPTIME: database now - started_at;
+	// null for a stopped or gone replica, whose UPTIME is empty.
+	UptimeSeconds *float64 `json:"uptime_seconds" yaml:"uptime_seconds"`
+	// RunsInFlight is the table's RUNS: its runs still going
+	// (studio_job_run rows without finished_at).
+	RunsInFlight       int      `json:"runs_in_flight" yaml:"runs_in_flight"`
+	Leases             int      `json:"leases" yaml:"leases"` // cluster leases it owns (cluster_lease)
+	ClockOffsetSeconds *float64 `json:"clock_offset_seconds" yaml:"clock_offset_seconds"`
 	// HTTPAddr is where it serves its probes, metrics and page, as -o wide
 	// shows it; null when it recorded none.
 	HTTPAddr *string `json:"http_addr" yaml:"http_addr"`
@@ -75,19 +81,23 @@ func printReplicas(p *output.Printer, infos []replicas.Info, leaseCount map[stri
 	data := make([]replicaJSON, 0, len(infos))
 	rows := make([][]output.Cell, 0, len(infos))
 	for _, in := range infos {
+		var uptimeSeconds *float64
+		uptime := ""
+		if in.State != replicas.StateStopped && !in.Gone {
+			u := in.Uptime.Seconds()
+			uptimeSeconds = &u
+			uptime = output.Duration(in.Uptime)
+		}
 		data = append(data, replicaJSON{
 			ID: in.ID, Host: in.Host, PID: in.PID, Version: in.Version, State: string(in.State),
 			StartedAt: in.StartedAt, HeartbeatAt: in.HeartbeatAt, StoppedAt: in.StoppedAt,
 			HeartbeatAgeSeconds: in.HeartbeatAge.Seconds(), Gone: in.Gone, Crashed: in.Crashed,
+			UptimeSeconds: uptimeSeconds, RunsInFlight: in.RunsInFlight,
 			Leases:             leaseCount[in.ID],
 			ClockOffsetSeconds: in.ClockOffset,
 			HTTPAddr:           optionalString(in.HTTPAddr),
 		})
 		state, tone := replicaState(in)
-		uptime := ""
-		if in.State != replicas.StateStopped && !in.Gone {
-			uptime = output.Duration(in.Uptime)
-		}
 		heartbeat := output.Duration(in.HeartbeatAge) + " ago"
 		if !p.Terminal() {
 			heartbeat = p.Time(in.HeartbeatAt)

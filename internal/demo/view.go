@@ -17,6 +17,7 @@ import (
 	"github.com/studioctl/studioctl/internal/leases"
 	"github.com/studioctl/studioctl/internal/locks"
 	"github.com/studioctl/studioctl/internal/natsort"
+	"github.com/studioctl/studioctl/internal/output"
 	"github.com/studioctl/studioctl/internal/replicas"
 )
 
@@ -384,10 +385,13 @@ func events(prev, cur snapshot) []string {
 	return out
 }
 
+// firstLineWidth bounds an error's first line in the demo's view, in
+// display columns.
+const firstLineWidth = 103
+
+// firstLine is the first line of s, cut by output.Truncate (which never
+// splits a character).
 func firstLine(s string) string {
 	s, _, _ = strings.Cut(s, "\n")
-	if len(s) > 100 {
-		s = s[:100] + "..."
-	}
-	return s
+	return output.Truncate(s, firstLineWidth)
 }
