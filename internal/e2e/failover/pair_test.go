@@ -56,10 +56,7 @@ type pairOptions struct {
 func newPair(t *testing.T, o pairOptions, schema string) *pair {
 	t.Helper()
 	if gone, why := pgtest.Unavailable(); gone {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("PostgreSQL is required and unavailable (CI is set): %s", why)
-		}
-		t.Skipf("PostgreSQL unavailable: %s", why)
+		t.Fatalf("PostgreSQL is required and unavailable: %s", why)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
