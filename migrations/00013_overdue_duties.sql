@@ -110,6 +110,7 @@ DECLARE
     dw int[];
     domstar boolean;
     dowstar boolean;
+    dayok boolean;
     d date;
     last date;
     t timestamptz;
@@ -159,9 +160,13 @@ BEGIN
     -- Up to 2,000 days on (a 29 February fires every 4 years).
     last := least((p_until AT TIME ZONE 'UTC')::date, d + 2000);
     WHILE d <= last LOOP
-        IF extract(month FROM d)::int = ANY (mo) AND CASE WHEN domstar OR dowstar
-                THEN extract(day FROM d)::int = ANY (dm) AND extract(dow FROM d)::int = ANY (dw)
-                ELSE extract(day FROM d)::int = ANY (dm) OR extract(dow FROM d)::int = ANY (dw) END THEN
+        dayok := extract(day FROM d)::int = ANY (dm);
+        IF domstar OR dowstar THEN
+            dayok := dayok AND extract(dow FROM d)::int = ANY (dw);
+        ELSE
+            dayok := dayok OR extract(dow FROM d)::int = ANY (dw);
+        END IF;
+        IF dayok AND extract(month FROM d)::int = ANY (mo) THEN
             SELECT min(x.ts) INTO t
             FROM unnest(hr) h, unnest(mi) mm,
                  LATERAL (SELECT (d + make_interval(hours => h, mins => mm)) AT TIME ZONE 'UTC' AS ts) x
@@ -258,7 +263,8 @@ orphans AS (
       AND NOT EXISTS (SELECT 1 FROM studio_job_setting g WHERE g.job_id = d.job_id AND g.paused)
     GROUP BY d.job_id, d.cluster
 ),
-orphan_due AS (
+-- MATERIALIZED: studio_schedule_next once per unit, not once per use.
+orphan_due AS MATERIALIZED (
     SELECT o.job_id, o.cluster, e.last_end,
            studio_schedule_next(coalesce((SELECT g.schedule FROM studio_job_setting g WHERE g.job_id = o.job_id), o.schedule),
                                 e.last_end, now() - p_grace) AS due

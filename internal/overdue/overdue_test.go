@@ -274,7 +274,7 @@ func TestOverdueJobs(t *testing.T) {
 				fmt.Sprintf(lease, "eu-1"), fmt.Sprintf(lease, "us-1"),
 				replica("web-1", "ready", "10 minutes"), status("web-1", "vacuum@eu-1", "installation", "9 minutes", "10 minutes"),
 				replica("web-2", "ready", "10 minutes"), status("web-2", "vacuum@us-1", "installation", "8 minutes", "10 minutes"),
-				run("vacuum", "web-3", "eu-1", "2 minutes"), run("vacuum", "web-3", "eu-2", "1 minute")},
+				run("vacuum", "web-3", "eu-1", "30 seconds"), run("vacuum", "web-3", "eu-2", "1 minute")},
 			want: []string{"vacuum/us-1 8m"},
 		},
 		{
@@ -551,7 +551,7 @@ func TestScheduleNextFollowsTheRunner(t *testing.T) {
 		time.Date(2027, 2, 28, 2, 0, 0, 1e6, time.UTC),
 	}
 	for _, text := range []string{
-		"every 1m30s", "every 1h", "every 500ms", "every 2h5m3.5s",
+		"every 1m30s", "every 1h", "every 1.5s", "every 2h5m3.5s", "every 1h0m0.25s",
 		"cron */15 * * * *", "cron 0 2 * * *", "cron 5,35 1-3 * * *", "cron 0 9 * * MON-FRI",
 		"cron 0 0 13 * 5", "cron 0 0 13 * *", "cron 0 0 * * 5", "cron 30 6 1 JAN,jul ?", "cron 10-50/20 */6 * * *",
 		"cron 0 12 29 2 *", "cron @daily", "cron @hourly", "cron @weekly", "cron @monthly", "cron @yearly", "cron 7/10 * * * *",
@@ -563,7 +563,7 @@ func TestScheduleNextFollowsTheRunner(t *testing.T) {
 		for _, end := range ends {
 			want := sched.Next(end)
 			var got *time.Time
-			if err := pool.QueryRow(context.Background(), `SELECT studio_schedule_next($1, $2, $2 + interval '10 years')`, text, end).Scan(&got); err != nil {
+			if err := pool.QueryRow(context.Background(), `SELECT studio_schedule_next($1::text, $2::timestamptz, $2::timestamptz + interval '10 years')`, text, end).Scan(&got); err != nil {
 				t.Fatalf("%s after %s: %v", text, end, err)
 			}
 			// PostgreSQL keeps microseconds.
@@ -590,7 +590,7 @@ func TestScheduleNextIsNullForWhatItCannotRead(t *testing.T) {
 		{"cron 0 2 * * *", time.Hour}, // due after until
 	} {
 		var got *time.Time
-		if err := pool.QueryRow(context.Background(), `SELECT studio_schedule_next($1, $2, $2 + make_interval(secs => $3))`, c.text, end, c.until.Seconds()).Scan(&got); err != nil {
+		if err := pool.QueryRow(context.Background(), `SELECT studio_schedule_next($1::text, $2::timestamptz, $2::timestamptz + make_interval(secs => $3))`, c.text, end, c.until.Seconds()).Scan(&got); err != nil {
 			t.Fatalf("%q: %v", c.text, err)
 		}
 		if got != nil {
