@@ -395,13 +395,13 @@ LEFT JOIN LATERAL (
     (SELECT r.nominal_at, CASE WHEN ` + lostRunSQL + ` THEN 'missed' ELSE 'ran' END AS outcome,
             CASE WHEN ` + lostRunSQL + ` THEN 'lost' END AS reason
      FROM (SELECT r0.* FROM studio_job_run r0 WHERE r0.job_id = vk.job ORDER BY r0.started_at DESC LIMIT 16) r
-     WHERE r.nominal_at IS NOT NULL AND r.cluster IS NOT DISTINCT FROM vk.cluster
+     WHERE r.nominal_at IS NOT NULL AND isfinite(r.nominal_at) AND r.cluster IS NOT DISTINCT FROM vk.cluster
      LIMIT 1)
     UNION ALL
     SELECT o.nominal_at, o.outcome, o.reason
     FROM unnest(vk.keys) AS sk(key)
     CROSS JOIN LATERAL (SELECT o.nominal_at, o.outcome, o.reason FROM studio_occurrence o
-      WHERE o.job_id = vk.job AND o.scope_key = sk.key ORDER BY o.nominal_at DESC LIMIT 1) o
+      WHERE o.job_id = vk.job AND o.scope_key = sk.key AND isfinite(o.nominal_at) ORDER BY o.nominal_at DESC LIMIT 1) o
   ) x ORDER BY x.nominal_at DESC LIMIT 1) last ON true
 LEFT JOIN LATERAL (
   SELECT sum(o.count) AS missed
@@ -454,7 +454,7 @@ func OccurrenceSummaries(ctx context.Context, q Querier, views []View) (map[stri
 		var at *time.Time
 		var outcome, reason *string
 		var s OccurrenceSummary
-		if err := rows.Scan(&id, &at, &outcome, &reason, &s.Skipped24h, &s.Missed24h); err != nil {
+		if err := rows.Scan(&id, optTimeScanner{&at}, &outcome, &reason, &s.Skipped24h, &s.Missed24h); err != nil {
 			return nil, fmt.Errorf("read occurrence summaries: %w", err)
 		}
 		if at != nil && outcome != nil {

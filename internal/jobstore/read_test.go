@@ -404,6 +404,19 @@ func TestStatusRowsWithInfiniteTimesReadAsNone(t *testing.T) {
 			t.Errorf("%s: %v", v.ID, err)
 		}
 	}
+	// The occurrence summary of jobs list and the page leaves out a due
+	// time that is not finite.
+	if _, err := pool.Exec(ctx, `INSERT INTO studio_job_run (job_id, replica_id, started_at, finished_at, outcome, nominal_at, scope_key) VALUES
+  ('bad-future', 'replica-1', now(), now(), 'succeeded', 'infinity', ''), ('good', 'replica-1', now(), now(), 'succeeded', now() - interval '1 second', '')`); err != nil {
+		t.Fatal(err)
+	}
+	sums, err := jobstore.OccurrenceSummaries(ctx, pool, views)
+	if err != nil {
+		t.Fatalf("occurrence summaries: %v", err)
+	}
+	if sums["bad-future"].Last != nil || sums["good"].Last == nil {
+		t.Errorf("summaries: bad-future %+v, good %+v; want none and the run", sums["bad-future"].Last, sums["good"].Last)
+	}
 	got, err := jobstore.NewStore(pool, "replica-1", nil).LoadStatus(ctx)
 	if err != nil || len(got) != 3 {
 		t.Fatalf("load status: %d rows, %v; want 3", len(got), err)
