@@ -417,6 +417,16 @@ func TestStatusRowsWithInfiniteTimesReadAsNone(t *testing.T) {
 	if sums["bad-future"].Last != nil || sums["good"].Last == nil {
 		t.Errorf("summaries: bad-future %+v, good %+v; want none and the run", sums["bad-future"].Last, sums["good"].Last)
 	}
+	// jobs status and jobs history read its runs: an infinite time reads
+	// as none there too.
+	if _, err := pool.Exec(ctx, `INSERT INTO studio_job_run (job_id, replica_id, started_at, finished_at, outcome) VALUES
+  ('bad-past', 'replica-1', '-infinity', '-infinity', 'succeeded'), ('bad-past', 'replica-1', 'infinity', 'infinity', 'succeeded')`); err != nil {
+		t.Fatal(err)
+	}
+	runs, err := jobstore.History(ctx, pool, "bad-past", 10)
+	if err != nil || len(runs) != 2 || !runs[0].StartedAt.IsZero() || runs[0].FinishedAt != nil {
+		t.Fatalf("history: %+v, %v; want two runs without times", runs, err)
+	}
 	got, err := jobstore.NewStore(pool, "replica-1", nil).LoadStatus(ctx)
 	if err != nil || len(got) != 3 {
 		t.Fatalf("load status: %d rows, %v; want 3", len(got), err)
