@@ -290,7 +290,8 @@ ORDER BY u.job_id, u.scope_key
 $$;
 -- +goose StatementEnd
 
--- As 00011: the tables whatever the caller's search_path, and no JIT.
+-- As 00011 (CREATE OR REPLACE drops a function's SET clauses): the tables
+-- whatever the caller's search_path, and no JIT.
 -- +goose StatementBegin
 DO $$
 BEGIN
@@ -364,6 +365,15 @@ SELECT u.job_id, u.scope_key, min(u.next_fire_at),
 FROM unmet u
 GROUP BY u.job_id, u.scope_key
 ORDER BY u.job_id, u.scope_key
+$$;
+-- +goose StatementEnd
+-- CREATE OR REPLACE dropped its settings: as 00011 set them.
+-- +goose StatementBegin
+DO $$
+BEGIN
+    EXECUTE format('ALTER FUNCTION studio_overdue_jobs(interval) SET search_path = %I, pg_temp', current_schema());
+    ALTER FUNCTION studio_overdue_jobs(interval) SET jit = off;
+END
 $$;
 -- +goose StatementEnd
 DROP FUNCTION studio_schedule_next(text, timestamptz, timestamptz);
