@@ -285,10 +285,29 @@ func occurrenceCells(p *output.Printer, s *jobstore.OccurrenceSummary) (last, sk
 // job id; a duty's ID@CLUSTER is its job's id with --scope CLUSTER.
 func validateOccurrenceJob(id string) error {
 	if job, cluster, duty := strings.Cut(id, "@"); duty {
-		return usageErrorf("job id %q: occurrences are keyed by the job's id; give %s --scope %s", id, job, cluster)
+		// The hint is a command part a user can paste: only what reads as
+		// a job id and a cluster is offered, the cluster shell-quoted.
+		if err := jobs.ValidateID(job); err != nil {
+			return usageErrorf("job id %q: occurrences are keyed by the job's id (a duty's JOB@CLUSTER is JOB --scope CLUSTER); the part before '@' is no job id: %v", id, err)
+		}
+		if cluster == "" {
+			return usageErrorf("job id %q: occurrences are keyed by the job's id; give %s (a duty's cluster goes in --scope)", id, job)
+		}
+		return usageErrorf("job id %q: occurrences are keyed by the job's id; give %s --scope %s", id, job, shellQuote(cluster))
 	}
 	if err := jobs.ValidateID(id); err != nil {
 		return usageErrorf("job id: %v", err)
 	}
 	return nil
+}
+
+// shellQuote writes s as one shell word: as it is when it holds only
+// characters no shell reads specially, else in single quotes.
+func shellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(c rune) bool {
+		return !(c == '/' || c == '.' || c == '-' || c == '_' || c == ':' || c == '@' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z')
+	}) < 0 && s[0] != '-' {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

@@ -17,15 +17,17 @@ import (
 // jobsWhyOptions are the flags, argument and dependencies of jobs why.
 type jobsWhyOptions struct {
 	deps
-	ID    string
-	Scope string
+	ID string
+	// Scope keeps one scope key when not nil (--scope given, "" included:
+	// an installation job's); nil: any.
+	Scope *string
 	// At is the time asked about; zero: the last occurrence that fell due.
 	At time.Time
 }
 
 func newJobsWhyCmd(a *app, runF func(context.Context, *jobsWhyOptions) error) *cobra.Command {
 	o := &jobsWhyOptions{deps: a.deps()}
-	var at string
+	var at, scope string
 	cmd := &cobra.Command{
 		Use:   "why ID [--at TIME] [--scope KEY]",
 		Short: "Say whether a due time of a job ran and, if not, why",
@@ -39,8 +41,12 @@ their last heartbeats, and which replica died or lost the lock. The last
 line is the command to act, as doctor's hints are.
 
 --scope keeps one scope key (an instance job's replica, a duty's
-cluster). -o json prints an object with the keys of jobs occurrences -o
-json plus summary (the sentences) and hint (the command).
+cluster; --scope '' an installation job's). When the occurrence told is
+not the one at --at (nothing fell due then), the first sentence says how
+far its due time is from --at. -o json prints an object with the keys of
+jobs occurrences -o json plus summary (the sentences), hint (the command)
+and at_offset_seconds (its due time nearest to --at minus --at, in
+seconds: 0 when --at falls on it, null without --at).
 
 Exit 4 when the job is unknown, and when it has no occurrence recorded yet
 (runs from before the upgrade to occurrences carry no due time).`,
@@ -53,7 +59,11 @@ Exit 4 when the job is unknown, and when it has no occurrence recorded yet
 			if err := validateOccurrenceJob(o.ID); err != nil {
 				return err
 			}
-			o.At = time.Time{}
+			o.At, o.Scope = time.Time{}, nil
+			if cmd.Flags().Changed("scope") {
+				s := scope
+				o.Scope = &s
+			}
 			if cmd.Flags().Changed("at") {
 				t, err := time.Parse(time.RFC3339Nano, at)
 				if err != nil {
@@ -68,7 +78,7 @@ Exit 4 when the job is unknown, and when it has no occurrence recorded yet
 		},
 	}
 	cmd.Flags().StringVar(&at, "at", "", "the time to explain (RFC 3339); default the last due time")
-	cmd.Flags().StringVar(&o.Scope, "scope", "", "keep one scope key (a replica id, a cluster)")
+	cmd.Flags().StringVar(&scope, "scope", "", `keep one scope key (a replica id, a cluster; "" for an installation job)`)
 	return withFormats(cmd, output.Table, output.JSON, output.YAML)
 }
 
@@ -77,6 +87,33 @@ type whyJSON struct {
 	occurrenceJSON `yaml:",inline"`
 	Summary        string `json:"summary" yaml:"summary"`
 	Hint           string `json:"hint" yaml:"hint"`
+	// AtOffsetSeconds is the occurrence's due time nearest to --at minus
+	// --at (0: --at falls on it or inside its stretch; nil: no --at).
+	AtOffsetSeconds *float64 `json:"at_offset_seconds" yaml:"at_offset_seconds"`
+}
+
+// atOffset is the due time of o nearest to at, minus at: 0 when at is
+// one of its due times (or inside its stretch).
+func atOffset(o jobstore.OccurrenceView, at time.Time) time.Duration {
+	switch {
+	case at.Before(o.NominalAt):
+		return o.NominalAt.Sub(at)
+	case at.After(o.Last()):
+		return o.Last().Sub(at)
+	}
+	return 0
+}
+
+// offsetText is the sentence that says the occurrence told is not the one
+// at at ("" when it is).
+func offsetText(d time.Duration, at time.Time) string {
+	switch {
+	case d > 0:
+		return fmt.Sprintf("Nothing fell due at %s; the nearest due time is %s later. ", nominalText(at), output.Duration(d))
+	case d < 0:
+		return fmt.Sprintf("Nothing fell due at %s; the nearest due time is %s earlier. ", nominalText(at), output.Duration(-d))
+	}
+	return ""
 }
 
 // jobsWhyRun explains one occurrence.
@@ -90,9 +127,16 @@ func jobsWhyRun(ctx context.Context, o *jobsWhyOptions) error {
 		return err
 	}
 	summary, hint := explainOccurrence(occ, ev)
+	var offset *float64
+	if !o.At.IsZero() {
+		d := atOffset(occ, o.At)
+		summary = offsetText(d, o.At) + summary
+		secs := d.Seconds()
+		offset = &secs
+	}
 	p := o.Printer()
 	if p.Structured() {
-		return p.Print(whyJSON{occurrenceJSON: toOccurrenceJSON(occ), Summary: summary, Hint: hint}, nil, nil)
+		return p.Print(whyJSON{occurrenceJSON: toOccurrenceJSON(occ), Summary: summary, Hint: hint, AtOffsetSeconds: offset}, nil, nil)
 	}
 	// Always escaped, piped too: the sentences are ours, but they quote
 	// what anyone who may write a lock row (locked_by) or pass --actor
@@ -150,11 +194,17 @@ func explainOccurrence(o jobstore.OccurrenceView, ev jobstore.OccurrenceEvidence
 				who += " (reason: " + strconv.Quote(p.Reason) + ")"
 			}
 		}
-		if ev.StillPaused {
+		switch {
+		case ev.StillPaused:
 			return fmt.Sprintf("%s, was skipped%s: %s. It is still paused.", due, on, who),
 				"studioctl jobs resume " + o.JobID
+		case ev.Resumed:
+			return fmt.Sprintf("%s, was skipped%s: %s. It has been resumed since.", due, on, who),
+				"studioctl jobs occurrences " + o.JobID
 		}
-		return fmt.Sprintf("%s, was skipped%s: %s. It has been resumed since.", due, on, who),
+		// No setting row now (jobs forget removed it): no resume is
+		// recorded, and the job is not paused.
+		return fmt.Sprintf("%s, was skipped%s: %s. It has no setting now (not paused).", due, on, who),
 			"studioctl jobs occurrences " + o.JobID
 	case jobs.ReasonHeldElsewhere:
 		holder, known := "another holder", "not a known replica (a Java ShedLock node, or another installation sharing the lock table)"

@@ -92,3 +92,31 @@ func TestJobsWhyTellsEveryCase(t *testing.T) {
 		t.Errorf("many replicas: %s", summary)
 	}
 }
+
+// --at: how far the occurrence told is from the time asked about, from
+// its nearest due time; 0 on it or inside its stretch.
+func TestJobsWhyAtOffset(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 11, 30, 2, 0, 0, 0, time.UTC)
+	last := t0.Add(20 * time.Minute)
+	one := jobstore.OccurrenceView{NominalAt: t0, Count: 1}
+	stretch := jobstore.OccurrenceView{NominalAt: t0, Count: 3, LastNominalAt: &last}
+	for _, c := range []struct {
+		o    jobstore.OccurrenceView
+		at   time.Time
+		want time.Duration
+		text string
+	}{
+		{one, t0, 0, ""},
+		{one, t0.Add(-90 * time.Second), 90 * time.Second, "the nearest due time is 1m30s later. "},
+		{one, t0.Add(250 * time.Millisecond), -250 * time.Millisecond, "the nearest due time is 250ms earlier. "},
+		{stretch, t0.Add(7 * time.Minute), 0, ""},
+		{stretch, last.Add(time.Minute), -time.Minute, "the nearest due time is 1m0s earlier. "},
+	} {
+		d := atOffset(c.o, c.at)
+		text := offsetText(d, c.at)
+		if d != c.want || !strings.HasSuffix(text, c.text) || (c.text == "") != (text == "") {
+			t.Errorf("at %s: %s %q, want %s %q", c.at, d, text, c.want, c.text)
+		}
+	}
+}

@@ -136,7 +136,7 @@ func outputHint(ids []string) string {
 // in database time.
 var runningSQL = `SELECT j.job_id, coalesce(j.cluster, ''), j.replica_id, j.seq, EXTRACT(EPOCH FROM (now() - j.started_at))::float8
 FROM studio_job_run j JOIN studio_replica r ON r.id = j.replica_id
-WHERE j.outcome = 'running' AND ` + liveness.LiveSQL("r") + `
+WHERE j.outcome = 'running' AND isfinite(j.started_at) AND ` + liveness.LiveSQL("r") + `
 ORDER BY j.started_at`
 
 // checkStalledJobs: a job that should run and does not: no completion
@@ -153,7 +153,7 @@ func checkStalledJobs(ctx context.Context, e *env) Result {
 	// completion of its own, though another replica ran it.
 	ends := map[string]time.Time{}
 	if e.tables["studio_job_schedule"] {
-		rows, err := e.pool.Query(ctx, `SELECT job_id, last_ended_at FROM studio_job_schedule`)
+		rows, err := e.pool.Query(ctx, `SELECT job_id, last_ended_at FROM studio_job_schedule WHERE isfinite(last_ended_at)`)
 		if err != nil {
 			return failed(fmt.Errorf("read the shared schedule: %w", err))
 		}
@@ -278,6 +278,7 @@ func checkStalledJobs(ctx context.Context, e *env) Result {
 const longestSQL = `SELECT DISTINCT ON (job_id) job_id, replica_id, seq, EXTRACT(EPOCH FROM (finished_at - started_at))::float8
 FROM studio_job_run
 WHERE finished_at IS NOT NULL AND started_at > now() - make_interval(secs => $1)
+  AND isfinite(started_at) AND isfinite(finished_at)
   AND outcome IN ('succeeded', 'failed', 'timed_out')
 ORDER BY job_id, finished_at - started_at DESC`
 

@@ -156,3 +156,25 @@ func DueAfter(s Schedule, lastEnd, now time.Time, missed Missed) time.Time {
 	k := (now.Sub(lastEnd) + s.Every - 1) / s.Every // the least k with lastEnd + k × every >= now
 	return lastEnd.Add(k * s.Every)
 }
+
+// DueSnap is how far a replica's estimate of database time may stand from
+// the database's now of a read for LocalDue to keep a due time exact: the
+// read's latency, and the offset's error (the heartbeat measures the
+// offset from the midpoint of a round trip whose now() is taken at its
+// start, which puts the estimate about a millisecond behind).
+const DueSnap = 5 * time.Millisecond
+
+// LocalDue is due (database time, computed from a read whose now() was
+// dbNow) on the timeline of a replica whose estimate of database time was
+// localNow when the read returned. Within DueSnap of each other it is due
+// itself, so the stored next due time is the exact due time (a cron's on
+// its minute, not a millisecond before it); further apart, due moved by
+// their difference, so that a wrong offset can neither make the timer
+// spin nor fire it far from the database's time.
+func LocalDue(due, dbNow, localNow time.Time) time.Time {
+	shift := localNow.Sub(dbNow)
+	if shift >= -DueSnap && shift <= DueSnap {
+		return due
+	}
+	return due.Add(shift)
+}

@@ -395,3 +395,27 @@ func TestParseScheduleReadsTheLongFormOfOlderReplicas(t *testing.T) {
 		}
 	}
 }
+
+// LocalDue keeps a due time exact while the replica's estimate of
+// database time and the database's now of the read agree within DueSnap,
+// and moves it by their difference beyond.
+func TestLocalDue(t *testing.T) {
+	due := time.Date(2026, 11, 30, 9, 1, 0, 0, time.UTC)
+	db := due.Add(-40 * time.Second)
+	for _, c := range []struct {
+		local time.Duration // the replica's estimate minus the database's now
+		want  time.Time
+	}{
+		{0, due},
+		{-time.Millisecond, due}, // the heartbeat's bias: no longer 09:00:59.999
+		{3 * time.Millisecond, due},
+		{jobs.DueSnap, due},
+		{-jobs.DueSnap, due},
+		{40 * time.Second, due.Add(40 * time.Second)}, // a replica 40 s fast fires at the database's time
+		{-2 * time.Second, due.Add(-2 * time.Second)},
+	} {
+		if got := jobs.LocalDue(due, db, db.Add(c.local)); !got.Equal(c.want) {
+			t.Errorf("estimate %s off: %s, want %s", c.local, got.Format(time.RFC3339Nano), c.want.Format(time.RFC3339Nano))
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/studioctl/studioctl/internal/jobs"
 )
@@ -53,7 +54,15 @@ func (a *elemArray[E]) value() any          { return a.vals }
 func col[T any](name, sqlType string, field func(st *jobs.Status) *T) statusColumn {
 	return statusColumn{
 		name: name, sqlType: sqlType,
-		scan: func(st *jobs.Status) any { return field(st) },
+		scan: func(st *jobs.Status) any {
+			switch f := any(field).(type) {
+			case func(*jobs.Status) **time.Time:
+				return optTimeScanner{f(st)}
+			case func(*jobs.Status) *time.Time:
+				return timeScanner{f(st)}
+			}
+			return field(st)
+		},
 		array: func(n int) statusArray {
 			switch f := any(field).(type) {
 			case func(*jobs.Status) **time.Time:
@@ -92,6 +101,33 @@ func msCol(name string, field func(st *jobs.Status) *time.Duration) statusColumn
 			return &elemArray[pgInt8]{get: func(st *jobs.Status) pgInt8 { return pgInt8(field(st).Milliseconds()) }, vals: make(pgArray[pgInt8], 0, n)}
 		},
 	}
+}
+
+// optTimeScanner scans a nullable timestamptz into a *time.Time, in UTC.
+// 'infinity' and '-infinity', which no replica writes (a hostile or
+// corrupt row), read as NULL: no time, shown as none ("-"), so that one
+// such row cannot make a command fail for every job.
+type optTimeScanner struct{ p **time.Time }
+
+func (s optTimeScanner) ScanTimestamptz(v pgtype.Timestamptz) error {
+	*s.p = nil
+	if v.Valid && v.InfinityModifier == pgtype.Finite {
+		t := v.Time.UTC()
+		*s.p = &t
+	}
+	return nil
+}
+
+// timeScanner scans a timestamptz NOT NULL into a time.Time, in UTC; an
+// infinite one reads as the zero time (unknown), as optTimeScanner's.
+type timeScanner struct{ p *time.Time }
+
+func (s timeScanner) ScanTimestamptz(v pgtype.Timestamptz) error {
+	*s.p = time.Time{}
+	if v.Valid && v.InfinityModifier == pgtype.Finite {
+		*s.p = v.Time.UTC()
+	}
+	return nil
 }
 
 // msScanner scans a bigint of milliseconds (NULL as 0) into a duration.

@@ -166,17 +166,18 @@ func (e notFoundError) Is(target error) bool { return target == ErrUnknownRun }
 // NearestOccurrence returns the occurrence of job nearest to at (a stretch
 // holding at is at distance 0; a tie goes to the later one), or with a
 // zero at the last one that fell due (the greatest last due time at or
-// before database now). A job with none is ErrNoOccurrence; an unknown job
+// before database now). scope nil: any scope key; else that one ("" is an
+// installation job's). A job with none is ErrNoOccurrence; an unknown job
 // ErrUnknownJob.
-func NearestOccurrence(ctx context.Context, q Querier, job, scope string, at time.Time) (OccurrenceView, error) {
+func NearestOccurrence(ctx context.Context, q Querier, job string, scope *string, at time.Time) (OccurrenceView, error) {
 	var row pgx.Row
 	if at.IsZero() {
 		row = q.QueryRow(ctx, `SELECT `+occurrenceColumnsSQL+` FROM studio_occurrences
-WHERE job_id = $1 AND ($2 = '' OR scope_key = $2) AND nominal_at <= now()
+WHERE job_id = $1 AND ($2::text IS NULL OR scope_key = $2) AND nominal_at <= now()
 ORDER BY least(coalesce(last_nominal_at, nominal_at), now()) DESC, nominal_at DESC, scope_key, seq DESC NULLS LAST LIMIT 1`, job, scope)
 	} else {
 		row = q.QueryRow(ctx, `SELECT `+occurrenceColumnsSQL+` FROM studio_occurrences
-WHERE job_id = $1 AND ($2 = '' OR scope_key = $2)
+WHERE job_id = $1 AND ($2::text IS NULL OR scope_key = $2)
 ORDER BY CASE WHEN $3::timestamptz BETWEEN nominal_at AND coalesce(last_nominal_at, nominal_at) THEN 0
   ELSE least(abs(extract(epoch FROM nominal_at - $3::timestamptz)),
              abs(extract(epoch FROM coalesce(last_nominal_at, nominal_at) - $3::timestamptz))) END,
@@ -188,8 +189,8 @@ ORDER BY CASE WHEN $3::timestamptz BETWEEN nominal_at AND coalesce(last_nominal_
 		if kerr := KnownOccurrences(ctx, q, job); kerr != nil {
 			return OccurrenceView{}, kerr
 		}
-		if scope != "" {
-			return OccurrenceView{}, fmt.Errorf("job %q: %w for scope key %q (jobs occurrences %s lists the scope keys it has)", job, ErrNoOccurrence, scope, job)
+		if scope != nil {
+			return OccurrenceView{}, fmt.Errorf("job %q: %w for scope key %q (jobs occurrences %s lists the scope keys it has)", job, ErrNoOccurrence, *scope, job)
 		}
 		return OccurrenceView{}, fmt.Errorf("job %q: %w yet (its runs before the upgrade to occurrences carry no due time; the first due time after it is recorded)", job, ErrNoOccurrence)
 	case err != nil:
@@ -239,9 +240,12 @@ type OccurrenceEvidence struct {
 	// Run is the occurrence's run (ran, missed/lost), with its error.
 	Run *jobs.Run
 	// Pause is the last jobs.pause audited for the job at or before the
-	// due time (paused); StillPaused whether the setting is paused now.
+	// due time (paused); StillPaused whether the setting is paused now,
+	// Resumed whether a setting row records the job as not paused now (a
+	// job without a setting row is neither).
 	Pause       *PauseRecord
 	StillPaused bool
+	Resumed     bool
 	// Replicas are the registered replicas, those that host the job first
 	// (missed/down, missed/lost, held-elsewhere).
 	Replicas []ReplicaTrace
@@ -260,7 +264,7 @@ func (e OccurrenceEvidence) Replica(id string) (ReplicaTrace, bool) {
 // OccurrenceWhy returns the occurrence of job nearest to at (zero: the
 // last that fell due; scope "" any scope) and the evidence `jobs why`
 // tells: the run, the pause, the replicas.
-func OccurrenceWhy(ctx context.Context, q Querier, job, scope string, at time.Time) (OccurrenceView, OccurrenceEvidence, error) {
+func OccurrenceWhy(ctx context.Context, q Querier, job string, scope *string, at time.Time) (OccurrenceView, OccurrenceEvidence, error) {
 	o, err := NearestOccurrence(ctx, q, job, scope, at)
 	if err != nil {
 		return OccurrenceView{}, OccurrenceEvidence{}, err
@@ -290,9 +294,12 @@ WHERE target = $1 AND action = 'jobs.pause' AND at <= $2 ORDER BY at DESC, seq D
 		case !errors.Is(err, pgx.ErrNoRows):
 			return o, ev, fmt.Errorf("read pause of job %q: %w", job, err)
 		}
-		if err := q.QueryRow(ctx, `SELECT coalesce((SELECT paused FROM studio_job_setting WHERE job_id = $1), false)`, job).Scan(&ev.StillPaused); err != nil {
+		var paused *bool
+		if err := q.QueryRow(ctx, `SELECT (SELECT paused FROM studio_job_setting WHERE job_id = $1)`, job).Scan(&paused); err != nil {
 			return o, ev, fmt.Errorf("read setting of job %q: %w", job, err)
 		}
+		ev.StillPaused = paused != nil && *paused
+		ev.Resumed = paused != nil && !*paused
 	}
 	rows, err := q.Query(ctx, `SELECT r.id, r.state, `+liveness.LiveSQL("r")+`,
   EXISTS (SELECT 1 FROM studio_job_status s WHERE s.replica_id = r.id AND `+jobRowsSQL("s", 1)+`),
@@ -395,13 +402,13 @@ LEFT JOIN LATERAL (
     (SELECT r.nominal_at, CASE WHEN ` + lostRunSQL + ` THEN 'missed' ELSE 'ran' END AS outcome,
             CASE WHEN ` + lostRunSQL + ` THEN 'lost' END AS reason
      FROM (SELECT r0.* FROM studio_job_run r0 WHERE r0.job_id = vk.job ORDER BY r0.started_at DESC LIMIT 16) r
-     WHERE r.nominal_at IS NOT NULL AND r.cluster IS NOT DISTINCT FROM vk.cluster
+     WHERE r.nominal_at IS NOT NULL AND isfinite(r.nominal_at) AND r.cluster IS NOT DISTINCT FROM vk.cluster
      LIMIT 1)
     UNION ALL
     SELECT o.nominal_at, o.outcome, o.reason
     FROM unnest(vk.keys) AS sk(key)
     CROSS JOIN LATERAL (SELECT o.nominal_at, o.outcome, o.reason FROM studio_occurrence o
-      WHERE o.job_id = vk.job AND o.scope_key = sk.key ORDER BY o.nominal_at DESC LIMIT 1) o
+      WHERE o.job_id = vk.job AND o.scope_key = sk.key AND isfinite(o.nominal_at) ORDER BY o.nominal_at DESC LIMIT 1) o
   ) x ORDER BY x.nominal_at DESC LIMIT 1) last ON true
 LEFT JOIN LATERAL (
   SELECT sum(o.count) AS missed
@@ -454,7 +461,7 @@ func OccurrenceSummaries(ctx context.Context, q Querier, views []View) (map[stri
 		var at *time.Time
 		var outcome, reason *string
 		var s OccurrenceSummary
-		if err := rows.Scan(&id, &at, &outcome, &reason, &s.Skipped24h, &s.Missed24h); err != nil {
+		if err := rows.Scan(&id, optTimeScanner{&at}, &outcome, &reason, &s.Skipped24h, &s.Missed24h); err != nil {
 			return nil, fmt.Errorf("read occurrence summaries: %w", err)
 		}
 		if at != nil && outcome != nil {

@@ -159,7 +159,7 @@ func TestNearestOccurrence(t *testing.T) {
 		{"a time after the last is the last", now.Add(time.Hour), "missed/lost 104"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			o, err := jobstore.NearestOccurrence(t.Context(), pool, "nightly", "", tc.at)
+			o, err := jobstore.NearestOccurrence(t.Context(), pool, "nightly", nil, tc.at)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -172,13 +172,22 @@ func TestNearestOccurrence(t *testing.T) {
 			}
 		})
 	}
-	_, err := jobstore.NearestOccurrence(t.Context(), pool, "nosuch", "", time.Time{})
+	_, err := jobstore.NearestOccurrence(t.Context(), pool, "nosuch", nil, time.Time{})
 	if !errors.Is(err, jobstore.ErrUnknownJob) {
 		t.Errorf("unknown job: %v, want ErrUnknownJob", err)
 	}
-	_, err = jobstore.NearestOccurrence(t.Context(), pool, "quiet", "", time.Time{})
+	_, err = jobstore.NearestOccurrence(t.Context(), pool, "quiet", nil, time.Time{})
 	if !errors.Is(err, jobstore.ErrNoOccurrence) || !errors.Is(err, jobstore.ErrUnknownRun) {
 		t.Errorf("job without occurrences: %v, want ErrNoOccurrence (a not-found error)", err)
+	}
+	// An empty scope key is a scope of its own (an installation job's),
+	// not "any": an instance job has none there.
+	empty := ""
+	if o, err := jobstore.NearestOccurrence(t.Context(), pool, "nightly", &empty, time.Time{}); err != nil || o.ScopeKey != "" {
+		t.Errorf("nightly in scope \"\": %+v, %v", o, err)
+	}
+	if o, err := jobstore.NearestOccurrence(t.Context(), pool, "cache", &empty, time.Time{}); !errors.Is(err, jobstore.ErrNoOccurrence) {
+		t.Errorf("cache in scope \"\": %+v, %v; want ErrNoOccurrence", o, err)
 	}
 }
 
@@ -186,17 +195,24 @@ func TestOccurrenceWhyGathersTheEvidence(t *testing.T) {
 	t.Parallel()
 	pool := occurrencePool(t)
 	now := dbNow(t, pool)
-	o, ev, err := jobstore.OccurrenceWhy(t.Context(), pool, "nightly", "", now.Add(-30*time.Minute))
+	o, ev, err := jobstore.OccurrenceWhy(t.Context(), pool, "nightly", nil, now.Add(-30*time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.Reason != jobs.ReasonPaused || ev.Pause == nil || ev.Pause.Actor != "alice" || ev.Pause.Reason != "incident 4521" || ev.StillPaused {
-		t.Errorf("paused: %+v, pause %+v, still %t", o, ev.Pause, ev.StillPaused)
+	// No setting row: neither still paused nor resumed.
+	if o.Reason != jobs.ReasonPaused || ev.Pause == nil || ev.Pause.Actor != "alice" || ev.Pause.Reason != "incident 4521" || ev.StillPaused || ev.Resumed {
+		t.Errorf("paused: %+v, pause %+v, still %t, resumed %t", o, ev.Pause, ev.StillPaused, ev.Resumed)
+	}
+	if _, err := pool.Exec(t.Context(), `INSERT INTO studio_job_setting (job_id, paused, updated_by) VALUES ('nightly', false, 'alice')`); err != nil {
+		t.Fatal(err)
+	}
+	if _, ev, err := jobstore.OccurrenceWhy(t.Context(), pool, "nightly", nil, now.Add(-30*time.Minute)); err != nil || ev.StillPaused || !ev.Resumed {
+		t.Errorf("with a setting row that is not paused: still %t, resumed %t, %v; want resumed", ev.StillPaused, ev.Resumed, err)
 	}
 	if len(ev.Replicas) != 3 || ev.Replicas[0].ID != "web-1" || !ev.Replicas[0].Hosts || ev.Replicas[2].ID != "web-0" || ev.Replicas[2].Hosts {
 		t.Errorf("replicas: %+v", ev.Replicas)
 	}
-	o, ev, err = jobstore.OccurrenceWhy(t.Context(), pool, "nightly", "", time.Time{})
+	o, ev, err = jobstore.OccurrenceWhy(t.Context(), pool, "nightly", nil, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}

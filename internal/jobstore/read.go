@@ -188,24 +188,16 @@ func Merge(rows []ReplicaStatus, now time.Time) []View {
 // the last FailuresKeptFor (at most FailuresKeptPerJob), and its runs still
 // going, in one order; the index studio_job_run_job_started serves both.
 func History(ctx context.Context, q Querier, job string, limit int) ([]jobs.Run, error) {
-	rows, err := q.Query(ctx, `SELECT seq, job_id, replica_id, coalesce(cluster, ''), started_at, finished_at, outcome,
-  coalesce(error, ''), coalesce(output_tail, '') FROM studio_job_run WHERE job_id = $1 ORDER BY started_at DESC, seq DESC LIMIT $2`, job, limit)
+	rows, err := q.Query(ctx, `SELECT `+runColumnsSQL+` FROM studio_job_run WHERE job_id = $1 ORDER BY started_at DESC, seq DESC LIMIT $2`, job, limit)
 	if err != nil {
 		return nil, fmt.Errorf("read history of job %q: %w", job, err)
 	}
 	defer rows.Close()
 	var out []jobs.Run
 	for rows.Next() {
-		var r jobs.Run
-		var outcome string
-		if err := rows.Scan(&r.Seq, &r.JobID, &r.ReplicaID, &r.Cluster, &r.StartedAt, &r.FinishedAt, &outcome, &r.Error, &r.OutputTail); err != nil {
+		r, err := scanRun(rows)
+		if err != nil {
 			return nil, fmt.Errorf("read history of job %q: %w", job, err)
-		}
-		r.Outcome = jobs.Outcome(outcome)
-		r.StartedAt = r.StartedAt.UTC()
-		if r.FinishedAt != nil {
-			t := r.FinishedAt.UTC()
-			r.FinishedAt = &t
 		}
 		out = append(out, r)
 	}
@@ -360,15 +352,12 @@ ORDER BY started_at DESC, seq DESC LIMIT 1`, job, cluster, rq.Ended)
 func scanRun(row pgx.Row) (jobs.Run, error) {
 	var r jobs.Run
 	var outcome string
-	if err := row.Scan(&r.Seq, &r.JobID, &r.ReplicaID, &r.Cluster, &r.StartedAt, &r.FinishedAt, &outcome, &r.Error, &r.OutputTail); err != nil {
+	// Times in UTC; an infinite one (no replica writes it: a corrupt row)
+	// reads as none, as in the status rows (columns.go).
+	if err := row.Scan(&r.Seq, &r.JobID, &r.ReplicaID, &r.Cluster, timeScanner{&r.StartedAt}, optTimeScanner{&r.FinishedAt}, &outcome, &r.Error, &r.OutputTail); err != nil {
 		return jobs.Run{}, err
 	}
 	r.Outcome = jobs.Outcome(outcome)
-	r.StartedAt = r.StartedAt.UTC()
-	if r.FinishedAt != nil {
-		t := r.FinishedAt.UTC()
-		r.FinishedAt = &t
-	}
 	return r, nil
 }
 

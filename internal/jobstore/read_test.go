@@ -1,6 +1,7 @@
 package jobstore_test
 
 import (
+	"context"
 	"encoding/json"
 	"maps"
 	"slices"
@@ -356,5 +357,78 @@ func TestHistoryOfAJobThatRunsOnTwoReplicasIsNewestFirst(t *testing.T) {
 			seen = append(seen, r.ReplicaID+"@"+r.StartedAt.Format("15:04"))
 		}
 		t.Errorf("History(limit 2) = %v, want the runs of 01:03 and 01:02", seen)
+	}
+}
+
+// A status row with infinite times (no replica writes one: a hostile or
+// corrupt row) does not make the read fail for every job: its infinite
+// times read as none, and the other rows as they are. The replica's own
+// read of its rows at start (Store.LoadStatus) takes them the same way.
+func TestStatusRowsWithInfiniteTimesReadAsNone(t *testing.T) {
+	t.Parallel()
+	pool, _ := newPool(t)
+	ctx := context.Background()
+	insertReplica(t, pool, "replica-1", "ready", 0)
+	if _, err := pool.Exec(ctx, `INSERT INTO studio_job_status (replica_id, job_id, scope, schedule, next_fire_at, last_started_at, last_finished_at, last_success_at, last_skipped_elsewhere_at, updated_at, last_outcome) VALUES
+  ('replica-1', 'bad-future', 'installation', 'every 1m', 'infinity', 'infinity', 'infinity', 'infinity', 'infinity', 'infinity', 'succeeded'),
+  ('replica-1', 'bad-past', 'installation', 'every 1m', '-infinity', '-infinity', '-infinity', '-infinity', '-infinity', '-infinity', 'succeeded'),
+  ('replica-1', 'good', 'installation', 'every 1m', now() + interval '30 seconds', now() - interval '30 seconds', now() - interval '29 seconds', now() - interval '29 seconds', NULL, now(), 'succeeded')`); err != nil {
+		t.Fatal(err)
+	}
+	rows, now, err := jobstore.ReadStatus(ctx, pool, "")
+	if err != nil {
+		t.Fatalf("read status: %v", err)
+	}
+	if len(rows) != 3 {
+		t.Fatalf("got %d rows, want 3", len(rows))
+	}
+	for _, r := range rows {
+		switch r.JobID {
+		case "good":
+			if r.NextFireAt == nil || r.LastStartedAt == nil || r.UpdatedAt.IsZero() {
+				t.Errorf("good: %+v, want its times", r.Status)
+			}
+		default:
+			if r.NextFireAt != nil || r.LastStartedAt != nil || r.LastFinishedAt != nil || r.LastSuccessAt != nil ||
+				r.LastSkippedElsewhereAt != nil || !r.UpdatedAt.IsZero() {
+				t.Errorf("%s: %+v, want no times", r.JobID, r.Status)
+			}
+		}
+	}
+	views := jobstore.Merge(rows, now)
+	if len(views) != 3 {
+		t.Fatalf("merged %d views, want 3", len(views))
+	}
+	for _, v := range views {
+		if _, err := json.Marshal(v.JSON()); err != nil {
+			t.Errorf("%s: %v", v.ID, err)
+		}
+	}
+	// The occurrence summary of jobs list and the page leaves out a due
+	// time that is not finite.
+	if _, err := pool.Exec(ctx, `INSERT INTO studio_job_run (job_id, replica_id, started_at, finished_at, outcome, nominal_at, scope_key) VALUES
+  ('bad-future', 'replica-1', now(), now(), 'succeeded', 'infinity', ''), ('good', 'replica-1', now(), now(), 'succeeded', now() - interval '1 second', '')`); err != nil {
+		t.Fatal(err)
+	}
+	sums, err := jobstore.OccurrenceSummaries(ctx, pool, views)
+	if err != nil {
+		t.Fatalf("occurrence summaries: %v", err)
+	}
+	if sums["bad-future"].Last != nil || sums["good"].Last == nil {
+		t.Errorf("summaries: bad-future %+v, good %+v; want none and the run", sums["bad-future"].Last, sums["good"].Last)
+	}
+	// jobs status and jobs history read its runs: an infinite time reads
+	// as none there too.
+	if _, err := pool.Exec(ctx, `INSERT INTO studio_job_run (job_id, replica_id, started_at, finished_at, outcome) VALUES
+  ('bad-past', 'replica-1', '-infinity', '-infinity', 'succeeded'), ('bad-past', 'replica-1', 'infinity', 'infinity', 'succeeded')`); err != nil {
+		t.Fatal(err)
+	}
+	runs, err := jobstore.History(ctx, pool, "bad-past", 10)
+	if err != nil || len(runs) != 2 || !runs[0].StartedAt.IsZero() || runs[0].FinishedAt != nil {
+		t.Fatalf("history: %+v, %v; want two runs without times", runs, err)
+	}
+	got, err := jobstore.NewStore(pool, "replica-1", nil).LoadStatus(ctx)
+	if err != nil || len(got) != 3 {
+		t.Fatalf("load status: %d rows, %v; want 3", len(got), err)
 	}
 }

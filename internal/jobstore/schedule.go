@@ -25,10 +25,11 @@ func NewSchedules(q Querier) *Schedules { return &Schedules{q: q} }
 // loadSQL reads the ends and the database's now in one statement (one
 // round trip, and one snapshot for both).
 const loadSQL = `SELECT now(), coalesce(array_agg(job_id), '{}'), coalesce(array_agg(last_ended_at), '{}')
-FROM studio_job_schedule WHERE job_id = ANY($1)`
+FROM studio_job_schedule WHERE job_id = ANY($1) AND isfinite(last_ended_at)`
 
 // Load returns the end of the last run anywhere of each of jobIDs (a job
-// that never ran has no entry) and the database's now() of the same
+// that never ran has no entry, nor one whose end is 'infinity' or
+// '-infinity': no replica writes one) and the database's now() of the same
 // statement.
 func (s *Schedules) Load(ctx context.Context, jobIDs []string) (map[string]time.Time, time.Time, error) {
 	var now time.Time
@@ -49,7 +50,8 @@ func (s *Schedules) Load(ctx context.Context, jobIDs []string) (map[string]time.
 
 // loadRunSQL reads one job's last end and that run's start with the
 // database's now (one row, also when the job never ran).
-const loadRunSQL = `SELECT now(), s.last_ended_at, s.last_started_at
+const loadRunSQL = `SELECT now(), CASE WHEN isfinite(s.last_ended_at) THEN s.last_ended_at END,
+  CASE WHEN isfinite(s.last_started_at) THEN s.last_started_at END
 FROM (SELECT 1) x LEFT JOIN studio_job_schedule s ON s.job_id = $1`
 
 // LoadRun returns the end of job's last run anywhere and that run's start

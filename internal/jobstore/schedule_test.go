@@ -57,3 +57,26 @@ func TestRecordEndWritesAndSignalsInOneStatement(t *testing.T) {
 		t.Fatalf("row says %s, seq %d; want web-2, 8", replica, seq)
 	}
 }
+
+// An end of 'infinity' or '-infinity' (no replica writes one: a hostile
+// or corrupt row) reads as no end, for that job only.
+func TestScheduleEndsThatAreNotFiniteReadAsNone(t *testing.T) {
+	t.Parallel()
+	pool, _ := newPool(t)
+	ctx := t.Context()
+	if _, err := pool.Exec(ctx, `INSERT INTO studio_job_schedule (job_id, last_ended_at, last_started_at) VALUES
+  ('past', '-infinity', '-infinity'), ('future', 'infinity', 'infinity'), ('sweep', now(), now())`); err != nil {
+		t.Fatal(err)
+	}
+	s := jobstore.NewSchedules(pool)
+	ends, _, err := s.Load(ctx, []string{"past", "future", "sweep"})
+	if err != nil || len(ends) != 1 || ends["sweep"].IsZero() {
+		t.Fatalf("Load = %v, %v; want sweep's end only", ends, err)
+	}
+	for _, job := range []string{"past", "future"} {
+		end, started, now, err := s.LoadRun(ctx, job)
+		if err != nil || !end.IsZero() || !started.IsZero() || now.IsZero() {
+			t.Errorf("LoadRun(%s) = %v, %v, %v, %v; want no end and no start", job, end, started, now, err)
+		}
+	}
+}

@@ -114,11 +114,14 @@ func (s *Sampler) loop(ctx context.Context) {
 
 // Sample reads the overdue jobs once and keeps them for Collect.
 func (s *Sampler) Sample(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, sampleTimeout)
+	rctx, cancel := context.WithTimeout(ctx, sampleTimeout)
 	defer cancel()
-	js, err := List(ctx, s.o.DB, s.o.Grace)
+	js, err := List(rctx, s.o.DB, s.o.Grace)
 	if err != nil {
-		s.failures.Add(1)
+		// A read cut short by the caller (Stop) is not a failed check.
+		if ctx.Err() == nil {
+			s.failures.Add(1)
+		}
 		return err
 	}
 	s.mu.Lock()

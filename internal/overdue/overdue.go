@@ -1,6 +1,6 @@
 // Package overdue reads the jobs that are overdue, as the database computes
-// them from its tables alone (studio_overdue_jobs, migration 00011,
-// docs/occurrences-overdue.md), so that the answer needs no live replica:
+// them from its tables alone (studio_overdue_jobs, migrations 00011 and
+// 00013, docs/occurrences-overdue.md), so that the answer needs no live replica:
 // `studioctl jobs overdue`, doctor's overdue_jobs and a replica's
 // studio_job_overdue_seconds (Sampler) all read it here.
 package overdue

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/studioctl/studioctl/internal/db"
+	"github.com/studioctl/studioctl/internal/jobs"
 	"github.com/studioctl/studioctl/internal/liveness"
 	"github.com/studioctl/studioctl/internal/overdue"
 	"github.com/studioctl/studioctl/internal/testkit/pgtest"
@@ -66,6 +67,20 @@ func ago(d string) string {
 		return "now() + interval '" + d[1:] + "'"
 	}
 	return "now() - interval '" + d + "'"
+}
+
+// dutyRow is a status row of a per-cluster duty (key job@cluster) with no
+// due time, as a replica that lost the cluster's lease leaves it;
+// finished is an interval before now() or "" for NULL.
+func dutyRow(rep, key, schedule, finished string) string {
+	return fmt.Sprintf(`INSERT INTO studio_job_status (replica_id, job_id, scope, schedule, next_fire_at, last_finished_at)
+VALUES ('%s', '%s', 'installation', '%s', NULL, %s)`, rep, key, schedule, ago(finished))
+}
+
+// owned is a cluster_lease row held by owner.
+func owned(cluster, owner string) string {
+	return fmt.Sprintf(`INSERT INTO cluster_lease (cluster, owner, acquired_at, renewed_at, generation)
+VALUES ('%s', '%s', now() - interval '10 minutes', now(), 1)`, cluster, owner)
 }
 
 const (
@@ -259,7 +274,7 @@ func TestOverdueJobs(t *testing.T) {
 				fmt.Sprintf(lease, "eu-1"), fmt.Sprintf(lease, "us-1"),
 				replica("web-1", "ready", "10 minutes"), status("web-1", "vacuum@eu-1", "installation", "9 minutes", "10 minutes"),
 				replica("web-2", "ready", "10 minutes"), status("web-2", "vacuum@us-1", "installation", "8 minutes", "10 minutes"),
-				run("vacuum", "web-3", "eu-1", "2 minutes"), run("vacuum", "web-3", "eu-2", "1 minute")},
+				run("vacuum", "web-3", "eu-1", "30 seconds"), run("vacuum", "web-3", "eu-2", "1 minute")},
 			want: []string{"vacuum/us-1 8m"},
 		},
 		{
@@ -274,6 +289,121 @@ func TestOverdueJobs(t *testing.T) {
 				replica("web-1", "ready", "1 second"), status("web-1", "vacuum@eu-1", "installation", "", "1 hour"),
 				replica("web-2", "ready", "10 minutes"), status("web-2", "vacuum@eu-1", "installation", "9 minutes", "10 minutes")},
 			want: []string{"vacuum/eu-1 9m"},
+		},
+		{
+			name: "a duty whose lease passed to a replica that does not declare it is overdue from the cluster's last end and its schedule",
+			rows: []string{
+				owned("eu-1", "web-2"),
+				replica("web-1", "ready", "1 second"), dutyRow("web-1", "vacuum@eu-1", "every 1m", "10 minutes"),
+				replica("web-2", "ready", "1 second"), status("web-2", "other", "installation", "+30 seconds", "")},
+			want: []string{"vacuum/eu-1 9m"},
+		},
+		{
+			name: "such a duty within its grace is not",
+			rows: []string{
+				owned("eu-1", "web-2"), replica("web-2", "ready", "1 second"),
+				replica("web-1", "ready", "1 second"), dutyRow("web-1", "vacuum@eu-1", "every 1m", "90 seconds")},
+		},
+		{
+			name: "such a duty with a run started after the last end is not (a run in progress meets it)",
+			rows: []string{
+				owned("eu-1", "web-2"), replica("web-2", "ready", "1 second"),
+				replica("web-1", "ready", "1 second"), dutyRow("web-1", "vacuum@eu-1", "every 1m", "10 minutes"),
+				`INSERT INTO studio_job_run (job_id, replica_id, cluster, started_at, outcome) VALUES ('vacuum', 'java-1', 'eu-1', now() - interval '5 minutes', 'running')`},
+		},
+		{
+			name: "such a duty counts from the cluster's last run when it ended after the rows' last end",
+			rows: []string{
+				owned("eu-1", "web-2"), replica("web-2", "ready", "1 second"),
+				replica("web-1", "ready", "1 second"), dutyRow("web-1", "vacuum@eu-1", "every 1m", "20 minutes"),
+				run("vacuum", "web-3", "eu-1", "5 minutes"), run("vacuum", "web-3", "us-1", "1 minute")},
+			want: []string{"vacuum/eu-1 4m"},
+		},
+		{
+			name: "and from the rows' last end when the cluster's runs were pruned",
+			rows: []string{
+				owned("eu-1", "web-2"), replica("web-2", "ready", "1 second"),
+				replica("web-1", "ready", "1 second"), dutyRow("web-1", "vacuum@eu-1", "every 1m", "20 minutes"),
+				replica("web-3", "ready", "1 hour"), dutyRow("web-3", "vacuum@eu-1", "every 1m", "3 minutes")},
+			want: []string{"vacuum/eu-1 2m"},
+		},
+		{
+			name: "a cron duty is due at its next cron time after the last end",
+			rows: []string{
+				owned("eu-1", "web-2"), replica("web-2", "ready", "1 second"),
+				replica("web-1", "ready", "1 second"), dutyRow("web-1", "vacuum@eu-1", "cron * * * * *", "10 minutes")},
+			want: []string{"vacuum/eu-1 9m"},
+		},
+		{
+			name: "a duty of a cluster with no owner (every replica stopped cleanly, the leases released) is overdue",
+			rows: []string{
+				fmt.Sprintf(lease, "eu-1"),
+				replica("web-1", "stopped", "10 minutes"), dutyRow("web-1", "vacuum@eu-1", "every 1m", "12 minutes")},
+			want: []string{"vacuum/eu-1 11m"},
+		},
+		{
+			name: "not a duty whose owner runs it (its row has a due time ahead), whatever an old owner's row says",
+			rows: []string{
+				owned("eu-1", "web-2"),
+				replica("web-1", "ready", "1 second"), dutyRow("web-1", "vacuum@eu-1", "every 1m", "1 hour"),
+				replica("web-2", "ready", "1 second"), status("web-2", "vacuum@eu-1", "installation", "+30 seconds", "30 seconds"),
+				run("vacuum", "web-2", "eu-1", "30 seconds")},
+		},
+		{
+			name: "not such a duty when the job is paused",
+			rows: []string{
+				owned("eu-1", "web-2"), replica("web-2", "ready", "1 second"),
+				replica("web-1", "ready", "1 second"), dutyRow("web-1", "vacuum@eu-1", "every 1m", "10 minutes"),
+				fmt.Sprintf(paused, "vacuum")},
+		},
+		{
+			name: "not such a duty of a cluster removed from cluster_lease",
+			rows: []string{
+				replica("web-1", "ready", "1 second"), dutyRow("web-1", "vacuum@eu-1", "every 1m", "10 minutes")},
+		},
+		{
+			name: "not such a duty whose rows are of replicas last up more than 7 days ago",
+			rows: []string{
+				owned("eu-1", "web-2"), replica("web-2", "ready", "1 second"),
+				replica("web-1", "stopped", "8 days"), dutyRow("web-1", "vacuum@eu-1", "every 1m", "8 days")},
+		},
+		{
+			name: "such a duty follows the job's schedule override",
+			rows: []string{
+				owned("eu-1", "web-2"), replica("web-2", "ready", "1 second"),
+				replica("web-1", "ready", "1 second"), dutyRow("web-1", "vacuum@eu-1", "every 1m", "10 minutes"),
+				`INSERT INTO studio_job_setting (job_id, schedule, updated_by) VALUES ('vacuum', 'every 1h', 'alice')`},
+		},
+		{
+			name: "a duty row whose schedule does not parse is left out, and the other jobs are still listed",
+			rows: []string{
+				owned("eu-1", "web-2"), replica("web-2", "ready", "1 second"),
+				replica("web-1", "ready", "1 second"), dutyRow("web-1", "vacuum@eu-1", "cron 99 * * * *", "10 minutes"),
+				dutyRow("web-1", "scrub@eu-1", "every soon", "10 minutes"),
+				status("web-1", "sweep", "installation", "2 minutes", "")},
+			want: []string{"sweep/ 2m"},
+		},
+		{
+			name: "a next_fire_at of -infinity counts as no due time, and the other jobs are still listed",
+			rows: []string{replica("web-1", "ready", "1 second"), status("web-1", "sweep", "installation", "2 minutes", ""),
+				`INSERT INTO studio_job_status (replica_id, job_id, scope, next_fire_at, last_started_at) VALUES ('web-1', 'bad', 'installation', '-infinity', '-infinity')`},
+			want: []string{"sweep/ 2m"},
+		},
+		{
+			name: "and one of infinity",
+			rows: []string{replica("web-1", "ready", "1 second"), status("web-1", "sweep", "installation", "2 minutes", ""),
+				`INSERT INTO studio_job_status (replica_id, job_id, scope, next_fire_at) VALUES ('web-1', 'bad', 'installation', 'infinity')`},
+			want: []string{"sweep/ 2m"},
+		},
+		{
+			name: "infinite times in a duty's rows and runs are left out",
+			rows: []string{
+				owned("eu-1", "web-2"), replica("web-2", "ready", "1 second"),
+				replica("web-1", "ready", "1 second"), dutyRow("web-1", "vacuum@eu-1", "every 1m", "10 minutes"),
+				`INSERT INTO studio_job_status (replica_id, job_id, scope, schedule, next_fire_at, last_finished_at, updated_at) VALUES ('web-1', 'scrub@eu-1', 'installation', 'every 1m', '-infinity', 'infinity', 'infinity')`,
+				`INSERT INTO studio_job_run (job_id, replica_id, cluster, started_at, finished_at, outcome) VALUES ('vacuum', 'web-1', 'eu-1', '-infinity', '-infinity', 'succeeded')`,
+				status("web-1", "sweep", "installation", "2 minutes", "")},
+			want: []string{"sweep/ 2m", "vacuum/eu-1 9m"},
 		},
 		{
 			name: "a live replica's due time passed while another live replica's is ahead: overdue (one replica's timer is stuck)",
@@ -343,7 +473,11 @@ func TestRolesCallTheFunction(t *testing.T) {
 	if err := conn.Conn().PgConn().Exec(ctx, string(roles)).Close(); err != nil {
 		t.Fatalf("docs/roles.sql: %v", err)
 	}
-	exec(t, pool, replica("web-1", "ready", "10 minutes"), status("web-1", "sweep", "installation", "5 minutes", ""))
+	// A duty whose owner does not run it too: the function then calls its
+	// helper studio_schedule_next (migration 00013), which the role must
+	// be able to call as well.
+	exec(t, pool, replica("web-1", "ready", "10 minutes"), status("web-1", "sweep", "installation", "5 minutes", ""),
+		owned("eu-1", "web-1"), dutyRow("web-1", "vacuum@eu-1", "cron */5 * * * *", "20 minutes"))
 	var schema string
 	if err := conn.QueryRow(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
 		t.Fatal(err)
@@ -361,16 +495,16 @@ func TestRolesCallTheFunction(t *testing.T) {
 				}
 				return
 			}
-			if err != nil || len(js) != 1 || js[0].JobID != "sweep" {
-				t.Fatalf("got %v, %v; want sweep", js, err)
+			if err != nil || len(js) != 2 || js[0].JobID != "sweep" || js[1].JobID != "vacuum" {
+				t.Fatalf("got %v, %v; want sweep and vacuum", js, err)
 			}
 			if _, err := conn.Exec(ctx, `SET search_path = pg_catalog`); err != nil {
 				t.Fatal(err)
 			}
 			defer conn.Exec(ctx, `RESET search_path`)
 			var n int
-			if err := conn.QueryRow(ctx, `SELECT count(*) FROM `+quoteIdent(schema)+`.studio_overdue_jobs()`).Scan(&n); err != nil || n != 1 {
-				t.Fatalf("with search_path pg_catalog: %d rows, %v; want 1", n, err)
+			if err := conn.QueryRow(ctx, `SELECT count(*) FROM `+quoteIdent(schema)+`.studio_overdue_jobs()`).Scan(&n); err != nil || n != 2 {
+				t.Fatalf("with search_path pg_catalog: %d rows, %v; want 2", n, err)
 			}
 		})
 	}
@@ -382,18 +516,95 @@ func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`)
 // liveness.LiveSQL): its numbers must be the rule's.
 func TestTheFunctionUsesTheLivenessRule(t *testing.T) {
 	t.Parallel()
-	b, err := os.ReadFile("../../migrations/00011_overdue.sql")
-	if err != nil {
-		t.Fatal(err)
+	for _, file := range []string{"00011_overdue.sql", "00013_overdue_duties.sql"} {
+		b, err := os.ReadFile("../../migrations/" + file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		livenessRuleIn(t, file, string(b))
 	}
-	sql := string(b)
+}
+
+func livenessRuleIn(t *testing.T, file, sql string) {
+	t.Helper()
 	for _, want := range []string{
 		fmt.Sprintf("r.heartbeat_at > now() - interval '%d seconds'", int(liveness.GoneAfter/time.Second)),
 		fmt.Sprintf("r.heartbeat_at <= now() + interval '%d seconds'", int(liveness.FutureTolerance/time.Second)),
 		"r.state <> 'stopped'",
 	} {
 		if n := strings.Count(sql, want); n < 2 {
-			t.Errorf("migration 00011 has %q %d times, want it in both liveness tests (liveness.LiveSQL)", want, n)
+			t.Errorf("migration %s has %q %d times, want it in both liveness tests (liveness.LiveSQL)", file, want, n)
+		}
+	}
+}
+
+// studio_schedule_next (migration 00013) reads a stored schedule as the
+// replicas do (jobs.ParseSchedule, Schedule.Next): the due time after a
+// run that ended at end.
+func TestScheduleNextFollowsTheRunner(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t)
+	ends := []time.Time{
+		time.Date(2026, 11, 30, 7, 7, 12, 345e6, time.UTC),
+		time.Date(2026, 11, 30, 7, 15, 0, 0, time.UTC), // on a cron time: the next one
+		time.Date(2026, 12, 31, 23, 59, 59, 999e6, time.UTC),
+		time.Date(2027, 2, 28, 2, 0, 0, 1e6, time.UTC),
+	}
+	for _, text := range []string{
+		"every 1m30s", "every 1h", "every 1.5s", "every 2h5m3.5s", "every 1h0m0.25s",
+		"cron */15 * * * *", "cron 0 2 * * *", "cron 5,35 1-3 * * *", "cron 0 9 * * MON-FRI",
+		"cron 0 0 13 * 5", "cron 0 0 13 * *", "cron 0 0 * * 5", "cron 30 6 1 JAN,jul ?", "cron 10-50/20 */6 * * *",
+		"cron 0 12 29 2 *", "cron @daily", "cron @hourly", "cron @weekly", "cron @monthly", "cron @yearly", "cron 7/10 * * * *",
+	} {
+		sched, err := jobs.ParseSchedule(text)
+		if err != nil {
+			t.Fatalf("%s: %v", text, err)
+		}
+		for _, end := range ends {
+			want := sched.Next(end)
+			var got *time.Time
+			if err := pool.QueryRow(context.Background(), `SELECT studio_schedule_next($1::text, $2::timestamptz, $2::timestamptz + interval '10 years')`, text, end).Scan(&got); err != nil {
+				t.Fatalf("%s after %s: %v", text, end, err)
+			}
+			// PostgreSQL keeps microseconds.
+			if got == nil || !got.Equal(want.Truncate(time.Microsecond)) {
+				t.Errorf("%s after %s: got %v, want %s", text, end.Format(time.RFC3339Nano), got, want.Format(time.RFC3339Nano))
+			}
+		}
+	}
+}
+
+// A schedule that does not parse, or a cron time after until, is NULL,
+// never an error: one bad row must not fail the function for every job.
+func TestScheduleNextIsNullForWhatItCannotRead(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t)
+	end := time.Date(2026, 11, 30, 7, 7, 12, 0, time.UTC)
+	for _, c := range []struct {
+		text  string
+		until time.Duration
+	}{
+		{"every soon", time.Hour}, {"every ", time.Hour}, {"every 1x", time.Hour}, {"", time.Hour}, {"weekly", time.Hour},
+		{"cron 61 * * * *", time.Hour}, {"cron * * *", time.Hour}, {"cron JUNK * * * *", time.Hour}, {"cron 5-1 * * * *", time.Hour},
+		{"cron 0 0 * * 7", time.Hour}, {"cron */0 * * * *", time.Hour}, {"cron 999999999999 * * * *", time.Hour},
+		{"cron 0 2 * * *", time.Hour}, // due after until
+	} {
+		var got *time.Time
+		if err := pool.QueryRow(context.Background(), `SELECT studio_schedule_next($1::text, $2::timestamptz, $2::timestamptz + make_interval(secs => $3))`, c.text, end, c.until.Seconds()).Scan(&got); err != nil {
+			t.Fatalf("%q: %v", c.text, err)
+		}
+		if got != nil {
+			t.Errorf("%q: got %s, want NULL", c.text, got)
+		}
+	}
+	for _, q := range []string{
+		`SELECT studio_schedule_next('every 1m', '-infinity', now())`,
+		`SELECT studio_schedule_next('cron * * * * *', now(), 'infinity')`,
+		`SELECT studio_schedule_next('cron * * * * *', NULL, now())`,
+	} {
+		var got *time.Time
+		if err := pool.QueryRow(context.Background(), q).Scan(&got); err != nil || got != nil {
+			t.Errorf("%s: %v, %v; want NULL", q, got, err)
 		}
 	}
 }

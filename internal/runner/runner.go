@@ -730,7 +730,7 @@ func (r *Runner) ScheduleChanged(id string) {
 		}
 		// The due time as this replica's timers count, from the database's
 		// now of the same read.
-		due := r.now().Add(jobs.DueAfter(js.sched, end, dbNow, jobs.MissedRunOnce).Sub(dbNow))
+		due := jobs.LocalDue(jobs.DueAfter(js.sched, end, dbNow, jobs.MissedRunOnce), dbNow, r.now())
 		if d := due.Sub(js.due); d > -time.Millisecond && d < time.Millisecond {
 			return
 		}
@@ -953,7 +953,7 @@ func (r *Runner) tick(js *jobState, fire time.Time, forced bool) {
 			if due := jobs.DueAfter(sched, end, dbNow, jobs.MissedRunOnce); due.After(dbNow) {
 				// Counted from the database's now of the same read, so a
 				// wrong offset cannot make the timer spin.
-				r.finish(js, r.now().Add(due.Sub(dbNow)))
+				r.finish(js, jobs.LocalDue(due, dbNow, r.now()))
 				return
 			}
 		} else if err != nil && r.runsCtx.Err() == nil {

@@ -185,6 +185,29 @@ func TestSharedScheduleOffset(t *testing.T) {
 	}
 }
 
+// TestSharedScheduleCronDueIsExact: a cron job's next due time, moved by
+// an end elsewhere, is its cron time exactly, although this replica's
+// estimate of database time is a millisecond behind the database's (as
+// the heartbeat's measure leaves it): it was a millisecond before the
+// minute, and jobs list printed 09:00:59 (issue 22, defect 7).
+func TestSharedScheduleCronDueIsExact(t *testing.T) {
+	e := newMemEnv(t)
+	sch := &fakeSchedules{clk: clock.NewFake(t0.Add(time.Millisecond)), ends: map[string]time.Time{"cron": t0.Add(-30 * time.Second)}}
+	ft := e.task()
+	ft.auto = true
+	c, err := jobs.ParseCron("* * * * *")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := e.options(jobs.Job{ID: "cron", Scope: jobs.ScopeInstallation, Schedule: c, Task: ft})
+	o.Locks, o.Schedules = &countingLocks{}, sch
+	r := e.start(o)
+	e.waitIdle("cron", t0.Add(time.Minute))
+	sch.set("cron", t0.Add(time.Minute+500*time.Millisecond)) // a run ended elsewhere
+	r.ScheduleChanged("cron")
+	e.waitIdle("cron", t0.Add(2*time.Minute))
+}
+
 // TestSharedScheduleCronNeverRan: a cron job that never ran anywhere fires
 // at its next cron time (the pre-check must not push it to the next one
 // for ever).
