@@ -5,16 +5,10 @@
 package jobs
 
 import (
-	"context"
 	"fmt"
-	"net/http"
 	"regexp"
 	"strings"
 	"time"
-
-	"github.com/jackc/pgx/v5"
-
-	"github.com/studioctl/studioctl/internal/tasks"
 )
 
 // Scope says where a job runs.
@@ -62,11 +56,20 @@ func dutyOf(id string) string {
 	return job
 }
 
-// TaskSpec is a task as configured, before it is bound to a database pool.
+// TaskSpec is a task as configured. The runner's side binds it to the
+// task it executes (internal/jobtask).
 type TaskSpec struct {
 	Command []string
 	SQL     string
-	HTTP    *tasks.HTTP
+	HTTP    *HTTPSpec
+}
+
+// HTTPSpec is an http task as configured (run.http).
+type HTTPSpec struct {
+	Method  string // upper case; POST unless configured
+	URL     string
+	Headers map[string]string
+	Body    string
 }
 
 // Kind is "command", "sql" or "http".
@@ -88,8 +91,7 @@ type Job struct {
 	Scope    Scope
 	Schedule Schedule      // as configured; an operator override may replace it at a fire
 	Timeout  time.Duration // 0: DefaultTimeout of the schedule in force
-	Spec     TaskSpec      // the configured task
-	Task     tasks.Task    // the bound task the runner executes
+	Spec     TaskSpec      // the configured task (internal/jobtask binds it)
 	Builtin  bool          // declared in code (studio-housekeeping)
 	// Lock is the ShedLock lock name an installation job takes (key lock:);
 	// "" means the job id. Any ShedLock name up to 64 characters, so a Go
@@ -108,7 +110,7 @@ type Job struct {
 	PerCluster bool
 
 	// Env is the job's env: entries, added to the clean environment of its
-	// command (tasks.Environ).
+	// command (internal/tasks' Environ).
 	Env map[string]string
 }
 
@@ -128,29 +130,6 @@ func (j Job) TimeoutFor(s Schedule) time.Duration {
 		return j.Timeout
 	}
 	return DefaultTimeout(s)
-}
-
-// Bind turns the configured task into an executable one; db runs sql
-// tasks, and client (nil: a connection of its own per run) sends http
-// tasks' requests.
-func (j *Job) Bind(db interface {
-	Begin(context.Context) (pgx.Tx, error)
-}, client *http.Client) {
-	if j.Task != nil {
-		return
-	}
-	switch {
-	case len(j.Spec.Command) > 0:
-		j.Task = tasks.Command{Argv: j.Spec.Command, Env: j.Env}
-	case j.Spec.SQL != "":
-		j.Task = tasks.SQL{Statement: j.Spec.SQL, DB: db}
-	case j.Spec.HTTP != nil:
-		t := *j.Spec.HTTP
-		if t.Client == nil {
-			t.Client = client
-		}
-		j.Task = t
-	}
 }
 
 // Missed is the missed: key.

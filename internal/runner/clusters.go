@@ -14,6 +14,7 @@ import (
 	"slices"
 
 	"github.com/studioctl/studioctl/internal/jobs"
+	"github.com/studioctl/studioctl/internal/jobtask"
 	"github.com/studioctl/studioctl/internal/natsort"
 )
 
@@ -36,7 +37,7 @@ type duty struct {
 
 // clusterDuties is the runner's per-cluster state; r.mu guards it.
 type clusterDuties struct {
-	templates []jobs.Job                  // the per-cluster jobs, in configuration order
+	templates []jobtask.Job               // the per-cluster jobs, in configuration order
 	owned     map[string]context.Context  // cluster -> the lease's duty context
 	prior     map[string]jobs.Status      // status rows a previous process left, by key
 	last      map[string]jobs.Status      // the last status of each duty key, so counters carry on
@@ -44,7 +45,7 @@ type clusterDuties struct {
 }
 
 // addTemplate records a per-cluster job in New.
-func (r *Runner) addTemplate(j jobs.Job) error {
+func (r *Runner) addTemplate(j jobtask.Job) error {
 	if j.Scope != jobs.ScopeInstance {
 		return fmt.Errorf("job %q: clusters: owned needs scope instance, not %s", j.ID, j.Scope)
 	}
@@ -56,7 +57,7 @@ func (r *Runner) addTemplate(j jobs.Job) error {
 }
 
 func (r *Runner) isTemplate(id string) bool {
-	return slices.ContainsFunc(r.clusters.templates, func(j jobs.Job) bool { return j.ID == id })
+	return slices.ContainsFunc(r.clusters.templates, func(j jobtask.Job) bool { return j.ID == id })
 }
 
 // cluster is the cluster js runs for, "" for a job that is not per cluster.

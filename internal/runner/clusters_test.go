@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/studioctl/studioctl/internal/jobs"
+	"github.com/studioctl/studioctl/internal/jobtask"
 	"github.com/studioctl/studioctl/internal/runner"
 	"github.com/studioctl/studioctl/internal/tasks"
 )
@@ -24,7 +25,7 @@ func (m *memStore) statusOf(key string) jobs.Status {
 	return m.status[key]
 }
 
-func perClusterJob(e *env, id string, d time.Duration, ft *fakeTask) jobs.Job {
+func perClusterJob(e *env, id string, d time.Duration, ft *fakeTask) jobtask.Job {
 	j := e.job(id, jobs.ScopeInstance, d, ft)
 	j.PerCluster = true
 	return j

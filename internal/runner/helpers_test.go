@@ -20,6 +20,7 @@ import (
 	"github.com/studioctl/studioctl/internal/db"
 	"github.com/studioctl/studioctl/internal/jobs"
 	"github.com/studioctl/studioctl/internal/jobstore"
+	"github.com/studioctl/studioctl/internal/jobtask"
 	"github.com/studioctl/studioctl/internal/locks"
 	"github.com/studioctl/studioctl/internal/runner"
 	"github.com/studioctl/studioctl/internal/tasks"
@@ -256,12 +257,12 @@ func (e *env) task() *fakeTask {
 }
 
 // job declares a job running ft every d.
-func (e *env) job(id string, scope jobs.Scope, d time.Duration, ft *fakeTask) jobs.Job {
-	return jobs.Job{ID: id, Scope: scope, Schedule: every(e.t, d), Task: ft}
+func (e *env) job(id string, scope jobs.Scope, d time.Duration, ft *fakeTask) jobtask.Job {
+	return jobtask.Job{Job: jobs.Job{ID: id, Scope: scope, Schedule: every(e.t, d)}, Task: ft}
 }
 
 // options are the runner options of env; tests adjust them before start.
-func (e *env) options(js ...jobs.Job) runner.Options {
+func (e *env) options(js ...jobtask.Job) runner.Options {
 	var store runner.Recorder = e.store
 	var settings runner.Settings = e.settings
 	if e.mem != nil {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/studioctl/studioctl/internal/jobs"
 	"github.com/studioctl/studioctl/internal/jobstore"
+	"github.com/studioctl/studioctl/internal/jobtask"
 	"github.com/studioctl/studioctl/internal/locks"
 	"github.com/studioctl/studioctl/internal/runner"
 	"github.com/studioctl/studioctl/internal/tasks"
@@ -106,7 +107,7 @@ func sharedDBEnv(t *testing.T, missed jobs.Missed, lastEnd time.Time, task tasks
 	if !lastEnd.IsZero() {
 		sch.ends["shared"] = lastEnd
 	}
-	j := jobs.Job{ID: "shared", Scope: jobs.ScopeInstallation, Schedule: every(t, 10*time.Second), Task: task, Missed: missed}
+	j := jobtask.Job{Job: jobs.Job{ID: "shared", Scope: jobs.ScopeInstallation, Schedule: every(t, 10*time.Second), Missed: missed}, Task: task}
 	o := e.options(j)
 	o.Schedules = sch
 	return e, sch, o
@@ -314,7 +315,7 @@ func TestACronRunThatOutlastsItsNextTimesRecordsAnOverrun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.start(e.options(jobs.Job{ID: "minutely", Scope: jobs.ScopeInstance, Schedule: cron, Task: ft}))
+	e.start(e.options(jobtask.Job{Job: jobs.Job{ID: "minutely", Scope: jobs.ScopeInstance, Schedule: cron}, Task: ft}))
 	e.waitIdle("minutely", t0.Add(time.Minute))
 	e.clk.Advance(time.Minute)
 	ft.waitStarts(t, 1)
@@ -335,7 +336,7 @@ func TestAnInstanceJobRecordsTheStretchItsReplicaWasDown(t *testing.T) {
 	// This replica id last ran it 95 s before its start: 9 due times passed.
 	e.exec(`INSERT INTO studio_job_status (replica_id, job_id, scope, last_finished_at, runs) VALUES ($1, 'inst', 'instance', $2, 1)`,
 		replicaID, t0.Add(-95*time.Second))
-	o := e.options(jobs.Job{ID: "inst", Scope: jobs.ScopeInstance, Schedule: every(t, 10*time.Second), Task: ft})
+	o := e.options(jobtask.Job{Job: jobs.Job{ID: "inst", Scope: jobs.ScopeInstance, Schedule: every(t, 10*time.Second)}, Task: ft})
 	o.Schedules = &fakeSchedules{clk: e.clk, ends: map[string]time.Time{}}
 	e.start(o)
 	eventually(t, "the run at start", func() bool { return len(ft.got()) == 1 })
@@ -448,7 +449,7 @@ func TestARunAfterAPausedFirstTickDoesNotTakeTheStartsNominalTime(t *testing.T) 
 	e.exec(`INSERT INTO studio_job_status (replica_id, job_id, scope, last_finished_at, runs) VALUES ($1, 'inst', 'instance', $2, 1)`,
 		replicaID, t0.Add(-95*time.Second))
 	e.exec(`INSERT INTO studio_job_setting (job_id, paused, updated_by) VALUES ('inst', true, 'alice')`)
-	o := e.options(jobs.Job{ID: "inst", Scope: jobs.ScopeInstance, Schedule: every(t, 10*time.Second), Task: ft})
+	o := e.options(jobtask.Job{Job: jobs.Job{ID: "inst", Scope: jobs.ScopeInstance, Schedule: every(t, 10*time.Second)}, Task: ft})
 	o.Schedules = &fakeSchedules{clk: e.clk, ends: map[string]time.Time{}}
 	r := e.start(o)
 	e.waitIdle("inst", t0.Add(10*time.Second)) // the first tick found it paused

@@ -18,6 +18,7 @@ import (
 
 	"github.com/studioctl/studioctl/internal/clock"
 	"github.com/studioctl/studioctl/internal/jobs"
+	"github.com/studioctl/studioctl/internal/jobtask"
 	"github.com/studioctl/studioctl/internal/locks"
 	"github.com/studioctl/studioctl/internal/startstop"
 )
@@ -49,12 +50,12 @@ var (
 // Options configure a Runner.
 type Options struct {
 	ReplicaID string
-	Jobs      []jobs.Job   // bound: each has a Task
-	Locks     Locker       // LocksOf(a *locks.Provider); needed by installation jobs
-	Store     Recorder     // the run store (jobstore.Store)
-	Settings  Settings     // operator settings (jobstore.SettingsCache)
-	Clock     clock.Clock  // default clock.Real
-	Logger    *slog.Logger // default discard
+	Jobs      []jobtask.Job // bound: each has a Task (jobtask.Bind)
+	Locks     Locker        // LocksOf(a *locks.Provider); needed by installation jobs
+	Store     Recorder      // the run store (jobstore.Store)
+	Settings  Settings      // operator settings (jobstore.SettingsCache)
+	Clock     clock.Clock   // default clock.Real
+	Logger    *slog.Logger  // default discard
 	Metrics   prometheus.Registerer
 	// ShutdownWait: default DefaultShutdownWait.
 	ShutdownWait time.Duration
@@ -162,7 +163,7 @@ type fireWork struct {
 }
 
 type jobState struct {
-	job    jobs.Job
+	job    jobtask.Job
 	sched  jobs.Schedule // in force (configured or override)
 	status jobs.Status
 	due    time.Time
@@ -389,7 +390,7 @@ func (r *Runner) Start(ctx context.Context) error {
 		case js.sched.IsCron():
 			due = js.sched.Next(now)
 		default:
-			due = now.Add(r.o.InitialDelay(js.job))
+			due = now.Add(r.o.InitialDelay(js.job.Job))
 		}
 		r.push(js, due)
 		r.putStatusLocked(js)

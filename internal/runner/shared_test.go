@@ -9,6 +9,7 @@ import (
 
 	"github.com/studioctl/studioctl/internal/clock"
 	"github.com/studioctl/studioctl/internal/jobs"
+	"github.com/studioctl/studioctl/internal/jobtask"
 	"github.com/studioctl/studioctl/internal/runner"
 )
 
@@ -197,7 +198,7 @@ func TestSharedScheduleCronNeverRan(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	j := jobs.Job{ID: "cron", Scope: jobs.ScopeInstallation, Schedule: c, Task: ft}
+	j := jobtask.Job{Job: jobs.Job{ID: "cron", Scope: jobs.ScopeInstallation, Schedule: c}, Task: ft}
 	lk := &countingLocks{}
 	o := e.options(j)
 	o.Locks, o.Schedules = lk, sch
