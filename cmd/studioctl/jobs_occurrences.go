@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -284,8 +283,8 @@ func occurrenceCells(p *output.Printer, s *jobstore.OccurrenceSummary) (last, sk
 // validateOccurrenceJob checks the ID of jobs occurrences and jobs why: a
 // job id; a duty's ID@CLUSTER is its job's id with --scope CLUSTER.
 func validateOccurrenceJob(id string) error {
-	if job, cluster, duty := strings.Cut(id, "@"); duty {
-		return usageErrorf("job id %q: occurrences are keyed by the job's id; give %s --scope %s", id, job, cluster)
+	if k, duty := jobs.ParseDutyKey(id); duty {
+		return usageErrorf("job id %q: occurrences are keyed by the job's id; give %s --scope %s", id, k.Job, k.Cluster)
 	}
 	if err := jobs.ValidateID(id); err != nil {
 		return usageErrorf("job id: %v", err)

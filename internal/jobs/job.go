@@ -49,11 +49,41 @@ func ValidateID(id string) error {
 
 // dutyOf returns the job of a per-cluster duty's key (job@cluster), or "".
 func dutyOf(id string) string {
-	job, _, ok := strings.Cut(id, "@")
-	if !ok || !idPattern.MatchString(job) {
+	k, ok := ParseDutyKey(id)
+	if !ok || !idPattern.MatchString(k.Job) {
 		return ""
 	}
-	return job
+	return k.Job
+}
+
+// DutyKey names one status row of a job: the job's own id, or, for a
+// per-cluster duty (clusters: owned), "job@cluster". It is the job id of
+// the duty's status row, of the runner's Snapshot and of `jobs output
+// job@cluster`. A job id never contains "@", so a key never names a job of
+// its own; history rows keep the job's own id and record the cluster in
+// their cluster column.
+type DutyKey struct {
+	Job     string
+	Cluster string // "": the job's own row (not a duty)
+}
+
+// dutySep separates the job from the cluster in a duty's key.
+const dutySep = "@"
+
+// String is "job@cluster", or the job's id when Cluster is empty.
+func (k DutyKey) String() string {
+	if k.Cluster == "" {
+		return k.Job
+	}
+	return k.Job + dutySep + k.Cluster
+}
+
+// ParseDutyKey splits a status row's job id at its first "@": the job and
+// the cluster of a duty's key, with duty true (the cluster may be empty in
+// malformed input: "job@"), or the whole id as Job and duty false.
+func ParseDutyKey(id string) (k DutyKey, duty bool) {
+	job, cluster, duty := strings.Cut(id, dutySep)
+	return DutyKey{Job: job, Cluster: cluster}, duty
 }
 
 // TaskSpec is a task as configured. The runner's side binds it to the

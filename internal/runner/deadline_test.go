@@ -11,7 +11,6 @@ import (
 	"github.com/studioctl/studioctl/internal/jobs"
 	"github.com/studioctl/studioctl/internal/jobtask"
 	"github.com/studioctl/studioctl/internal/leases"
-	"github.com/studioctl/studioctl/internal/runner"
 	"github.com/studioctl/studioctl/internal/tasks"
 )
 
@@ -136,7 +135,7 @@ func TestARunEndedAtItsDeadlineIsRecordedLockLost(t *testing.T) {
 		defer cancel()
 		r.AddCluster("c1", lease)
 		ft.env(t, 0)
-		key := runner.DutyKey("duty", "c1")
+		key := jobs.DutyKey{Job: "duty", Cluster: "c1"}.String()
 		st := e.waitIdle(key, t0.Add(10*time.Second))
 		if st.LastOutcome != jobs.OutcomeLockLost || !strings.Contains(st.LastError, "cluster lease lost") {
 			t.Errorf("status: outcome %q, error %q; want lock_lost, cluster lease lost", st.LastOutcome, st.LastError)

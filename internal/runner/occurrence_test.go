@@ -410,7 +410,7 @@ func TestADutysRunIsItsClustersOccurrence(t *testing.T) {
 	r := e.start(e.options(perClusterJob(e, "duty", 10*time.Second, ft)))
 	r.AddCluster("eu-1", context.Background())
 	ft.waitEnds(t, 1)
-	e.waitIdle(runner.DutyKey("duty", "eu-1"), t0.Add(10*time.Second))
+	e.waitIdle(jobs.DutyKey{Job: "duty", Cluster: "eu-1"}.String(), t0.Add(10*time.Second))
 	runs := e.mem.history("duty")
 	if len(runs) != 1 || runs[0].ScopeKey != "eu-1" || runs[0].Cluster != "eu-1" || !runs[0].NominalAt.Equal(t0) || runs[0].Triggered {
 		t.Fatalf("runs %+v; want one of eu-1 with nominal time %v", runs, t0)

@@ -26,7 +26,7 @@ func (r *Runner) run(js *jobState, sched jobs.Schedule, fire time.Time, occ occu
 		return // skipped (held elsewhere) or could not start: recorded and rescheduled
 	}
 	r.mu.Lock()
-	stopping := r.stopping || js.dutyOver() // a duty's lease may have ended meanwhile
+	stopping := r.stopping || js.duty.over() // a duty's lease may have ended meanwhile
 	r.mu.Unlock()
 	if stopping {
 		r.unlock(held.current(), js)
@@ -135,7 +135,7 @@ func (r *Runner) begin(js *jobState, sched jobs.Schedule, occ occurrence) (run j
 		return jobs.Run{}, false
 	}
 	started := r.now()
-	run = jobs.Run{Seq: seq, JobID: js.job.ID, ReplicaID: r.o.ReplicaID, Cluster: js.cluster(), StartedAt: started,
+	run = jobs.Run{Seq: seq, JobID: js.job.ID, ReplicaID: r.o.ReplicaID, Cluster: js.duty.cluster(), StartedAt: started,
 		Outcome: jobs.OutcomeRunning, NominalAt: jobs.Nominal(occ.nominal), ScopeKey: r.scopeKey(js), Triggered: occ.triggered}
 	r.o.Store.PutRun(run)
 	r.mu.Lock()
@@ -157,7 +157,7 @@ func (r *Runner) begin(js *jobState, sched jobs.Schedule, occ occurrence) (run j
 // not relabel it.
 func (r *Runner) execute(js *jobState, sched jobs.Schedule, run jobs.Run, occ occurrence, held *runLock, timeout time.Duration) (tasks.Result, error) {
 	runCtx, cancelRun := context.WithCancelCause(r.runsCtx)
-	stopWatchingDuty := js.watchDuty(cancelRun) // a duty's run ends with its lease (clusters.go)
+	stopWatchingDuty := js.duty.watch(cancelRun) // a duty's run ends with its lease (clusters.go)
 	defer stopWatchingDuty()
 	var wg sync.WaitGroup
 	stopAux := make(chan struct{})
@@ -170,7 +170,7 @@ func (r *Runner) execute(js *jobState, sched jobs.Schedule, run jobs.Run, occ oc
 	if !js.labelled { // made once per job: one allocation fewer per run
 		js.labels, js.labelled = pprof.Labels("job_id", js.job.ID), true
 	}
-	env := tasks.Env{JobID: js.job.ID, ReplicaID: r.o.ReplicaID, RunSeq: run.Seq, Cluster: run.Cluster, Deadline: dutyDeadline(js),
+	env := tasks.Env{JobID: js.job.ID, ReplicaID: r.o.ReplicaID, RunSeq: run.Seq, Cluster: run.Cluster, Deadline: js.duty.deadline(),
 		ScheduledAt: occ.nominal, OccurrenceKey: jobs.OccurrenceKey(js.job.ID, run.ScopeKey, occ.nominal), Triggered: occ.triggered}
 	if held != nil {
 		env.Deadline = held.end.deadline
@@ -462,7 +462,7 @@ func (r *Runner) countRun(js *jobState, outcome jobs.Outcome) {
 	r.mu.Lock()
 	defer r.mu.Unlock() // lock order: r.mu, then the failing set's
 	key := js.key()
-	if js.dutyOver() {
+	if js.duty.over() {
 		key = "" // counted, not failing here
 	}
 	r.metrics.runs.WithLabelValues(js.job.ID, key, string(outcome)).Inc()

@@ -541,7 +541,7 @@ func (r *Runner) Hosts(id string) bool {
 }
 
 // JobIDs returns the id of every hosted job: with a per-cluster job, its
-// own id and the key of each duty (DutyKey).
+// own id and the key of each duty (jobs.DutyKey).
 func (r *Runner) JobIDs() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -628,7 +628,7 @@ func (r *Runner) applySettings(id string) {
 		targets = append(targets, js)
 	} else if r.isTemplate(id) {
 		for c := range r.clusters.owned {
-			if js, ok := r.jobs[DutyKey(id, c)]; ok {
+			if js, ok := r.jobs[jobs.DutyKey{Job: id, Cluster: c}.String()]; ok {
 				targets = append(targets, js)
 			}
 		}
@@ -664,7 +664,7 @@ func (r *Runner) applySettingsTo(js *jobState) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if js.dutyOver() || r.jobs[id] != js {
+	if js.duty.over() || r.jobs[id] != js {
 		return // a duty whose lease ended meanwhile
 	}
 	js.sched = sched
@@ -831,24 +831,15 @@ func (r *Runner) finishAt(js *jobState, next, now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	js.running = false
-	r.dutyFinished(js) // per-cluster duties (clusters.go)
 	switch {
-	case !r.stopping && !js.dutyOver(): // per-cluster duties (clusters.go): an ended lease stays off the timer
+	case r.dutyLeftLocked(js): // a duty whose lease ended stays off the timer (clusters.go)
+	case !r.stopping:
 		r.push(js, next)
-	case js.dutyOver():
-		js.status.NextFireAt = nil
 	case !next.IsZero():
 		// A clean stop keeps the next due time in the status row: a
 		// reader (jobs overdue) counts from it with every replica down.
 		t := next
 		js.status.NextFireAt = &t
-	}
-	if js.duty != nil && js.dutyOver() {
-		// The run of a duty that moved away: its failure is not this
-		// replica's. A duty added again under the key has its own.
-		if cur, ok := r.jobs[js.key()]; !ok || cur == js {
-			r.metrics.failing.forget(js.key())
-		}
 	}
 	r.putStatusAtLocked(js, now)
 }

@@ -130,7 +130,7 @@ func TestNewDutiesFirstFiresAreSpread(t *testing.T) {
 	r := e.start(o)
 	now := e.clk.Now()
 	r.AddCluster("c0", context.Background())
-	if due := status(t, r, runner.DutyKey("duty", "c0")).NextFireAt; due == nil || due.Sub(now) > time.Second/runner.DefaultMaxConcurrentRuns {
+	if due := status(t, r, jobs.DutyKey{Job: "duty", Cluster: "c0"}.String()).NextFireAt; due == nil || due.Sub(now) > time.Second/runner.DefaultMaxConcurrentRuns {
 		t.Fatalf("one cluster acquired alone: first fire at %v; want within %v of %v", due, time.Second/runner.DefaultMaxConcurrentRuns, now)
 	}
 	r.RemoveCluster("c0")
