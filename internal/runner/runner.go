@@ -163,10 +163,13 @@ type fireWork struct {
 }
 
 type jobState struct {
-	job    jobtask.Job
-	sched  jobs.Schedule // in force (configured or override)
-	status jobs.Status
-	due    time.Time
+	job   jobtask.Job
+	sched jobs.Schedule // in force (configured or override)
+	// override is the last operator override read, parsed (overrideOf):
+	// read by the tick goroutine and by applySettings.
+	override atomic.Pointer[parsedOverride]
+	status   jobs.Status
+	due      time.Time
 	// labels are the pprof labels of its runs (set by the run goroutine;
 	// one run of a job at a time).
 	labels   pprof.LabelSet
@@ -782,11 +785,37 @@ func (r *Runner) settings(ctx context.Context, js *jobState) (jobs.Schedule, boo
 	if s.Schedule == "" {
 		return js.job.Schedule, s.Paused, "", s.UpdatedBy, nil
 	}
-	sched, perr := jobs.ParseSchedule(s.Schedule)
-	if perr != nil {
-		return js.job.Schedule, s.Paused, perr.Error(), s.UpdatedBy, nil
+	o := js.overrideOf(s.Schedule)
+	if o.invalid != "" {
+		return js.job.Schedule, s.Paused, o.invalid, s.UpdatedBy, nil
 	}
-	return sched, s.Paused, "", s.UpdatedBy, nil
+	return o.sched, s.Paused, "", s.UpdatedBy, nil
+}
+
+// parsedOverride is an operator's schedule override as stored (text) and
+// what it parses to: a schedule, or the parser's cause.
+type parsedOverride struct {
+	text    string
+	sched   jobs.Schedule
+	invalid string
+}
+
+// overrideOf returns override text parsed. The last one parsed is kept,
+// so a schedule is parsed once per change, not at every fire (a cron
+// expression's parse allocates and costs microseconds).
+func (js *jobState) overrideOf(text string) *parsedOverride {
+	if o := js.override.Load(); o != nil && o.text == text {
+		return o
+	}
+	o := &parsedOverride{text: text}
+	sched, err := jobs.ParseSchedule(text)
+	if err != nil {
+		o.invalid = err.Error()
+	} else {
+		o.sched = sched
+	}
+	js.override.Store(o)
+	return o
 }
 
 // Snapshot returns this replica's status of every job.
