@@ -13,9 +13,9 @@ import (
 type oneSetting struct{ s jobs.Setting }
 
 func (o *oneSetting) Get(context.Context, string) (jobs.Setting, error) { return o.s, nil }
-func (o *oneSetting) Invalidate(string)                                  {}
-func (o *oneSetting) InvalidateAll()                                     {}
-func (o *oneSetting) Refresh(context.Context) ([]string, error)          { return nil, nil }
+func (o *oneSetting) Invalidate(string)                                 {}
+func (o *oneSetting) InvalidateAll()                                    {}
+func (o *oneSetting) Refresh(context.Context) ([]string, error)         { return nil, nil }
 
 // A schedule override is parsed once per change, not at every fire: the
 // fires that read an unchanged override allocate nothing, and a changed
