@@ -218,6 +218,10 @@ type env struct {
 	// mem, when set, stands in for the store and the settings: the env
 	// has no database (newMemEnv).
 	mem *memStore
+	// bubble: the env lives in a synctest bubble (newBubbleEnv); the
+	// runner and its tasks run on the real clock, which the bubble fakes,
+	// and clk is unused.
+	bubble bool
 }
 
 // newMemEnv is an env without PostgreSQL, for the runner's timing tests:
@@ -251,7 +255,11 @@ func newEnv(t *testing.T) *env {
 
 // task returns a fake task on the env's fake clock.
 func (e *env) task() *fakeTask {
-	ft := newFakeTask(e.clk)
+	var clk clock.Clock = e.clk
+	if e.bubble {
+		clk = clock.Real{}
+	}
+	ft := newFakeTask(clk)
 	e.tasks = append(e.tasks, ft)
 	return ft
 }
@@ -268,13 +276,18 @@ func (e *env) options(js ...jobtask.Job) runner.Options {
 	if e.mem != nil {
 		store, settings = e.mem, e.mem
 	}
-	return runner.Options{
+	o := runner.Options{
 		ReplicaID: replicaID, Jobs: js, Locks: runner.LocksOf(e.locks), Store: store, Settings: settings,
 		Clock: e.clk, Logger: slog.New(slog.NewTextHandler(e.logs, nil)), Metrics: e.reg,
 		ShutdownWait: 5 * time.Second,
 		InitialDelay: func(jobs.Job) time.Duration { return 0 },
 		DutySpread:   func(string, time.Duration, int) time.Duration { return 0 },
 	}
+	if e.bubble {
+		// The bubble's clock: exact due times, no timer resolution.
+		o.Clock, o.TimerResolution, o.Locks = clock.Real{}, -1, nil
+	}
+	return o
 }
 
 // start builds the runner from o and starts it; the runner is stopped (its
