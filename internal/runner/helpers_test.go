@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -463,8 +462,8 @@ func (m *memStore) RetireUndeclared(_ context.Context, jobIDs, perCluster []stri
 	defer m.mu.Unlock()
 	var out []string
 	for k := range m.status {
-		base, _, duty := strings.Cut(k, "@")
-		if slices.Contains(jobIDs, k) || (duty && slices.Contains(perCluster, base)) {
+		key, duty := jobs.ParseDutyKey(k)
+		if slices.Contains(jobIDs, k) || (duty && slices.Contains(perCluster, key.Job)) {
 			continue
 		}
 		delete(m.status, k)
