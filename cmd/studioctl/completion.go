@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/studioctl/studioctl/internal/db"
+	"github.com/studioctl/studioctl/internal/jobs"
 	"github.com/studioctl/studioctl/internal/locks"
 	"github.com/studioctl/studioctl/internal/natsort"
 )
@@ -101,7 +102,7 @@ func (a *app) addCompletions(root *cobra.Command) {
 				return nil, cobra.ShellCompDirectiveNoFileComp
 			}
 			k := kind
-			if duties && strings.Contains(toComplete, "@") {
+			if _, duty := jobs.ParseDutyKey(toComplete); duties && duty {
 				k = completeDuties
 			}
 			return withPrefix(a.completeNames(cmd.Context(), k), toComplete, args), cobra.ShellCompDirectiveNoFileComp

@@ -213,9 +213,10 @@ shows every duty, ID@CLUSTER one duty and its runs for that cluster.`,
 }
 
 // validateJobOrDuty checks a job id, or a per-cluster duty's
-// ID@CLUSTER (runner.DutyKey).
+// ID@CLUSTER (jobs.DutyKey).
 func validateJobOrDuty(id string) error {
-	job, cluster, duty := strings.Cut(id, "@")
+	k, duty := jobs.ParseDutyKey(id)
+	job, cluster := k.Job, k.Cluster
 	if err := jobs.ValidateID(job); err != nil {
 		return usageErrorf("job id: %v", err)
 	}
@@ -249,8 +250,8 @@ func jobsStatusRun(ctx context.Context, o *jobsStatusOptions) error {
 		}
 		// A duty's runs are its job's, for its cluster (history rows keep
 		// the job's own id).
-		job, cluster, _ := strings.Cut(o.ID, "@")
-		runs, err := jobstore.RecentRuns(ctx, pool, job, cluster, statusRecentRuns)
+		k, _ := jobs.ParseDutyKey(o.ID)
+		runs, err := jobstore.RecentRuns(ctx, pool, k.Job, k.Cluster, statusRecentRuns)
 		if err != nil {
 			return listView{}, err
 		}

@@ -284,7 +284,8 @@ func occurrenceCells(p *output.Printer, s *jobstore.OccurrenceSummary) (last, sk
 // validateOccurrenceJob checks the ID of jobs occurrences and jobs why: a
 // job id; a duty's ID@CLUSTER is its job's id with --scope CLUSTER.
 func validateOccurrenceJob(id string) error {
-	if job, cluster, duty := strings.Cut(id, "@"); duty {
+	if k, duty := jobs.ParseDutyKey(id); duty {
+		job, cluster := k.Job, k.Cluster
 		// The hint is a command part a user can paste: only what reads as
 		// a job id and a cluster is offered, the cluster shell-quoted.
 		if err := jobs.ValidateID(job); err != nil {

@@ -59,7 +59,8 @@ stored no output (its task printed nothing, or it is still going).`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			id, cluster, hasCluster := strings.Cut(args[0], "@")
+			k, hasCluster := jobs.ParseDutyKey(args[0])
+			id, cluster := k.Job, k.Cluster
 			if err := jobs.ValidateID(id); err != nil {
 				return usageErrorf("job id: %v", err)
 			}
@@ -110,10 +111,7 @@ func jobsOutputRun(ctx context.Context, o *jobsOutputOptions) error {
 
 // runHeader names a run for the terminal's header line.
 func runHeader(p *output.Printer, r jobs.Run) string {
-	name := r.JobID
-	if r.Cluster != "" {
-		name += "@" + r.Cluster
-	}
+	name := jobs.DutyKey{Job: r.JobID, Cluster: r.Cluster}.String()
 	h := fmt.Sprintf("run %d of job %s on %s, started %s: %s", r.Seq, name, r.ReplicaID, p.Time(r.StartedAt), r.Outcome)
 	if r.Error != "" {
 		h += " (" + strings.Join(strings.Fields(r.Error), " ") + ")"

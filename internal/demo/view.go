@@ -289,7 +289,8 @@ func mergeDuties(views []jobstore.View) []jobstore.View {
 	byID := map[string]*jobstore.View{}
 	var order []string
 	for _, v := range views {
-		id, _, duty := strings.Cut(v.ID, "@")
+		k, duty := jobs.ParseDutyKey(v.ID)
+		id := k.Job
 		m, ok := byID[id]
 		if !ok {
 			c := v

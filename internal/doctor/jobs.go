@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -35,8 +34,8 @@ func readJobs(ctx context.Context, e *env) (jobState, error) {
 // baseID is the job id of a status row's job id: a per-cluster duty's row
 // is "id@cluster".
 func baseID(id string) string {
-	b, _, _ := strings.Cut(id, "@")
-	return b
+	k, _ := jobs.ParseDutyKey(id)
+	return k.Job
 }
 
 // schedules maps each job's own id to the schedule in force, as its status
@@ -234,10 +233,7 @@ func checkStalledJobs(ctx context.Context, e *env) Result {
 		if !ok || age <= timeout+PastTimeoutGrace {
 			continue
 		}
-		name := x.job
-		if x.cluster != "" {
-			name += "@" + x.cluster
-		}
+		name := jobs.DutyKey{Job: x.job, Cluster: x.cluster}.String()
 		stalled = append(stalled, fmt.Sprintf("%s run %d on %s: running for %s, past its %s timeout", name, x.seq, x.replica, ago(age), timeout))
 	}
 	// No live replica at all, while replicas reported jobs within

@@ -26,6 +26,7 @@ import (
 	"github.com/studioctl/studioctl/internal/db"
 	"github.com/studioctl/studioctl/internal/jobs"
 	"github.com/studioctl/studioctl/internal/jobstore"
+	"github.com/studioctl/studioctl/internal/jobtask"
 	"github.com/studioctl/studioctl/internal/leases"
 	"github.com/studioctl/studioctl/internal/locks"
 	"github.com/studioctl/studioctl/internal/migrate"
@@ -536,7 +537,7 @@ func (h *Host) start(ctx context.Context) (err error) {
 // newRunner binds the jobs and builds the runner and its store; New
 // checks the jobs, so a bad job fails before the replica registers.
 func (h *Host) newRunner() (err error) {
-	list := make([]jobs.Job, 0, len(h.o.Jobs)+1)
+	list := make([]jobtask.Job, 0, len(h.o.Jobs)+1)
 	if !h.o.NoHousekeeping {
 		list = append(list, jobstore.Housekeeping(h.pool))
 	}
@@ -550,8 +551,7 @@ func (h *Host) newRunner() (err error) {
 	// its idle connections close when the runner has stopped (drain.go).
 	h.httpClient = tasks.NewHTTPClient()
 	for _, j := range h.o.Jobs {
-		j.Bind(sqlDB, h.httpClient)
-		list = append(list, j)
+		list = append(list, jobtask.Bind(j, sqlDB, h.httpClient))
 	}
 	h.store = jobstore.NewStore(h.pool, h.o.ID, h.log)
 	if h.provider != nil {

@@ -11,8 +11,8 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/studioctl/studioctl/internal/config"
-	"github.com/studioctl/studioctl/internal/locks"
-	"github.com/studioctl/studioctl/internal/tasks"
+	"github.com/studioctl/studioctl/internal/lockname"
+	"github.com/studioctl/studioctl/internal/taskenv"
 )
 
 // ConfigError is a job configuration error: it names the file, the line,
@@ -288,8 +288,8 @@ func parseJob(file string, n *yaml.Node) (Job, error) {
 		if j.Scope != ScopeInstallation {
 			return j, bad(ln, "lock", "only an installation job takes a lock (this one has scope %s)", j.Scope)
 		}
-		if err := locks.ValidateName(v); err != nil {
-			return j, bad(ln, "lock", "%s", strings.TrimPrefix(err.Error(), locks.ErrInvalid.Error()+": "))
+		if err := lockname.Validate(v); err != nil {
+			return j, bad(ln, "lock", "%s", strings.TrimPrefix(err.Error(), lockname.ErrInvalid.Error()+": "))
 		}
 		j.Lock = v
 	}
@@ -325,9 +325,9 @@ func parseEnv(file, job string, n *yaml.Node) (map[string]string, error) {
 		k, v := n.Content[i], n.Content[i+1]
 		field := "env." + k.Value
 		switch {
-		case !tasks.ValidEnvName(k.Value):
+		case !taskenv.ValidName(k.Value):
 			return nil, bad(k, field, "%q is not a variable name: want [A-Za-z_][A-Za-z0-9_]*", k.Value)
-		case slices.Contains(tasks.RunEnv, k.Value):
+		case slices.Contains(taskenv.RunEnv, k.Value):
 			return nil, bad(k, field, "is set by the runner for every run")
 		case v.Kind != yaml.ScalarNode || v.Tag == "!!null":
 			return nil, bad(v, field, "must be a single value")
@@ -384,7 +384,7 @@ func parseRun(file, job string, n *yaml.Node) (TaskSpec, error) {
 		if err != nil {
 			return t, err
 		}
-		ht := tasks.HTTP{Method: "POST", Headers: map[string]string{}}
+		ht := HTTPSpec{Method: "POST", Headers: map[string]string{}}
 		if m, ok := hf["method"]; ok {
 			v, err := scalar(file, job, "run.http.method", m)
 			if err != nil {

@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/studioctl/studioctl/internal/jobs"
-	"github.com/studioctl/studioctl/internal/tasks"
 )
 
 func TestParseReadsTheEnvOfACommandJob(t *testing.T) {
@@ -19,11 +18,6 @@ func TestParseReadsTheEnvOfACommandJob(t *testing.T) {
 	want := map[string]string{"REPORT_DIR": "/srv/reports", "PGAPPNAME": "nightly", "_DEBUG": "1", "EMPTY": ""}
 	if !maps.Equal(got[0].Env, want) {
 		t.Errorf("Env = %v, want %v", got[0].Env, want)
-	}
-	j := got[0]
-	j.Bind(nil, nil)
-	if c, ok := j.Task.(tasks.Command); !ok || !maps.Equal(c.Env, want) {
-		t.Errorf("bound task = %#v, want a command with the env", j.Task)
 	}
 }
 

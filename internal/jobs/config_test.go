@@ -12,7 +12,6 @@ import (
 
 	"github.com/studioctl/studioctl/internal/config"
 	"github.com/studioctl/studioctl/internal/jobs"
-	"github.com/studioctl/studioctl/internal/tasks"
 )
 
 const configFile = "studio.yaml"
@@ -67,10 +66,10 @@ func TestParseAcceptsAllThreeTaskKinds(t *testing.T) {
 		{"session-reaper", jobs.ScopeInstallation, "cron 0 2 * * *", 0, 10, "sql",
 			jobs.TaskSpec{SQL: "DELETE FROM sessions WHERE expires_at < now()"}},
 		{"cache-refill", jobs.ScopeInstance, "every 1m", 0, 15, "http",
-			jobs.TaskSpec{HTTP: &tasks.HTTP{Method: "PUT", URL: "http://127.0.0.1:9000/tasks/refill",
+			jobs.TaskSpec{HTTP: &jobs.HTTPSpec{Method: "PUT", URL: "http://127.0.0.1:9000/tasks/refill",
 				Headers: map[string]string{"X-Token": "abc", "Content-Type": "application/json"}, Body: `{"all":true}`}}},
 		{"ping", jobs.ScopeInstance, "cron @hourly", 0, 24, "http",
-			jobs.TaskSpec{HTTP: &tasks.HTTP{Method: "POST", URL: "https://example.com/ping", Headers: map[string]string{}}}},
+			jobs.TaskSpec{HTTP: &jobs.HTTPSpec{Method: "POST", URL: "https://example.com/ping", Headers: map[string]string{}}}},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("Parse gave %d jobs, want %d: %+v", len(got), len(want), got)
@@ -78,9 +77,9 @@ func TestParseAcceptsAllThreeTaskKinds(t *testing.T) {
 	for i, w := range want {
 		j := got[i]
 		if j.ID != w.id || j.Scope != w.scope || j.Schedule.String() != w.schedule || j.Timeout != w.timeout ||
-			j.File != configFile || j.Line != w.line || j.Builtin || j.Task != nil {
-			t.Errorf("job %d = {ID %q, Scope %q, Schedule %q, Timeout %s, File %q, Line %d, Builtin %v, Task %v}, want {%q, %q, %q, %s, %q, %d, false, nil}",
-				i, j.ID, j.Scope, j.Schedule, j.Timeout, j.File, j.Line, j.Builtin, j.Task, w.id, w.scope, w.schedule, w.timeout, configFile, w.line)
+			j.File != configFile || j.Line != w.line || j.Builtin {
+			t.Errorf("job %d = {ID %q, Scope %q, Schedule %q, Timeout %s, File %q, Line %d, Builtin %v}, want {%q, %q, %q, %s, %q, %d, false}",
+				i, j.ID, j.Scope, j.Schedule, j.Timeout, j.File, j.Line, j.Builtin, w.id, w.scope, w.schedule, w.timeout, configFile, w.line)
 		}
 		if j.Spec.Kind() != w.kind {
 			t.Errorf("job %q: task kind %q, want %q", j.ID, j.Spec.Kind(), w.kind)

@@ -5,16 +5,10 @@
 package jobs
 
 import (
-	"context"
 	"fmt"
-	"net/http"
 	"regexp"
 	"strings"
 	"time"
-
-	"github.com/jackc/pgx/v5"
-
-	"github.com/studioctl/studioctl/internal/tasks"
 )
 
 // Scope says where a job runs.
@@ -55,18 +49,57 @@ func ValidateID(id string) error {
 
 // dutyOf returns the job of a per-cluster duty's key (job@cluster), or "".
 func dutyOf(id string) string {
-	job, _, ok := strings.Cut(id, "@")
-	if !ok || !idPattern.MatchString(job) {
+	k, ok := ParseDutyKey(id)
+	if !ok || !idPattern.MatchString(k.Job) {
 		return ""
 	}
-	return job
+	return k.Job
 }
 
-// TaskSpec is a task as configured, before it is bound to a database pool.
+// DutyKey names one status row of a job: the job's own id, or, for a
+// per-cluster duty (clusters: owned), "job@cluster". It is the job id of
+// the duty's status row, of the runner's Snapshot and of `jobs output
+// job@cluster`. A job id never contains "@", so a key never names a job of
+// its own; history rows keep the job's own id and record the cluster in
+// their cluster column.
+type DutyKey struct {
+	Job     string
+	Cluster string // "": the job's own row (not a duty)
+}
+
+// dutySep separates the job from the cluster in a duty's key.
+const dutySep = "@"
+
+// String is "job@cluster", or the job's id when Cluster is empty.
+func (k DutyKey) String() string {
+	if k.Cluster == "" {
+		return k.Job
+	}
+	return k.Job + dutySep + k.Cluster
+}
+
+// ParseDutyKey splits a status row's job id at its first "@": the job and
+// the cluster of a duty's key, with duty true (the cluster may be empty in
+// malformed input: "job@"), or the whole id as Job and duty false.
+func ParseDutyKey(id string) (k DutyKey, duty bool) {
+	job, cluster, duty := strings.Cut(id, dutySep)
+	return DutyKey{Job: job, Cluster: cluster}, duty
+}
+
+// TaskSpec is a task as configured. The runner's side binds it to the
+// task it executes (internal/jobtask).
 type TaskSpec struct {
 	Command []string
 	SQL     string
-	HTTP    *tasks.HTTP
+	HTTP    *HTTPSpec
+}
+
+// HTTPSpec is an http task as configured (run.http).
+type HTTPSpec struct {
+	Method  string // upper case; POST unless configured
+	URL     string
+	Headers map[string]string
+	Body    string
 }
 
 // Kind is "command", "sql" or "http".
@@ -88,8 +121,7 @@ type Job struct {
 	Scope    Scope
 	Schedule Schedule      // as configured; an operator override may replace it at a fire
 	Timeout  time.Duration // 0: DefaultTimeout of the schedule in force
-	Spec     TaskSpec      // the configured task
-	Task     tasks.Task    // the bound task the runner executes
+	Spec     TaskSpec      // the configured task (internal/jobtask binds it)
 	Builtin  bool          // declared in code (studio-housekeeping)
 	// Lock is the ShedLock lock name an installation job takes (key lock:);
 	// "" means the job id. Any ShedLock name up to 64 characters, so a Go
@@ -108,7 +140,7 @@ type Job struct {
 	PerCluster bool
 
 	// Env is the job's env: entries, added to the clean environment of its
-	// command (tasks.Environ).
+	// command (internal/tasks' Environ).
 	Env map[string]string
 }
 
@@ -128,29 +160,6 @@ func (j Job) TimeoutFor(s Schedule) time.Duration {
 		return j.Timeout
 	}
 	return DefaultTimeout(s)
-}
-
-// Bind turns the configured task into an executable one; db runs sql
-// tasks, and client (nil: a connection of its own per run) sends http
-// tasks' requests.
-func (j *Job) Bind(db interface {
-	Begin(context.Context) (pgx.Tx, error)
-}, client *http.Client) {
-	if j.Task != nil {
-		return
-	}
-	switch {
-	case len(j.Spec.Command) > 0:
-		j.Task = tasks.Command{Argv: j.Spec.Command, Env: j.Env}
-	case j.Spec.SQL != "":
-		j.Task = tasks.SQL{Statement: j.Spec.SQL, DB: db}
-	case j.Spec.HTTP != nil:
-		t := *j.Spec.HTTP
-		if t.Client == nil {
-			t.Client = client
-		}
-		j.Task = t
-	}
 }
 
 // Missed is the missed: key.

@@ -18,3 +18,29 @@ func TestValidateIDNamesTheJobOfADutyKey(t *testing.T) {
 		t.Fatalf("ValidateID(Bad@c1) = %v, want the pattern", err)
 	}
 }
+
+// A duty's key is joined and split in one place: String and ParseDutyKey
+// are each other's inverse for a job id and for job@cluster.
+func TestDutyKeyRoundTrips(t *testing.T) {
+	tests := []struct {
+		id   string
+		key  jobs.DutyKey
+		duty bool
+	}{
+		{"sync", jobs.DutyKey{Job: "sync"}, false},
+		{"sync@eu-1", jobs.DutyKey{Job: "sync", Cluster: "eu-1"}, true},
+		{"sync@eu@1", jobs.DutyKey{Job: "sync", Cluster: "eu@1"}, true}, // split at the first @
+	}
+	for _, tt := range tests {
+		k, duty := jobs.ParseDutyKey(tt.id)
+		if k != tt.key || duty != tt.duty {
+			t.Errorf("ParseDutyKey(%q) = %+v, %v; want %+v, %v", tt.id, k, duty, tt.key, tt.duty)
+		}
+		if got := k.String(); got != tt.id {
+			t.Errorf("%+v.String() = %q, want %q", k, got, tt.id)
+		}
+	}
+	if k, duty := jobs.ParseDutyKey("sync@"); !duty || k.Job != "sync" || k.Cluster != "" {
+		t.Errorf(`ParseDutyKey("sync@") = %+v, %v; want a duty with an empty cluster`, k, duty)
+	}
+}

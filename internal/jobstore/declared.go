@@ -26,7 +26,7 @@ import (
 )
 
 // jobRowsSQL matches the status rows of job $n: its own, and those of its
-// per-cluster duties (job@cluster, runner.DutyKey).
+// per-cluster duties (job@cluster, jobs.DutyKey).
 func jobRowsSQL(alias string, n int) string {
 	return fmt.Sprintf("(%[1]s.job_id = $%[2]d OR starts_with(%[1]s.job_id, $%[2]d || '@'))", alias, n)
 }
@@ -243,7 +243,7 @@ func RecentRuns(ctx context.Context, q Querier, job, cluster string, limit int) 
   coalesce(error, ''), coalesce(output_tail, '') FROM studio_job_run WHERE job_id = $1 AND cluster = $2
 ORDER BY started_at DESC, seq DESC LIMIT $3`, job, cluster, limit)
 	if err != nil {
-		return nil, fmt.Errorf("read history of job %q: %w", job+"@"+cluster, err)
+		return nil, fmt.Errorf("read history of job %q: %w", jobs.DutyKey{Job: job, Cluster: cluster}, err)
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (jobs.Run, error) {
 		var r jobs.Run
@@ -257,7 +257,7 @@ ORDER BY started_at DESC, seq DESC LIMIT $3`, job, cluster, limit)
 		return r, err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("read history of job %q: %w", job+"@"+cluster, err)
+		return nil, fmt.Errorf("read history of job %q: %w", jobs.DutyKey{Job: job, Cluster: cluster}, err)
 	}
 	return out, nil
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/studioctl/studioctl/internal/jobs"
+	"github.com/studioctl/studioctl/internal/jobtask"
 	"github.com/studioctl/studioctl/internal/liveness"
 	"github.com/studioctl/studioctl/internal/tasks"
 )
@@ -122,11 +123,11 @@ type Pass struct {
 // Housekeeping returns the built-in studio-housekeeping job (installation
 // scope): prune run history and old control requests, mark runs of gone
 // replicas interrupted, drop long-stopped replicas, prune the event stream.
-func Housekeeping(q Querier) jobs.Job {
-	return jobs.Job{
+func Housekeeping(q Querier) jobtask.Job {
+	return jobtask.Job{Job: jobs.Job{
 		ID: jobs.HousekeepingID, Scope: jobs.ScopeInstallation, Schedule: jobs.Schedule{Every: jobs.HousekeepingEvery},
-		Task: &housekeeping{q: q}, Builtin: true, Spec: jobs.TaskSpec{}, File: "(built in)",
-	}
+		Builtin: true, Spec: jobs.TaskSpec{}, File: "(built in)",
+	}, Task: &housekeeping{q: q}}
 }
 
 type housekeeping struct {

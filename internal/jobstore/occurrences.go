@@ -485,8 +485,9 @@ func occurrenceSummaryArgs(views []View) (ids, jobIDs []string, scopes, clusters
 	scopes = make([]*string, 0, len(views))
 	clusters = make([]*string, 0, len(views))
 	for _, v := range views {
-		job, cluster, duty := strings.Cut(v.ID, "@")
-		ids, jobIDs = append(ids, v.ID), append(jobIDs, job)
+		k, duty := jobs.ParseDutyKey(v.ID)
+		cluster := k.Cluster
+		ids, jobIDs = append(ids, v.ID), append(jobIDs, k.Job)
 		switch {
 		case duty:
 			scopes, clusters = append(scopes, &cluster), append(clusters, &cluster)

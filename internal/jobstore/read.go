@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -33,7 +32,7 @@ func ReadStatus(ctx context.Context, q Querier, job string) ([]ReplicaStatus, ti
 FROM studio_job_status s LEFT JOIN studio_replica r ON r.id = s.replica_id`
 	args := []any{}
 	switch {
-	case strings.Contains(job, "@"):
+	case isDutyKey(job):
 		sql += ` WHERE s.job_id = $1`
 		args = append(args, job)
 	case job != "":
@@ -304,10 +303,7 @@ type RunQuery struct {
 // before it was written.
 func RunOf(ctx context.Context, q Querier, rq RunQuery) (jobs.Run, error) {
 	job, cluster, seq := rq.Job, rq.Cluster, rq.Seq
-	name := job
-	if cluster != "" {
-		name += "@" + cluster
-	}
+	name := jobs.DutyKey{Job: job, Cluster: cluster}.String()
 	var row pgx.Row
 	if seq != 0 {
 		row = q.QueryRow(ctx, `SELECT `+runColumnsSQL+` FROM studio_job_run WHERE seq = $1`, seq)
@@ -340,10 +336,7 @@ ORDER BY started_at DESC, seq DESC LIMIT 1`, job, cluster, rq.Ended)
 		return jobs.Run{}, fmt.Errorf("read run of job %q: %w", name, err)
 	}
 	if r.JobID != job || cluster != "" && r.Cluster != cluster {
-		of := r.JobID
-		if r.Cluster != "" {
-			of += "@" + r.Cluster
-		}
+		of := jobs.DutyKey{Job: r.JobID, Cluster: r.Cluster}.String()
 		return jobs.Run{}, fmt.Errorf("run %d is a run of job %q, not of %q: %w", seq, of, name, ErrUnknownRun)
 	}
 	return r, nil
@@ -363,12 +356,15 @@ func scanRun(row pgx.Row) (jobs.Run, error) {
 
 // NoOutputError says why run r has no output to show, wrapping ErrNoOutput.
 func NoOutputError(r jobs.Run) error {
-	name := r.JobID
-	if r.Cluster != "" {
-		name += "@" + r.Cluster
-	}
+	name := jobs.DutyKey{Job: r.JobID, Cluster: r.Cluster}.String()
 	if r.Outcome == jobs.OutcomeRunning {
 		return fmt.Errorf("run %d of job %q is still running: %w yet (its output is stored when it ends)", r.Seq, name, ErrNoOutput)
 	}
 	return fmt.Errorf("run %d of job %q (%s): %w: its task printed nothing", r.Seq, name, r.Outcome, ErrNoOutput)
+}
+
+// isDutyKey reports whether id is a per-cluster duty's key (job@cluster).
+func isDutyKey(id string) bool {
+	_, duty := jobs.ParseDutyKey(id)
+	return duty
 }

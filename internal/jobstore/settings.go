@@ -143,7 +143,7 @@ var ErrUnknownJob = errors.New("no such job")
 // stored for when a replica declares it again.
 //
 // A clusters: owned job reports one row per cluster, keyed job@cluster
-// (runner.DutyKey): any of them makes the job known.
+// (jobs.DutyKey): any of them makes the job known.
 func Known(ctx context.Context, q Querier, job string) error {
 	var ok bool
 	if err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM studio_job_status WHERE job_id = $1 OR starts_with(job_id, $1 || '@'))

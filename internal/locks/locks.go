@@ -8,18 +8,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/studioctl/studioctl/internal/lockname"
 )
 
 // MaxNameChars is the length of ShedLock's name column, VARCHAR(64): 64
 // characters, not bytes (a German or Japanese name takes more bytes).
-const MaxNameChars = 64
+const MaxNameChars = lockname.MaxChars
 
 // MaxLockedByChars is the length of ShedLock's locked_by column,
 // VARCHAR(255), in characters.
@@ -36,7 +36,7 @@ var (
 	// ErrLockUsed: a lock object was used after Unlock or a successful Extend.
 	ErrLockUsed = errors.New("lock object already used: it is single-use after unlock or extend")
 	// ErrInvalid marks bad arguments.
-	ErrInvalid = errors.New("invalid lock argument")
+	ErrInvalid = lockname.ErrInvalid
 )
 
 // Querier is the part of a pool, connection or transaction the package uses.
@@ -99,31 +99,13 @@ func (p *Provider) CheckSchema(ctx context.Context) error {
 // seconds renders d as seconds with millisecond precision, as ShedLock does.
 func seconds(d time.Duration) float64 { return float64(d.Milliseconds()) / 1000 }
 
-// ValidateName checks a lock name as ShedLock's VARCHAR(64) takes it: not
-// empty, valid UTF-8 without NUL, at most 64 characters (runes, not bytes).
-// Any other character is allowed: ShedLock names are often camelCase
-// (scheduledTaskName) or carry dots and spaces.
-func ValidateName(name string) error {
-	if name == "" {
-		return fmt.Errorf("%w: lock name must not be empty", ErrInvalid)
-	}
-	return validText("lock name", name, MaxNameChars)
-}
+// ValidateName checks a lock name as ShedLock's VARCHAR(64) takes it
+// (lockname.Validate): not empty, valid UTF-8 without NUL, at most 64
+// characters (runes, not bytes).
+func ValidateName(name string) error { return lockname.Validate(name) }
 
-// validText checks a value for a VARCHAR(max) column: valid UTF-8, no NUL
-// (PostgreSQL stores neither), at most max characters.
-func validText(what, s string, max int) error {
-	if !utf8.ValidString(s) {
-		return fmt.Errorf("%w: %s %q is not valid UTF-8", ErrInvalid, what, s)
-	}
-	if strings.ContainsRune(s, 0) {
-		return fmt.Errorf("%w: %s %q contains a NUL character", ErrInvalid, what, s)
-	}
-	if n := utf8.RuneCountInString(s); n > max {
-		return fmt.Errorf("%w: %s %q is %d characters, at most %d allowed", ErrInvalid, what, s, n, max)
-	}
-	return nil
-}
+// validText checks a value for a VARCHAR(max) column (lockname.ValidText).
+func validText(what, s string, max int) error { return lockname.ValidText(what, s, max) }
 
 func validateDurations(atMostFor, atLeastFor time.Duration) error {
 	if atMostFor < time.Millisecond {

@@ -322,4 +322,3 @@ func (c *Cluster) Promote(ctx context.Context) error {
 	}
 	return nil
 }
-

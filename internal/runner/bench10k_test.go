@@ -42,6 +42,7 @@ import (
 	"github.com/studioctl/studioctl/internal/db"
 	"github.com/studioctl/studioctl/internal/jobs"
 	"github.com/studioctl/studioctl/internal/jobstore"
+	"github.com/studioctl/studioctl/internal/jobtask"
 	"github.com/studioctl/studioctl/internal/locks"
 	"github.com/studioctl/studioctl/internal/runner"
 	"github.com/studioctl/studioctl/internal/tasks"
@@ -232,14 +233,14 @@ LANGUAGE plpgsql AS $$ DECLARE v text; BEGIN FOREACH v IN ARRAY coalesce(p_notif
 	}()
 
 	rec := &bench10kRecorder{samples: make([]time.Duration, 0, bench10kMaxSamples)}
-	list := make([]jobs.Job, n)
+	list := make([]jobtask.Job, n)
 	for i := range list {
 		d := time.Second + time.Duration(i%10)*time.Second
 		s, err := jobs.Every(d)
 		if err != nil {
 			t.Fatal(err)
 		}
-		list[i] = jobs.Job{ID: fmt.Sprintf("bench-%05d", i), Scope: jobs.ScopeInstance, Schedule: s, Task: &bench10kTask{every: d, rec: rec}}
+		list[i] = jobtask.Job{Job: jobs.Job{ID: fmt.Sprintf("bench-%05d", i), Scope: jobs.ScopeInstance, Schedule: s}, Task: &bench10kTask{every: d, rec: rec}}
 	}
 	provider, err := locks.NewProvider(pool, locks.DefaultTable(), bench10kReplica)
 	if err != nil {

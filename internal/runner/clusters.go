@@ -4,8 +4,10 @@ package runner
 // is a template. It gets one timer, one status row and one run at a time
 // per cluster this replica owns a lease of: the lease loop calls
 // AddCluster when it acquires a lease and RemoveCluster when it loses or
-// releases it (docs/leases.md). The hooks in runner.go and run.go are
-// marked "per-cluster duties (clusters.go)".
+// releases it (docs/leases.md). The runner's bookkeeping hooks in
+// runner.go are marked "per-cluster duties (clusters.go)"; a run's main
+// path (run.go) asks only the job's duty value (*duty, nil for a job that
+// is not per cluster), whose methods answer for both.
 
 import (
 	"context"
@@ -14,29 +16,67 @@ import (
 	"slices"
 
 	"github.com/studioctl/studioctl/internal/jobs"
+	"github.com/studioctl/studioctl/internal/jobtask"
 	"github.com/studioctl/studioctl/internal/natsort"
 )
-
-// DutyKey is the job id of the status row (and of Snapshot, JobIDs,
-// Trigger) of job id's duty for cluster: "id@cluster". A job id never
-// contains "@", so a key never names a job of its own. History rows keep
-// the job's own id and record the cluster in their cluster column.
-func DutyKey(id, cluster string) string { return id + "@" + cluster }
 
 // errLeaseLost is the cause of a run cancelled because its cluster's
 // lease was lost or released; the lease's own cause is wrapped in it.
 var errLeaseLost = errors.New("cluster lease lost")
 
-// duty ties a jobState to one cluster's lease.
+// duty ties a jobState to one cluster's lease. It is the one value the
+// main path asks about per-cluster duties: a nil *duty is a job that is
+// not per cluster, and every method answers for it (no cluster, never
+// over, nothing to watch, no deadline).
 type duty struct {
-	cluster string
+	key     jobs.DutyKey    // job@cluster
+	id      string          // key.String(): the status row's job id, made once
 	ctx     context.Context // cancelled by the lease loop when the lease ends
 	removed bool            // RemoveCluster ran; r.mu
 }
 
+func newDuty(job, cluster string, ctx context.Context) *duty {
+	k := jobs.DutyKey{Job: job, Cluster: cluster}
+	return &duty{key: k, id: k.String(), ctx: ctx}
+}
+
+// cluster is the duty's cluster, "" for a job that is not per cluster.
+func (d *duty) cluster() string {
+	if d == nil {
+		return ""
+	}
+	return d.key.Cluster
+}
+
+// over reports whether the duty's lease has ended. r.mu held.
+func (d *duty) over() bool {
+	return d != nil && (d.removed || d.ctx.Err() != nil)
+}
+
+// ended is closed when the duty's lease ends; nil (never) for a job that
+// is not per cluster.
+func (d *duty) ended() <-chan struct{} {
+	if d == nil {
+		return nil
+	}
+	return d.ctx.Done()
+}
+
+// watch cancels a run of the duty when its lease ends, with errLeaseLost
+// wrapping the lease's cause. The returned func stops watching.
+func (d *duty) watch(cancelRun context.CancelCauseFunc) func() {
+	if d == nil {
+		return func() {}
+	}
+	stop := context.AfterFunc(d.ctx, func() {
+		cancelRun(fmt.Errorf("%w (%w)", errLeaseLost, context.Cause(d.ctx)))
+	})
+	return func() { stop() }
+}
+
 // clusterDuties is the runner's per-cluster state; r.mu guards it.
 type clusterDuties struct {
-	templates []jobs.Job                  // the per-cluster jobs, in configuration order
+	templates []jobtask.Job               // the per-cluster jobs, in configuration order
 	owned     map[string]context.Context  // cluster -> the lease's duty context
 	prior     map[string]jobs.Status      // status rows a previous process left, by key
 	last      map[string]jobs.Status      // the last status of each duty key, so counters carry on
@@ -44,7 +84,7 @@ type clusterDuties struct {
 }
 
 // addTemplate records a per-cluster job in New.
-func (r *Runner) addTemplate(j jobs.Job) error {
+func (r *Runner) addTemplate(j jobtask.Job) error {
 	if j.Scope != jobs.ScopeInstance {
 		return fmt.Errorf("job %q: clusters: owned needs scope instance, not %s", j.ID, j.Scope)
 	}
@@ -56,42 +96,16 @@ func (r *Runner) addTemplate(j jobs.Job) error {
 }
 
 func (r *Runner) isTemplate(id string) bool {
-	return slices.ContainsFunc(r.clusters.templates, func(j jobs.Job) bool { return j.ID == id })
-}
-
-// cluster is the cluster js runs for, "" for a job that is not per cluster.
-func (js *jobState) cluster() string {
-	if js.duty == nil {
-		return ""
-	}
-	return js.duty.cluster
+	return slices.ContainsFunc(r.clusters.templates, func(j jobtask.Job) bool { return j.ID == id })
 }
 
 // key is js's key in r.jobs and its status row's job id: the job's id, or
-// the duty's (DutyKey).
+// the duty's (jobs.DutyKey).
 func (js *jobState) key() string {
 	if js.duty == nil {
 		return js.job.ID
 	}
-	return DutyKey(js.job.ID, js.duty.cluster)
-}
-
-// dutyOver reports whether js is a duty whose lease has ended. r.mu held.
-func (js *jobState) dutyOver() bool {
-	return js.duty != nil && (js.duty.removed || js.duty.ctx.Err() != nil)
-}
-
-// watchDuty cancels a run of js when its lease ends, with errLeaseLost
-// wrapping the lease's cause. The returned func stops watching.
-func (js *jobState) watchDuty(cancelRun context.CancelCauseFunc) func() {
-	if js.duty == nil {
-		return func() {}
-	}
-	d := js.duty.ctx
-	stop := context.AfterFunc(d, func() {
-		cancelRun(fmt.Errorf("%w (%w)", errLeaseLost, context.Cause(d)))
-	})
-	return func() { stop() }
+	return js.duty.id
 }
 
 // leaseLostText is the error recorded for a run its lease ended.
@@ -129,8 +143,9 @@ func (r *Runner) AddCluster(cluster string, ctx context.Context) {
 	r.clusters.owned[cluster] = ctx
 	now := r.o.Clock.Now()
 	for _, j := range r.clusters.templates {
-		key := DutyKey(j.ID, cluster)
-		js := &jobState{job: j, sched: j.Schedule, duty: &duty{cluster: cluster, ctx: ctx}}
+		d := newDuty(j.ID, cluster, ctx)
+		key := d.id
+		js := &jobState{job: j, sched: j.Schedule, duty: d}
 		if p, ok := r.clusters.last[key]; ok {
 			js.status = p
 		} else if p, ok := r.clusters.prior[key]; ok {
@@ -171,7 +186,7 @@ func (r *Runner) removeClusterLocked(cluster string) {
 	}
 	delete(r.clusters.owned, cluster)
 	for _, j := range r.clusters.templates {
-		key := DutyKey(j.ID, cluster)
+		key := jobs.DutyKey{Job: j.ID, Cluster: cluster}.String()
 		js, ok := r.jobs[key]
 		if !ok {
 			continue
@@ -193,12 +208,26 @@ func (r *Runner) removeClusterLocked(cluster string) {
 	}
 }
 
-// dutyFinished notes that a run (or skip) of js ended. r.mu held.
-func (r *Runner) dutyFinished(js *jobState) {
+// dutyLeftLocked notes that a run (or skip) of js ended, and reports
+// whether js is a duty whose lease ended: it then stays off the timer, and
+// its failure, if any, is no longer this replica's (a duty added again
+// under the key has its own). r.mu held.
+func (r *Runner) dutyLeftLocked(js *jobState) bool {
+	if js.duty == nil {
+		return false
+	}
 	if ch, ok := r.clusters.ending[js]; ok {
 		close(ch)
 		delete(r.clusters.ending, js)
 	}
+	if !js.duty.over() {
+		return false
+	}
+	js.status.NextFireAt = nil
+	if cur, ok := r.jobs[js.key()]; !ok || cur == js {
+		r.metrics.failing.forget(js.key())
+	}
+	return true
 }
 
 // AwaitClusters waits until no removed duty of clusters is still running,
@@ -208,7 +237,7 @@ func (r *Runner) AwaitClusters(ctx context.Context, clusters []string) {
 	r.mu.Lock()
 	var wait []chan struct{}
 	for js, ch := range r.clusters.ending {
-		if slices.Contains(clusters, js.duty.cluster) {
+		if slices.Contains(clusters, js.duty.cluster()) {
 			wait = append(wait, ch)
 		}
 	}
@@ -241,7 +270,7 @@ func (r *Runner) triggerDuties(id string) (fired, handled bool) {
 		return false, false
 	}
 	for c := range r.clusters.owned {
-		js, ok := r.jobs[DutyKey(id, c)]
+		js, ok := r.jobs[jobs.DutyKey{Job: id, Cluster: c}.String()]
 		if !ok || js.running || r.stopping || !js.queued {
 			continue
 		}

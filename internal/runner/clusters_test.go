@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/studioctl/studioctl/internal/jobs"
+	"github.com/studioctl/studioctl/internal/jobtask"
 	"github.com/studioctl/studioctl/internal/runner"
 	"github.com/studioctl/studioctl/internal/tasks"
 )
@@ -24,7 +25,7 @@ func (m *memStore) statusOf(key string) jobs.Status {
 	return m.status[key]
 }
 
-func perClusterJob(e *env, id string, d time.Duration, ft *fakeTask) jobs.Job {
+func perClusterJob(e *env, id string, d time.Duration, ft *fakeTask) jobtask.Job {
 	j := e.job(id, jobs.ScopeInstance, d, ft)
 	j.PerCluster = true
 	return j
@@ -54,7 +55,7 @@ func TestAPerClusterJobRunsOncePerOwnedClusterAndStopsWithItsLease(t *testing.T)
 	if got := r.OwnedClusters(); strings.Join(got, ",") != "c1,c2" {
 		t.Fatalf("OwnedClusters = %v", got)
 	}
-	st := status(t, r, runner.DutyKey("duty", "c1"))
+	st := status(t, r, jobs.DutyKey{Job: "duty", Cluster: "c1"}.String())
 	if !st.Running || st.Scope != jobs.ScopeInstance {
 		t.Fatalf("status of duty@c1 = %+v, want running", st)
 	}
@@ -88,13 +89,13 @@ func TestAPerClusterJobRunsOncePerOwnedClusterAndStopsWithItsLease(t *testing.T)
 		return false
 	})
 	for _, s := range r.Snapshot() {
-		if s.JobID == runner.DutyKey("duty", "c1") {
+		if s.JobID == (jobs.DutyKey{Job: "duty", Cluster: "c1"}).String() {
 			t.Fatalf("duty@c1 still hosted after its lease ended: %+v", s)
 		}
 	}
 	ft.finish(t, tasksOK())
 	ft.waitEnds(t, 2)
-	e.waitIdle(runner.DutyKey("duty", "c2"), e.clk.Now().Add(10*time.Second))
+	e.waitIdle(jobs.DutyKey{Job: "duty", Cluster: "c2"}.String(), e.clk.Now().Add(10*time.Second))
 	e.clk.Advance(10 * time.Second)
 	ft.waitStarts(t, 3)
 	for _, run := range e.mem.history("duty") {
@@ -103,7 +104,7 @@ func TestAPerClusterJobRunsOncePerOwnedClusterAndStopsWithItsLease(t *testing.T)
 		}
 	}
 	// The stored status row of the removed duty says it is not scheduled.
-	if st := e.mem.statusOf(runner.DutyKey("duty", "c1")); st.NextFireAt != nil || st.Running || st.LockLost != 1 {
+	if st := e.mem.statusOf(jobs.DutyKey{Job: "duty", Cluster: "c1"}.String()); st.NextFireAt != nil || st.Running || st.LockLost != 1 {
 		t.Errorf("stored status of duty@c1 = %+v, want not scheduled, not running, lock_lost 1", st)
 	}
 
@@ -112,7 +113,7 @@ func TestAPerClusterJobRunsOncePerOwnedClusterAndStopsWithItsLease(t *testing.T)
 	defer cancel1b(nil)
 	r.AddCluster("c1", c1b)
 	ft.waitStarts(t, 4)
-	if st := status(t, r, runner.DutyKey("duty", "c1")); st.LockLost != 1 || st.Runs != 1 {
+	if st := status(t, r, jobs.DutyKey{Job: "duty", Cluster: "c1"}.String()); st.LockLost != 1 || st.Runs != 1 {
 		t.Errorf("duty@c1 acquired again: lock_lost %d runs %d, want 1 and 1", st.LockLost, st.Runs)
 	}
 }
@@ -142,7 +143,7 @@ func TestATriggerFiresEveryOwnedClustersDuty(t *testing.T) {
 	}
 	ft.waitStarts(t, 3)
 	for _, c := range []string{"a", "b", "c"} {
-		e.waitIdle(runner.DutyKey("duty", c), e.clk.Now().Add(time.Hour))
+		e.waitIdle(jobs.DutyKey{Job: "duty", Cluster: c}.String(), e.clk.Now().Add(time.Hour))
 	}
 	if !r.Trigger("duty") {
 		t.Fatal("Trigger(duty) = false")

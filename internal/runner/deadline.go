@@ -33,15 +33,15 @@ const (
 	lockDeadlineMargin = 5 * time.Second
 )
 
-// dutyDeadline returns the deadline of a run of duty js: the end of its
+// deadline returns the deadline of a run of the duty: the end of its
 // lease's trust window plus dutyDeadlineSlack. It returns nil for a job
 // that is not a duty, and for a duty context that does not come from a
 // lease loop (leases.TrustedUntil).
-func dutyDeadline(js *jobState) func() time.Time {
-	if js.duty == nil {
+func (d *duty) deadline() func() time.Time {
+	if d == nil {
 		return nil
 	}
-	ctx := js.duty.ctx
+	ctx := d.ctx
 	if _, ok := leases.TrustedUntil(ctx); !ok {
 		return nil
 	}

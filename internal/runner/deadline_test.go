@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/studioctl/studioctl/internal/jobs"
+	"github.com/studioctl/studioctl/internal/jobtask"
 	"github.com/studioctl/studioctl/internal/leases"
-	"github.com/studioctl/studioctl/internal/runner"
 	"github.com/studioctl/studioctl/internal/tasks"
 )
 
@@ -68,8 +68,8 @@ func TestAnInstallationJobsCommandMustEndBeforeItsLockUntil(t *testing.T) {
 	t.Cleanup(solo.release)
 	before := time.Now()
 	e.start(e.options(
-		jobs.Job{ID: "nightly", Scope: jobs.ScopeInstallation, Schedule: every(t, 10*time.Second), Task: held},
-		jobs.Job{ID: "local", Scope: jobs.ScopeInstance, Schedule: every(t, 10*time.Second), Task: solo},
+		jobtask.Job{Job: jobs.Job{ID: "nightly", Scope: jobs.ScopeInstallation, Schedule: every(t, 10*time.Second)}, Task: held},
+		jobtask.Job{Job: jobs.Job{ID: "local", Scope: jobs.ScopeInstance, Schedule: every(t, 10*time.Second)}, Task: solo},
 	))
 	env := held.env(t, 0)
 	if env.Deadline == nil {
@@ -108,7 +108,7 @@ func TestARunEndedAtItsDeadlineIsRecordedLockLost(t *testing.T) {
 		e := newEnv(t)
 		ft := newEnvTask(atDeadline)
 		ft.release()
-		e.start(e.options(jobs.Job{ID: "nightly", Scope: jobs.ScopeInstallation, Schedule: every(t, 10*time.Second), Task: ft}))
+		e.start(e.options(jobtask.Job{Job: jobs.Job{ID: "nightly", Scope: jobs.ScopeInstallation, Schedule: every(t, 10*time.Second)}, Task: ft}))
 		ft.env(t, 0)
 		st := e.waitIdle("nightly", t0.Add(10*time.Second))
 		if st.LastOutcome != jobs.OutcomeLockLost || st.LockLost != 1 {
@@ -129,13 +129,13 @@ func TestARunEndedAtItsDeadlineIsRecordedLockLost(t *testing.T) {
 		e := newMemEnv(t)
 		ft := newEnvTask(atDeadline)
 		ft.release()
-		j := jobs.Job{ID: "duty", Scope: jobs.ScopeInstance, Schedule: every(t, 10*time.Second), Task: ft, PerCluster: true}
+		j := jobtask.Job{Job: jobs.Job{ID: "duty", Scope: jobs.ScopeInstance, Schedule: every(t, 10*time.Second), PerCluster: true}, Task: ft}
 		r := e.start(e.options(j))
 		lease, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		r.AddCluster("c1", lease)
 		ft.env(t, 0)
-		key := runner.DutyKey("duty", "c1")
+		key := jobs.DutyKey{Job: "duty", Cluster: "c1"}.String()
 		st := e.waitIdle(key, t0.Add(10*time.Second))
 		if st.LastOutcome != jobs.OutcomeLockLost || !strings.Contains(st.LastError, "cluster lease lost") {
 			t.Errorf("status: outcome %q, error %q; want lock_lost, cluster lease lost", st.LastOutcome, st.LastError)
@@ -150,7 +150,7 @@ func TestADutysCommandMustEndWithTheTrustWindowOfItsLease(t *testing.T) {
 	e := newEnv(t)
 	ft := newEnvTask(tasks.Result{})
 	t.Cleanup(ft.release)
-	j := jobs.Job{ID: "duty", Scope: jobs.ScopeInstance, Schedule: every(t, 10*time.Second), Task: ft, PerCluster: true}
+	j := jobtask.Job{Job: jobs.Job{ID: "duty", Scope: jobs.ScopeInstance, Schedule: every(t, 10*time.Second), PerCluster: true}, Task: ft}
 	r := e.start(e.options(j))
 	if _, err := leases.EnsureClusters(t.Context(), e.pool, []string{"c1"}); err != nil {
 		t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/studioctl/studioctl/internal/jobs"
+	"github.com/studioctl/studioctl/internal/jobtask"
 	"github.com/studioctl/studioctl/internal/tasks"
 )
 
@@ -60,7 +61,7 @@ func TestAReAddedDutyKeepsItsFailureWhenTheOldRunEnds(t *testing.T) {
 	e := newMemEnv(t)
 	task := &heldTask{runs: make(chan *heldRun), closed: make(chan struct{})}
 	t.Cleanup(func() { close(task.closed) })
-	j := jobs.Job{ID: "duty", Scope: jobs.ScopeInstance, Schedule: every(t, 10*time.Second), Task: task, PerCluster: true}
+	j := jobtask.Job{Job: jobs.Job{ID: "duty", Scope: jobs.ScopeInstance, Schedule: every(t, 10*time.Second), PerCluster: true}, Task: task}
 	r := e.start(e.options(j))
 
 	c1, cancel1 := context.WithCancelCause(context.Background())

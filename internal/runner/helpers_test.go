@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -20,6 +19,7 @@ import (
 	"github.com/studioctl/studioctl/internal/db"
 	"github.com/studioctl/studioctl/internal/jobs"
 	"github.com/studioctl/studioctl/internal/jobstore"
+	"github.com/studioctl/studioctl/internal/jobtask"
 	"github.com/studioctl/studioctl/internal/locks"
 	"github.com/studioctl/studioctl/internal/runner"
 	"github.com/studioctl/studioctl/internal/tasks"
@@ -217,6 +217,10 @@ type env struct {
 	// mem, when set, stands in for the store and the settings: the env
 	// has no database (newMemEnv).
 	mem *memStore
+	// bubble: the env lives in a synctest bubble (newBubbleEnv); the
+	// runner and its tasks run on the real clock, which the bubble fakes,
+	// and clk is unused.
+	bubble bool
 }
 
 // newMemEnv is an env without PostgreSQL, for the runner's timing tests:
@@ -250,30 +254,39 @@ func newEnv(t *testing.T) *env {
 
 // task returns a fake task on the env's fake clock.
 func (e *env) task() *fakeTask {
-	ft := newFakeTask(e.clk)
+	var clk clock.Clock = e.clk
+	if e.bubble {
+		clk = clock.Real{}
+	}
+	ft := newFakeTask(clk)
 	e.tasks = append(e.tasks, ft)
 	return ft
 }
 
 // job declares a job running ft every d.
-func (e *env) job(id string, scope jobs.Scope, d time.Duration, ft *fakeTask) jobs.Job {
-	return jobs.Job{ID: id, Scope: scope, Schedule: every(e.t, d), Task: ft}
+func (e *env) job(id string, scope jobs.Scope, d time.Duration, ft *fakeTask) jobtask.Job {
+	return jobtask.Job{Job: jobs.Job{ID: id, Scope: scope, Schedule: every(e.t, d)}, Task: ft}
 }
 
 // options are the runner options of env; tests adjust them before start.
-func (e *env) options(js ...jobs.Job) runner.Options {
+func (e *env) options(js ...jobtask.Job) runner.Options {
 	var store runner.Recorder = e.store
 	var settings runner.Settings = e.settings
 	if e.mem != nil {
 		store, settings = e.mem, e.mem
 	}
-	return runner.Options{
+	o := runner.Options{
 		ReplicaID: replicaID, Jobs: js, Locks: runner.LocksOf(e.locks), Store: store, Settings: settings,
 		Clock: e.clk, Logger: slog.New(slog.NewTextHandler(e.logs, nil)), Metrics: e.reg,
 		ShutdownWait: 5 * time.Second,
 		InitialDelay: func(jobs.Job) time.Duration { return 0 },
 		DutySpread:   func(string, time.Duration, int) time.Duration { return 0 },
 	}
+	if e.bubble {
+		// The bubble's clock: exact due times, no timer resolution.
+		o.Clock, o.TimerResolution, o.Locks = clock.Real{}, -1, nil
+	}
+	return o
 }
 
 // start builds the runner from o and starts it; the runner is stopped (its
@@ -449,8 +462,8 @@ func (m *memStore) RetireUndeclared(_ context.Context, jobIDs, perCluster []stri
 	defer m.mu.Unlock()
 	var out []string
 	for k := range m.status {
-		base, _, duty := strings.Cut(k, "@")
-		if slices.Contains(jobIDs, k) || (duty && slices.Contains(perCluster, base)) {
+		key, duty := jobs.ParseDutyKey(k)
+		if slices.Contains(jobIDs, k) || (duty && slices.Contains(perCluster, key.Job)) {
 			continue
 		}
 		delete(m.status, k)

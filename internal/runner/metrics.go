@@ -148,7 +148,7 @@ type runsVec struct {
 }
 
 // WithLabelValues is the run counter of job and outcome, for the run of
-// key: the job's id, or a per-cluster duty's (DutyKey), whose failing state
+// key: the job's id, or a per-cluster duty's (jobs.DutyKey), whose failing state
 // is its own but whose series are the job's.
 func (r runsVec) WithLabelValues(job, key, outcome string) runCounter {
 	return runCounter{r: r, job: job, key: key, outcome: outcome}

@@ -227,7 +227,7 @@ func TestAPerClusterJobIsFailingWhileAnyOfItsDutiesHereIs(t *testing.T) {
 	r.AddCluster("c1", c1)
 	ft.waitStarts(t, 1)
 	ft.finish(t, tasks.Result{Err: errBoom})
-	e.waitIdle(runner.DutyKey("duty", "c1"), e.clk.Now().Add(10*time.Second))
+	e.waitIdle(jobs.DutyKey{Job: "duty", Cluster: "c1"}.String(), e.clk.Now().Add(10*time.Second))
 	failing("duty", "after c1 failed")
 
 	c2, cancel2 := context.WithCancelCause(context.Background())
@@ -235,7 +235,7 @@ func TestAPerClusterJobIsFailingWhileAnyOfItsDutiesHereIs(t *testing.T) {
 	r.AddCluster("c2", c2)
 	ft.waitStarts(t, 2)
 	ft.finish(t, tasks.Result{})
-	e.waitIdle(runner.DutyKey("duty", "c2"), e.clk.Now().Add(10*time.Second))
+	e.waitIdle(jobs.DutyKey{Job: "duty", Cluster: "c2"}.String(), e.clk.Now().Add(10*time.Second))
 	if got := failingJobs(gather(t, e.reg)); got != "duty" {
 		t.Fatalf("studio_job_failing for %q after c2 succeeded while c1 is failing; want for duty", got)
 	}

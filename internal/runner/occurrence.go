@@ -112,7 +112,7 @@ func gridSpan(s jobs.Schedule, end, from, to time.Time) (n int, first, last, bef
 func (r *Runner) scopeKey(js *jobState) string {
 	switch {
 	case js.duty != nil:
-		return js.duty.cluster
+		return js.duty.cluster()
 	case js.job.Scope == jobs.ScopeInstance:
 		return r.o.ReplicaID
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/studioctl/studioctl/internal/jobs"
 	"github.com/studioctl/studioctl/internal/jobstore"
+	"github.com/studioctl/studioctl/internal/jobtask"
 	"github.com/studioctl/studioctl/internal/locks"
 	"github.com/studioctl/studioctl/internal/runner"
 	"github.com/studioctl/studioctl/internal/tasks"
@@ -106,7 +107,7 @@ func sharedDBEnv(t *testing.T, missed jobs.Missed, lastEnd time.Time, task tasks
 	if !lastEnd.IsZero() {
 		sch.ends["shared"] = lastEnd
 	}
-	j := jobs.Job{ID: "shared", Scope: jobs.ScopeInstallation, Schedule: every(t, 10*time.Second), Task: task, Missed: missed}
+	j := jobtask.Job{Job: jobs.Job{ID: "shared", Scope: jobs.ScopeInstallation, Schedule: every(t, 10*time.Second), Missed: missed}, Task: task}
 	o := e.options(j)
 	o.Schedules = sch
 	return e, sch, o
@@ -314,7 +315,7 @@ func TestACronRunThatOutlastsItsNextTimesRecordsAnOverrun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.start(e.options(jobs.Job{ID: "minutely", Scope: jobs.ScopeInstance, Schedule: cron, Task: ft}))
+	e.start(e.options(jobtask.Job{Job: jobs.Job{ID: "minutely", Scope: jobs.ScopeInstance, Schedule: cron}, Task: ft}))
 	e.waitIdle("minutely", t0.Add(time.Minute))
 	e.clk.Advance(time.Minute)
 	ft.waitStarts(t, 1)
@@ -335,7 +336,7 @@ func TestAnInstanceJobRecordsTheStretchItsReplicaWasDown(t *testing.T) {
 	// This replica id last ran it 95 s before its start: 9 due times passed.
 	e.exec(`INSERT INTO studio_job_status (replica_id, job_id, scope, last_finished_at, runs) VALUES ($1, 'inst', 'instance', $2, 1)`,
 		replicaID, t0.Add(-95*time.Second))
-	o := e.options(jobs.Job{ID: "inst", Scope: jobs.ScopeInstance, Schedule: every(t, 10*time.Second), Task: ft})
+	o := e.options(jobtask.Job{Job: jobs.Job{ID: "inst", Scope: jobs.ScopeInstance, Schedule: every(t, 10*time.Second)}, Task: ft})
 	o.Schedules = &fakeSchedules{clk: e.clk, ends: map[string]time.Time{}}
 	e.start(o)
 	eventually(t, "the run at start", func() bool { return len(ft.got()) == 1 })
@@ -409,7 +410,7 @@ func TestADutysRunIsItsClustersOccurrence(t *testing.T) {
 	r := e.start(e.options(perClusterJob(e, "duty", 10*time.Second, ft)))
 	r.AddCluster("eu-1", context.Background())
 	ft.waitEnds(t, 1)
-	e.waitIdle(runner.DutyKey("duty", "eu-1"), t0.Add(10*time.Second))
+	e.waitIdle(jobs.DutyKey{Job: "duty", Cluster: "eu-1"}.String(), t0.Add(10*time.Second))
 	runs := e.mem.history("duty")
 	if len(runs) != 1 || runs[0].ScopeKey != "eu-1" || runs[0].Cluster != "eu-1" || !runs[0].NominalAt.Equal(t0) || runs[0].Triggered {
 		t.Fatalf("runs %+v; want one of eu-1 with nominal time %v", runs, t0)
@@ -448,7 +449,7 @@ func TestARunAfterAPausedFirstTickDoesNotTakeTheStartsNominalTime(t *testing.T) 
 	e.exec(`INSERT INTO studio_job_status (replica_id, job_id, scope, last_finished_at, runs) VALUES ($1, 'inst', 'instance', $2, 1)`,
 		replicaID, t0.Add(-95*time.Second))
 	e.exec(`INSERT INTO studio_job_setting (job_id, paused, updated_by) VALUES ('inst', true, 'alice')`)
-	o := e.options(jobs.Job{ID: "inst", Scope: jobs.ScopeInstance, Schedule: every(t, 10*time.Second), Task: ft})
+	o := e.options(jobtask.Job{Job: jobs.Job{ID: "inst", Scope: jobs.ScopeInstance, Schedule: every(t, 10*time.Second)}, Task: ft})
 	o.Schedules = &fakeSchedules{clk: e.clk, ends: map[string]time.Time{}}
 	r := e.start(o)
 	e.waitIdle("inst", t0.Add(10*time.Second)) // the first tick found it paused
@@ -607,7 +608,7 @@ func TestAnInstanceJobsRunCutByACrashIsOverrunUntilTheDeath(t *testing.T) {
 		replicaID, t0.Add(-52*time.Second))
 	e.exec(`INSERT INTO studio_job_run (job_id, replica_id, started_at, finished_at, outcome, nominal_at, scope_key) VALUES ('inst', $1, $2, $3, 'interrupted', $2, $1)`,
 		replicaID, t0.Add(-85*time.Second), t0)
-	o := e.options(jobs.Job{ID: "inst", Scope: jobs.ScopeInstance, Schedule: every(t, 10*time.Second), Task: ft})
+	o := e.options(jobtask.Job{Job: jobs.Job{ID: "inst", Scope: jobs.ScopeInstance, Schedule: every(t, 10*time.Second)}, Task: ft})
 	o.Schedules = &fakeSchedules{clk: e.clk, ends: map[string]time.Time{}}
 	e.start(o)
 	eventually(t, "the run at start", func() bool { return len(ft.got()) == 1 })
@@ -718,7 +719,7 @@ func TestACronMinuteDuringATriggeredRunIsAnOverrun(t *testing.T) {
 				t.Fatal(err)
 			}
 			sch := &fakeSchedules{clk: e.clk, ends: map[string]time.Time{"minutely": t0.Add(-30 * time.Second)}}
-			o := e.options(jobs.Job{ID: "minutely", Scope: c.scope, Schedule: cron, Task: ft})
+			o := e.options(jobtask.Job{Job: jobs.Job{ID: "minutely", Scope: c.scope, Schedule: cron}, Task: ft})
 			o.Schedules = sch
 			r := e.start(o)
 			// The 09:00 run (at once for the shared job; the instance job's

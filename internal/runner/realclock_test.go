@@ -10,6 +10,7 @@ import (
 
 	"github.com/studioctl/studioctl/internal/clock"
 	"github.com/studioctl/studioctl/internal/jobs"
+	"github.com/studioctl/studioctl/internal/jobtask"
 	"github.com/studioctl/studioctl/internal/tasks"
 )
 
@@ -29,7 +30,7 @@ func TestRealClockRunTimesOut(t *testing.T) {
 	e := realEnv(t)
 	ft := newFakeTask(clock.Real{})
 	e.tasks = append(e.tasks, ft)
-	j := jobs.Job{ID: "slow", Scope: jobs.ScopeInstance, Schedule: every(t, time.Hour), Task: ft, Timeout: 50 * time.Millisecond}
+	j := jobtask.Job{Job: jobs.Job{ID: "slow", Scope: jobs.ScopeInstance, Schedule: every(t, time.Hour), Timeout: 50 * time.Millisecond}, Task: ft}
 	o := e.options(j)
 	o.Clock = clock.Real{}
 	r := e.start(o)
@@ -50,7 +51,7 @@ func TestRealClockTriggerWakesTheTimer(t *testing.T) {
 	ft := newFakeTask(clock.Real{})
 	ft.auto = true
 	e.tasks = append(e.tasks, ft)
-	o := e.options(jobs.Job{ID: "hourly", Scope: jobs.ScopeInstance, Schedule: every(t, time.Hour), Task: ft})
+	o := e.options(jobtask.Job{Job: jobs.Job{ID: "hourly", Scope: jobs.ScopeInstance, Schedule: every(t, time.Hour)}, Task: ft})
 	o.Clock = clock.Real{}
 	o.InitialDelay = func(jobs.Job) time.Duration { return time.Hour }
 	r := e.start(o)
@@ -70,8 +71,8 @@ func TestRealClockShortJobBesideALongOneKeepsFiring(t *testing.T) {
 	short.auto, long.auto = true, true
 	e.tasks = append(e.tasks, short, long)
 	o := e.options(
-		jobs.Job{ID: "short", Scope: jobs.ScopeInstance, Schedule: every(t, 20*time.Millisecond), Task: short},
-		jobs.Job{ID: "long", Scope: jobs.ScopeInstance, Schedule: every(t, time.Hour), Task: long})
+		jobtask.Job{Job: jobs.Job{ID: "short", Scope: jobs.ScopeInstance, Schedule: every(t, 20*time.Millisecond)}, Task: short},
+		jobtask.Job{Job: jobs.Job{ID: "long", Scope: jobs.ScopeInstance, Schedule: every(t, time.Hour)}, Task: long})
 	o.Clock = clock.Real{}
 	o.InitialDelay = func(j jobs.Job) time.Duration {
 		if j.ID == "long" {
@@ -90,15 +91,15 @@ func TestRealClockShortJobBesideALongOneKeepsFiring(t *testing.T) {
 // serves them all), and each fires once per delay, never early.
 func TestRealClockJobsDueTogetherAllFire(t *testing.T) {
 	e := realEnv(t)
-	var list []jobs.Job
+	var list []jobtask.Job
 	var fts []*fakeTask
 	for i := range 50 {
 		ft := newFakeTask(clock.Real{})
 		ft.auto = true
 		e.tasks = append(e.tasks, ft)
 		fts = append(fts, ft)
-		list = append(list, jobs.Job{ID: "j" + string(rune('a'+i/26)) + string(rune('a'+i%26)), Scope: jobs.ScopeInstance,
-			Schedule: every(t, 30*time.Millisecond), Task: ft})
+		list = append(list, jobtask.Job{Job: jobs.Job{ID: "j" + string(rune('a'+i/26)) + string(rune('a'+i%26)), Scope: jobs.ScopeInstance,
+			Schedule: every(t, 30*time.Millisecond)}, Task: ft})
 	}
 	o := e.options(list...)
 	o.Clock = clock.Real{}
@@ -144,8 +145,8 @@ func TestEveryRunIsLabelledWithItsJob(t *testing.T) {
 	e := realEnv(t)
 	a, b := &labelTask{}, &labelTask{}
 	o := e.options(
-		jobs.Job{ID: "alpha", Scope: jobs.ScopeInstance, Schedule: every(t, 10*time.Millisecond), Task: a},
-		jobs.Job{ID: "beta", Scope: jobs.ScopeInstance, Schedule: every(t, 10*time.Millisecond), Task: b})
+		jobtask.Job{Job: jobs.Job{ID: "alpha", Scope: jobs.ScopeInstance, Schedule: every(t, 10*time.Millisecond)}, Task: a},
+		jobtask.Job{Job: jobs.Job{ID: "beta", Scope: jobs.ScopeInstance, Schedule: every(t, 10*time.Millisecond)}, Task: b})
 	o.Clock = clock.Real{}
 	e.start(o)
 	eventually(t, "three runs of each job", func() bool { return len(a.seen()) >= 3 && len(b.seen()) >= 3 })

@@ -16,216 +16,291 @@ import (
 )
 
 // run executes one tick of js under schedule sched that fired at fire,
-// the occurrence occ (occurrence.go).
+// the occurrence occ (occurrence.go): it acquires the job's lock (an
+// installation job), starts the run, executes the task under its timeout
+// and the lock's keep-alive, classifies the result, records it, and puts
+// the job back on the timer. Each step is a function of its own below.
 func (r *Runner) run(js *jobState, sched jobs.Schedule, fire time.Time, occ occurrence) {
-	id := js.job.ID
-	var lock Lock
-	var lockEnd *lockDeadline // deadline.go
-	if js.job.Scope == jobs.ScopeInstallation {
-		r.releaseStale(js)
-		lockFrom := time.Now() // the real clock, as the job shim's (deadline.go)
-		ctx, cancel := context.WithTimeout(r.runsCtx, lockStatementTimeout)
-		// The lock is the job's lock: name, or its id (SPEC §5.3).
-		l, err := r.o.Locks.TryLock(ctx, js.job.LockName(), jobs.LockAtMostFor(sched), jobs.LockAtLeastFor(sched))
-		cancel()
-		now := r.now()
-		if errors.Is(err, locks.ErrHeldElsewhere) {
-			r.mu.Lock()
-			js.status.SkippedElsewhere++
-			js.status.LastSkippedElsewhereAt = &now
-			js.lastEnd = now
-			r.mu.Unlock()
-			r.metrics.skipped.WithLabelValues(id).Inc()
-			// Written unless the holder is a live replica (the store reads
-			// the holder): a Java node's tick, or a dead replica's lock.
-			r.skipHeld(js, sched, occ, jobs.OccurrenceRecord{NominalAt: occ.nominal, Outcome: jobs.OccurrenceSkipped,
-				Reason: jobs.ReasonHeldElsewhere, LockName: js.job.LockName()})
-			next := sched.Next(now)
-			if js.shared && occ.onGrid() {
-				// The fallback stays on the installation's due times, so
-				// that every replica's next skip, if any, has the same key.
-				if n := occ.readNow.Add(gridNext(sched, occ.end, occ.nominal).Sub(occ.dbNow)); n.After(now) {
-					next = n
-				}
-			}
-			r.finish(js, next)
-			return
-		}
-		if err != nil {
-			r.recordNoRun(js, sched, now, err)
-			return
-		}
-		lock = l
-		lockEnd = newLockDeadline(lockFrom, jobs.LockAtMostFor(sched))
+	held, ok := r.acquire(js, sched, occ)
+	if !ok {
+		return // skipped (held elsewhere) or could not start: recorded and rescheduled
 	}
 	r.mu.Lock()
-	stopping := r.stopping || js.dutyOver() // per-cluster duties (clusters.go): the lease ended meanwhile
+	stopping := r.stopping || js.duty.over() // a duty's lease may have ended meanwhile
 	r.mu.Unlock()
 	if stopping {
-		r.unlock(lock, js)
+		r.unlock(held.current(), js)
 		r.finish(js, time.Time{})
 		return
 	}
+	run, ok := r.begin(js, sched, occ)
+	if !ok {
+		r.unlock(held.current(), js)
+		return
+	}
+	timeout := js.job.TimeoutFor(sched)
+	res, cause := r.execute(js, sched, run, occ, held, timeout)
+	v := r.classify(js, res, cause, timeout)
+	if v.outcome != jobs.OutcomeLockLost {
+		r.unlock(held.current(), js) // a lost lock is never unlocked: another replica may hold it
+	}
+	ended := r.record(js, sched, fire, occ, run, v)
+	r.scheduleNext(js, run, v.outcome, ended)
+}
+
+// runLock is the lock a run of an installation job holds: the keep-alive
+// replaces it at each extension and drops it when it is lost. A nil
+// runLock (an instance job) holds nothing.
+type runLock struct {
+	mu   sync.Mutex
+	lock Lock          // nil once lost
+	end  *lockDeadline // deadline.go: the job shim's deadline
+}
+
+// current is the lock held now, or nil.
+func (h *runLock) current() Lock {
+	if h == nil {
+		return nil
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.lock
+}
+
+func (h *runLock) set(l Lock) {
+	h.mu.Lock()
+	h.lock = l
+	h.mu.Unlock()
+}
+
+// acquire takes the lock of an installation job (an instance job takes
+// none: a nil runLock and true). When the lock is held elsewhere, or
+// cannot be had, the tick is recorded and rescheduled here, and ok is
+// false.
+func (r *Runner) acquire(js *jobState, sched jobs.Schedule, occ occurrence) (held *runLock, ok bool) {
+	if js.job.Scope != jobs.ScopeInstallation {
+		return nil, true
+	}
+	r.releaseStale(js)
+	lockFrom := time.Now() // the real clock, as the job shim's (deadline.go)
+	ctx, cancel := context.WithTimeout(r.runsCtx, lockStatementTimeout)
+	// The lock is the job's lock: name, or its id (SPEC §5.3).
+	l, err := r.o.Locks.TryLock(ctx, js.job.LockName(), jobs.LockAtMostFor(sched), jobs.LockAtLeastFor(sched))
+	cancel()
+	now := r.now()
+	if errors.Is(err, locks.ErrHeldElsewhere) {
+		r.skipHeldElsewhere(js, sched, occ, now)
+		return nil, false
+	}
+	if err != nil {
+		r.recordNoRun(js, sched, now, err)
+		return nil, false
+	}
+	return &runLock{lock: l, end: newLockDeadline(lockFrom, jobs.LockAtMostFor(sched))}, true
+}
+
+// skipHeldElsewhere records a tick whose lock another holder has, and
+// reschedules js.
+func (r *Runner) skipHeldElsewhere(js *jobState, sched jobs.Schedule, occ occurrence, now time.Time) {
+	r.mu.Lock()
+	js.status.SkippedElsewhere++
+	js.status.LastSkippedElsewhereAt = &now
+	js.lastEnd = now
+	r.mu.Unlock()
+	r.metrics.skipped.WithLabelValues(js.job.ID).Inc()
+	// Written unless the holder is a live replica (the store reads
+	// the holder): a Java node's tick, or a dead replica's lock.
+	r.skipHeld(js, sched, occ, jobs.OccurrenceRecord{NominalAt: occ.nominal, Outcome: jobs.OccurrenceSkipped,
+		Reason: jobs.ReasonHeldElsewhere, LockName: js.job.LockName()})
+	next := sched.Next(now)
+	if js.shared && occ.onGrid() {
+		// The fallback stays on the installation's due times, so
+		// that every replica's next skip, if any, has the same key.
+		if n := occ.readNow.Add(gridNext(sched, occ.end, occ.nominal).Sub(occ.dbNow)); n.After(now) {
+			next = n
+		}
+	}
+	r.finish(js, next)
+}
+
+// begin gives the run its seq and records it running (history and
+// status). When no seq can be had the tick is recorded as one that could
+// not start, rescheduled, and ok is false.
+func (r *Runner) begin(js *jobState, sched jobs.Schedule, occ occurrence) (run jobs.Run, ok bool) {
 	seqCtx := newLazyTimeout(r.runsCtx, lockStatementTimeout) // the seq block answers from memory nearly always
 	seq, err := r.o.Store.NextSeq(seqCtx)
 	seqCtx.release()
 	if err != nil {
-		r.unlock(lock, js)
 		r.recordNoRun(js, sched, r.now(), err)
-		return
+		return jobs.Run{}, false
 	}
 	started := r.now()
-	scope := r.scopeKey(js)
-	run := jobs.Run{Seq: seq, JobID: id, ReplicaID: r.o.ReplicaID, Cluster: js.cluster(), StartedAt: started, Outcome: jobs.OutcomeRunning,
-		NominalAt: jobs.Nominal(occ.nominal), ScopeKey: scope, Triggered: occ.triggered}
+	run = jobs.Run{Seq: seq, JobID: js.job.ID, ReplicaID: r.o.ReplicaID, Cluster: js.duty.cluster(), StartedAt: started,
+		Outcome: jobs.OutcomeRunning, NominalAt: jobs.Nominal(occ.nominal), ScopeKey: r.scopeKey(js), Triggered: occ.triggered}
 	r.o.Store.PutRun(run)
-	timeout := js.job.TimeoutFor(sched)
 	r.mu.Lock()
 	js.status.LastStartedAt = &started
 	// While it runs, the next run is expected at the latest one interval
 	// after the timeout (jobs overdue counts from it).
-	nextAtLatest := sched.Next(started.Add(timeout))
+	nextAtLatest := sched.Next(started.Add(js.job.TimeoutFor(sched)))
 	js.status.NextFireAt = &nextAtLatest
 	r.putStatusAtLocked(js, started)
 	r.mu.Unlock()
-	r.metrics.observeLateness(id, started.Sub(occ.nominal))
+	r.metrics.observeLateness(js.job.ID, started.Sub(occ.nominal))
+	return run, true
+}
 
-	// The run's context: cancelled at the timeout, on lock loss, or at shutdown.
+// execute runs the task of js under a context cancelled at the timeout,
+// when the lock (held, kept alive meanwhile) or a duty's lease is lost, or
+// at shutdown. It returns the task's result and the context's cause as
+// the task returned: a timeout that fires after a successful return does
+// not relabel it.
+func (r *Runner) execute(js *jobState, sched jobs.Schedule, run jobs.Run, occ occurrence, held *runLock, timeout time.Duration) (tasks.Result, error) {
 	runCtx, cancelRun := context.WithCancelCause(r.runsCtx)
-	stopWatchingDuty := js.watchDuty(cancelRun) // per-cluster duties (clusters.go): cancelled when the lease ends
+	stopWatchingDuty := js.duty.watch(cancelRun) // a duty's run ends with its lease (clusters.go)
 	defer stopWatchingDuty()
 	var wg sync.WaitGroup
 	stopAux := make(chan struct{})
 	stopTimeout := r.afterFunc(&wg, stopAux, runCtx, timeout, func() { cancelRun(errTimeout) })
-	var lockMu sync.Mutex
-	if lock != nil {
-		every := jobs.KeepAliveEvery(sched)
-		keepAliveTimer := r.o.Clock.NewTimer(every)
-		wg.Add(1)
-		go func() { // the keep-alive: extend every half of lockAtMostFor
-			defer wg.Done()
-			t := keepAliveTimer
-			defer t.Stop()
-			for {
-				select {
-				case <-stopAux:
-					return
-				case <-runCtx.Done():
-					return
-				case <-t.C():
-				}
-				lockMu.Lock()
-				cur := lock
-				lockMu.Unlock()
-				ctx, cancel := context.WithTimeout(runCtx, lockStatementTimeout)
-				from := time.Now()
-				next, err := cur.Extend(ctx, jobs.LockAtMostFor(sched), jobs.LockAtLeastFor(sched))
-				cancel()
-				if err != nil {
-					if runCtx.Err() != nil {
-						return
-					}
-					r.log.Error("runner: lost the lock of a running job; cancelling the run", "job_id", id, "run_seq", seq, "error", err)
-					lockMu.Lock()
-					lock = nil // lost: never unlock it, another replica may hold it
-					lockMu.Unlock()
-					cancelRun(errLockLost)
-					return
-				}
-				lockMu.Lock()
-				lock = next
-				lockMu.Unlock()
-				lockEnd.extended(from)
-				t.Reset(every)
-			}
-		}()
+	if held != nil {
+		r.keepAlive(&wg, stopAux, runCtx, cancelRun, js, sched, run.Seq, held)
 	}
 	// The run's context is named for the job (a pprof label), so a goroutine
 	// dump or a profile says which job a goroutine works for.
-	var res tasks.Result
 	if !js.labelled { // made once per job: one allocation fewer per run
-		js.labels, js.labelled = pprof.Labels("job_id", id), true
+		js.labels, js.labelled = pprof.Labels("job_id", js.job.ID), true
 	}
-	env := tasks.Env{JobID: id, ReplicaID: r.o.ReplicaID, RunSeq: seq, Cluster: js.cluster(), Deadline: dutyDeadline(js),
-		ScheduledAt: occ.nominal, OccurrenceKey: jobs.OccurrenceKey(id, scope, occ.nominal), Triggered: occ.triggered}
-	if lockEnd != nil {
-		env.Deadline = lockEnd.deadline
+	env := tasks.Env{JobID: js.job.ID, ReplicaID: r.o.ReplicaID, RunSeq: run.Seq, Cluster: run.Cluster, Deadline: js.duty.deadline(),
+		ScheduledAt: occ.nominal, OccurrenceKey: jobs.OccurrenceKey(js.job.ID, run.ScopeKey, occ.nominal), Triggered: occ.triggered}
+	if held != nil {
+		env.Deadline = held.end.deadline
 	}
+	var res tasks.Result
 	pprof.Do(runCtx, js.labels, func(ctx context.Context) {
 		res = js.job.Task.Run(ctx, env)
 	})
-	// The cause is read as the task returns: a timeout that fires after a
-	// successful return does not relabel it.
 	cause := context.Cause(runCtx)
 	stopTimeout()
 	close(stopAux)
 	wg.Wait()
 	cancelRun(nil)
+	return res, cause
+}
 
-	outcome := jobs.OutcomeSucceeded
-	errText := ""
+// keepAlive starts the goroutine (counted in wg) that extends held every
+// half of lockAtMostFor until stop is closed or runCtx is done. An
+// extension that fails drops the lock (it is never unlocked then: another
+// replica may hold it) and cancels the run with errLockLost.
+func (r *Runner) keepAlive(wg *sync.WaitGroup, stop <-chan struct{}, runCtx context.Context, cancelRun context.CancelCauseFunc,
+	js *jobState, sched jobs.Schedule, seq int64, held *runLock) {
+	every := jobs.KeepAliveEvery(sched)
+	t := r.o.Clock.NewTimer(every) // started with the run, not with its goroutine
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-runCtx.Done():
+				return
+			case <-t.C():
+			}
+			ctx, cancel := context.WithTimeout(runCtx, lockStatementTimeout)
+			from := time.Now()
+			next, err := held.current().Extend(ctx, jobs.LockAtMostFor(sched), jobs.LockAtLeastFor(sched))
+			cancel()
+			if err != nil {
+				if runCtx.Err() != nil {
+					return
+				}
+				r.log.Error("runner: lost the lock of a running job; cancelling the run", "job_id", js.job.ID, "run_seq", seq, "error", err)
+				held.set(nil)
+				cancelRun(errLockLost)
+				return
+			}
+			held.set(next)
+			held.end.extended(from)
+			t.Reset(every)
+		}
+	}()
+}
+
+// verdict is what a run's end is recorded as.
+type verdict struct {
+	outcome jobs.Outcome
+	errText string // scrubbed, cut to errorTail; "" on success
+	output  string // scrubbed
+}
+
+// classify turns a task's result and the run context's cause into the
+// run's outcome, error and output, with the replica's secrets hidden.
+func (r *Runner) classify(js *jobState, res tasks.Result, cause error, timeout time.Duration) verdict {
+	v := verdict{outcome: jobs.OutcomeSucceeded}
 	switch {
-	case errors.Is(cause, errLeaseLost): // per-cluster duties (clusters.go)
-		outcome, errText = jobs.OutcomeLockLost, leaseLostText(cause)
+	case errors.Is(cause, errLeaseLost): // a duty's lease ended (clusters.go)
+		v.outcome, v.errText = jobs.OutcomeLockLost, leaseLostText(cause)
 	case errors.Is(cause, errLockLost):
-		outcome, errText = jobs.OutcomeLockLost, "lock lost while running: the run was cancelled"
+		v.outcome, v.errText = jobs.OutcomeLockLost, "lock lost while running: the run was cancelled"
 	case errors.Is(cause, errTimeout):
-		outcome, errText = jobs.OutcomeTimedOut, "timed out after "+timeout.String()
+		v.outcome, v.errText = jobs.OutcomeTimedOut, "timed out after "+timeout.String()
 	case errors.Is(cause, errShutdown):
-		outcome, errText = jobs.OutcomeInterrupted, "interrupted: the replica shut down"
+		v.outcome, v.errText = jobs.OutcomeInterrupted, "interrupted: the replica shut down"
 	case errors.Is(res.Err, tasks.ErrDeadline): // deadline.go: the replica was paused or stalled
-		outcome, errText = jobs.OutcomeLockLost, deadlineText(js)
+		v.outcome, v.errText = jobs.OutcomeLockLost, deadlineText(js)
 	case res.Err != nil:
-		outcome, errText = jobs.OutcomeFailed, res.Err.Error()
+		v.outcome, v.errText = jobs.OutcomeFailed, res.Err.Error()
 	}
-	if res.Err != nil && outcome != jobs.OutcomeFailed {
+	if res.Err != nil && v.outcome != jobs.OutcomeFailed {
 		var killed *tasks.ErrKilled
 		switch {
 		case errors.As(res.Err, &killed) && killed.Deadline:
-			errText += ": the job shim killed the command with SIGKILL at its deadline"
+			v.errText += ": the job shim killed the command with SIGKILL at its deadline"
 		case errors.As(res.Err, &killed) && killed.SIGKILL:
-			errText += fmt.Sprintf(": the command was killed with SIGKILL after a %s grace period", killed.Grace)
+			v.errText += fmt.Sprintf(": the command was killed with SIGKILL after a %s grace period", killed.Grace)
 		case errors.As(res.Err, &killed):
-			errText += ": the command was stopped with SIGTERM"
+			v.errText += ": the command was stopped with SIGTERM"
 		case !errors.Is(res.Err, cause):
-			errText += ": " + res.Err.Error()
+			v.errText += ": " + res.Err.Error()
 		}
 	}
-	if errText != "" {
-		errText = db.ScrubText(errText, r.o.Secrets...)
+	if v.errText != "" {
+		v.errText = db.ScrubText(v.errText, r.o.Secrets...)
 	}
-	if len(errText) > errorTail {
-		errText = errText[len(errText)-errorTail:]
+	if len(v.errText) > errorTail {
+		v.errText = v.errText[len(v.errText)-errorTail:]
 	}
-	output := res.Output
+	v.output = res.Output
 	switch {
-	case output == "": // nothing to hide
-	case len(output) >= tasks.OutputTailBytes-(utf8.UTFMax-1):
-		output = db.ScrubTail(output, r.o.Secrets...) // its start may be cut inside a secret
+	case v.output == "": // nothing to hide
+	case len(v.output) >= tasks.OutputTailBytes-(utf8.UTFMax-1):
+		v.output = db.ScrubTail(v.output, r.o.Secrets...) // its start may be cut inside a secret
 	default:
-		output = db.ScrubText(output, r.o.Secrets...)
+		v.output = db.ScrubText(v.output, r.o.Secrets...)
 	}
-	lockMu.Lock()
-	held := lock
-	lockMu.Unlock()
-	if outcome != jobs.OutcomeLockLost {
-		r.unlock(held, js)
-	}
+	return v
+}
+
+// record writes the end of run (history, status, metrics, occurrences)
+// and logs a first failure or a recovery. It returns when the run ended.
+func (r *Runner) record(js *jobState, sched jobs.Schedule, fire time.Time, occ occurrence, run jobs.Run, v verdict) time.Time {
+	id := js.job.ID
 	ended := r.now()
-	if errText != "" {
-		errText = jobs.Storable(errText)
+	if v.errText != "" {
+		v.errText = jobs.Storable(v.errText)
 	}
-	run.FinishedAt, run.Outcome, run.Error, run.OutputTail = &ended, outcome, errText, output
+	run.FinishedAt, run.Outcome, run.Error, run.OutputTail = &ended, v.outcome, v.errText, v.output
 	r.o.Store.PutRun(run)
-	r.countRun(js, outcome)
-	r.metrics.duration.WithLabelValues(id).Observe(ended.Sub(started).Seconds())
+	r.countRun(js, v.outcome)
+	r.metrics.duration.WithLabelValues(id).Observe(ended.Sub(run.StartedAt).Seconds())
 
 	overrun := ended.After(sched.Next(fire))
 	r.mu.Lock()
 	st := &js.status
 	st.Runs++
-	st.LastFinishedAt, st.LastOutcome, st.LastError = &ended, outcome, errText
-	switch outcome {
+	st.LastFinishedAt, st.LastOutcome, st.LastError = &ended, v.outcome, v.errText
+	switch v.outcome {
 	case jobs.OutcomeSucceeded:
 		st.LastSuccessAt = &ended
 	case jobs.OutcomeTimedOut:
@@ -242,15 +317,15 @@ func (r *Runner) run(js *jobState, sched jobs.Schedule, fire time.Time, occ occu
 	}
 	js.lastEnd = ended
 	wasFailing := js.failing
-	js.failing = outcome != jobs.OutcomeSucceeded
+	js.failing = v.outcome != jobs.OutcomeSucceeded
 	r.mu.Unlock()
 	if overrun {
 		r.metrics.overruns.WithLabelValues(id).Inc()
 	}
 	if !occ.nominal.IsZero() {
-		r.recordOverrun(js, sched, occ, started, ended) // occurrence.go
+		r.recordOverrun(js, sched, occ, run.StartedAt, ended) // occurrence.go
 	}
-	switch outcome {
+	switch v.outcome {
 	case jobs.OutcomeTimedOut:
 		r.metrics.timeouts.WithLabelValues(id).Inc()
 	case jobs.OutcomeLockLost:
@@ -259,18 +334,24 @@ func (r *Runner) run(js *jobState, sched jobs.Schedule, fire time.Time, occ occu
 	// Only the first failure and the recovery are logged.
 	switch {
 	case js.failing && !wasFailing:
-		r.log.Error("runner: job failed", "job_id", id, "run_seq", seq, "outcome", string(outcome), "error", errText)
+		r.log.Error("runner: job failed", "job_id", id, "run_seq", run.Seq, "outcome", string(v.outcome), "error", v.errText)
 	case !js.failing && wasFailing:
-		r.log.Info("runner: job recovered", "job_id", id, "run_seq", seq)
+		r.log.Info("runner: job recovered", "job_id", id, "run_seq", run.Seq)
 	}
-	// A shared job's end goes to the installation's schedule (in database
-	// time, with a bus signal to every replica), and its next fire follows
-	// the end recorded. A lost lock is not an end: another replica may run.
+	return ended
+}
+
+// scheduleNext puts js back on the timer after a run that ended at ended.
+// A shared job's end goes to the installation's schedule (in database
+// time, with a bus signal to every replica), and its next fire follows
+// the end recorded. A lost lock is not an end: another replica may run.
+func (r *Runner) scheduleNext(js *jobState, run jobs.Run, outcome jobs.Outcome, ended time.Time) {
 	end := ended
 	if js.shared && outcome != jobs.OutcomeLockLost {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.runsCtx), lockStatementTimeout)
-		if e, err := r.o.Schedules.RecordEnd(ctx, id, r.o.ReplicaID, seq, started); err != nil {
-			r.log.Warn("runner: could not record the end of the run in the shared schedule; other replicas rely on the lock", "job_id", id, "run_seq", seq, "error", err)
+		if e, err := r.o.Schedules.RecordEnd(ctx, js.job.ID, r.o.ReplicaID, run.Seq, run.StartedAt); err != nil {
+			r.log.Warn("runner: could not record the end of the run in the shared schedule; other replicas rely on the lock",
+				"job_id", js.job.ID, "run_seq", run.Seq, "error", err)
 		} else {
 			end = e
 		}
@@ -381,7 +462,7 @@ func (r *Runner) countRun(js *jobState, outcome jobs.Outcome) {
 	r.mu.Lock()
 	defer r.mu.Unlock() // lock order: r.mu, then the failing set's
 	key := js.key()
-	if js.dutyOver() {
+	if js.duty.over() {
 		key = "" // counted, not failing here
 	}
 	r.metrics.runs.WithLabelValues(js.job.ID, key, string(outcome)).Inc()

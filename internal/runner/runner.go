@@ -18,6 +18,7 @@ import (
 
 	"github.com/studioctl/studioctl/internal/clock"
 	"github.com/studioctl/studioctl/internal/jobs"
+	"github.com/studioctl/studioctl/internal/jobtask"
 	"github.com/studioctl/studioctl/internal/locks"
 	"github.com/studioctl/studioctl/internal/startstop"
 )
@@ -49,12 +50,12 @@ var (
 // Options configure a Runner.
 type Options struct {
 	ReplicaID string
-	Jobs      []jobs.Job   // bound: each has a Task
-	Locks     Locker       // LocksOf(a *locks.Provider); needed by installation jobs
-	Store     Recorder     // the run store (jobstore.Store)
-	Settings  Settings     // operator settings (jobstore.SettingsCache)
-	Clock     clock.Clock  // default clock.Real
-	Logger    *slog.Logger // default discard
+	Jobs      []jobtask.Job // bound: each has a Task (jobtask.Bind)
+	Locks     Locker        // LocksOf(a *locks.Provider); needed by installation jobs
+	Store     Recorder      // the run store (jobstore.Store)
+	Settings  Settings      // operator settings (jobstore.SettingsCache)
+	Clock     clock.Clock   // default clock.Real
+	Logger    *slog.Logger  // default discard
 	Metrics   prometheus.Registerer
 	// ShutdownWait: default DefaultShutdownWait.
 	ShutdownWait time.Duration
@@ -162,10 +163,13 @@ type fireWork struct {
 }
 
 type jobState struct {
-	job    jobs.Job
-	sched  jobs.Schedule // in force (configured or override)
-	status jobs.Status
-	due    time.Time
+	job   jobtask.Job
+	sched jobs.Schedule // in force (configured or override)
+	// override is the last operator override read, parsed (overrideOf):
+	// read by the tick goroutine and by applySettings.
+	override atomic.Pointer[parsedOverride]
+	status   jobs.Status
+	due      time.Time
 	// labels are the pprof labels of its runs (set by the run goroutine;
 	// one run of a job at a time).
 	labels   pprof.LabelSet
@@ -389,7 +393,7 @@ func (r *Runner) Start(ctx context.Context) error {
 		case js.sched.IsCron():
 			due = js.sched.Next(now)
 		default:
-			due = now.Add(r.o.InitialDelay(js.job))
+			due = now.Add(r.o.InitialDelay(js.job.Job))
 		}
 		r.push(js, due)
 		r.putStatusLocked(js)
@@ -540,7 +544,7 @@ func (r *Runner) Hosts(id string) bool {
 }
 
 // JobIDs returns the id of every hosted job: with a per-cluster job, its
-// own id and the key of each duty (DutyKey).
+// own id and the key of each duty (jobs.DutyKey).
 func (r *Runner) JobIDs() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -627,7 +631,7 @@ func (r *Runner) applySettings(id string) {
 		targets = append(targets, js)
 	} else if r.isTemplate(id) {
 		for c := range r.clusters.owned {
-			if js, ok := r.jobs[DutyKey(id, c)]; ok {
+			if js, ok := r.jobs[jobs.DutyKey{Job: id, Cluster: c}.String()]; ok {
 				targets = append(targets, js)
 			}
 		}
@@ -663,7 +667,7 @@ func (r *Runner) applySettingsTo(js *jobState) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if js.dutyOver() || r.jobs[id] != js {
+	if js.duty.over() || r.jobs[id] != js {
 		return // a duty whose lease ended meanwhile
 	}
 	js.sched = sched
@@ -781,11 +785,37 @@ func (r *Runner) settings(ctx context.Context, js *jobState) (jobs.Schedule, boo
 	if s.Schedule == "" {
 		return js.job.Schedule, s.Paused, "", s.UpdatedBy, nil
 	}
-	sched, perr := jobs.ParseSchedule(s.Schedule)
-	if perr != nil {
-		return js.job.Schedule, s.Paused, perr.Error(), s.UpdatedBy, nil
+	o := js.overrideOf(s.Schedule)
+	if o.invalid != "" {
+		return js.job.Schedule, s.Paused, o.invalid, s.UpdatedBy, nil
 	}
-	return sched, s.Paused, "", s.UpdatedBy, nil
+	return o.sched, s.Paused, "", s.UpdatedBy, nil
+}
+
+// parsedOverride is an operator's schedule override as stored (text) and
+// what it parses to: a schedule, or the parser's cause.
+type parsedOverride struct {
+	text    string
+	sched   jobs.Schedule
+	invalid string
+}
+
+// overrideOf returns override text parsed. The last one parsed is kept,
+// so a schedule is parsed once per change, not at every fire (a cron
+// expression's parse allocates and costs microseconds).
+func (js *jobState) overrideOf(text string) *parsedOverride {
+	if o := js.override.Load(); o != nil && o.text == text {
+		return o
+	}
+	o := &parsedOverride{text: text}
+	sched, err := jobs.ParseSchedule(text)
+	if err != nil {
+		o.invalid = err.Error()
+	} else {
+		o.sched = sched
+	}
+	js.override.Store(o)
+	return o
 }
 
 // Snapshot returns this replica's status of every job.
@@ -830,24 +860,15 @@ func (r *Runner) finishAt(js *jobState, next, now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	js.running = false
-	r.dutyFinished(js) // per-cluster duties (clusters.go)
 	switch {
-	case !r.stopping && !js.dutyOver(): // per-cluster duties (clusters.go): an ended lease stays off the timer
+	case r.dutyLeftLocked(js): // a duty whose lease ended stays off the timer (clusters.go)
+	case !r.stopping:
 		r.push(js, next)
-	case js.dutyOver():
-		js.status.NextFireAt = nil
 	case !next.IsZero():
 		// A clean stop keeps the next due time in the status row: a
 		// reader (jobs overdue) counts from it with every replica down.
 		t := next
 		js.status.NextFireAt = &t
-	}
-	if js.duty != nil && js.dutyOver() {
-		// The run of a duty that moved away: its failure is not this
-		// replica's. A duty added again under the key has its own.
-		if cur, ok := r.jobs[js.key()]; !ok || cur == js {
-			r.metrics.failing.forget(js.key())
-		}
 	}
 	r.putStatusAtLocked(js, now)
 }

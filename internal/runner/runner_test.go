@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -30,74 +31,78 @@ const (
 
 func TestARunThatOutlastsItsIntervalNeverOverlapsItself(t *testing.T) {
 	t.Parallel()
-	e := newMemEnv(t)
-	ft := e.task()
-	r := e.start(e.options(e.job("slow", jobs.ScopeInstance, 10*time.Second, ft)))
+	synctest.Test(t, func(t *testing.T) {
+		e := newBubbleEnv(t)
+		ft := e.task()
+		r := e.start(e.options(e.job("slow", jobs.ScopeInstance, 10*time.Second, ft)))
 
-	ft.waitStarts(t, 1)
-	e.waitPending(timersRunningInstance)
-	// Five intervals pass while the first run lasts: the job is not on the
-	// timer, so nothing fires.
-	for range 5 {
-		e.clk.Advance(10 * time.Second)
-		e.waitPending(timersRunningInstance)
-		if st := status(t, r, "slow"); !st.Running {
-			t.Fatalf("at %s the job is not running; want the first run still in progress", e.clk.Now().Format(time.TimeOnly))
+		synctest.Wait()
+		// Five intervals pass while the first run lasts: the job is not on
+		// the timer, so nothing fires.
+		for range 5 {
+			e.advance(10 * time.Second)
+			if st := status(t, r, "slow"); !st.Running {
+				t.Fatalf("at %s the job is not running; want the first run still in progress", time.Now().Format(time.TimeOnly))
+			}
+			if n := ft.startCount(); n != 1 {
+				t.Fatalf("at %s %d runs have started; want 1", time.Now().Format(time.TimeOnly), n)
+			}
 		}
+		end := time.Now()
+		ft.finish(t, tasks.Result{})
+		e.idleAt("slow", end.Add(10*time.Second))
 		if n := ft.startCount(); n != 1 {
-			t.Fatalf("at %s %d runs have started; want 1", e.clk.Now().Format(time.TimeOnly), n)
+			t.Fatalf("%d runs started by the end of the first; want 1", n)
 		}
-	}
-	end := e.clk.Now()
-	ft.finish(t, tasks.Result{})
-	e.waitIdle("slow", end.Add(10*time.Second))
-	if n := ft.startCount(); n != 1 {
-		t.Fatalf("%d runs started by the end of the first; want 1", n)
-	}
 
-	e.clk.Advance(10 * time.Second)
-	ft.waitStarts(t, 2)
-	if got, want := ft.start(1), end.Add(10*time.Second); !got.Equal(want) {
-		t.Errorf("second run started at %s; want %s (10s after the first ended)", got.Format(time.TimeOnly), want.Format(time.TimeOnly))
-	}
-	ft.finish(t, tasks.Result{})
-	e.waitIdle("slow", end.Add(20*time.Second))
-	if n := ft.maxConcurrent(); n != 1 {
-		t.Errorf("at most %d runs were in progress at once; want 1", n)
-	}
+		e.advance(10 * time.Second)
+		if n := ft.startCount(); n != 2 {
+			t.Fatalf("%d runs started 10s after the first ended; want 2", n)
+		}
+		if got, want := ft.start(1), end.Add(10*time.Second); !got.Equal(want) {
+			t.Errorf("second run started at %s; want %s (10s after the first ended)", got.Format(time.TimeOnly), want.Format(time.TimeOnly))
+		}
+		ft.finish(t, tasks.Result{})
+		e.idleAt("slow", end.Add(20*time.Second))
+		if n := ft.maxConcurrent(); n != 1 {
+			t.Errorf("at most %d runs were in progress at once; want 1", n)
+		}
+	})
 }
 
 func TestAFixedDelayCountsFromTheEndOfARun(t *testing.T) {
 	t.Parallel()
-	e := newMemEnv(t)
-	ft := e.task()
-	r := e.start(e.options(e.job("delay", jobs.ScopeInstance, 10*time.Second, ft)))
+	synctest.Test(t, func(t *testing.T) {
+		e := newBubbleEnv(t)
+		ft := e.task()
+		r := e.start(e.options(e.job("delay", jobs.ScopeInstance, 10*time.Second, ft)))
+		start := time.Now()
 
-	ft.waitStarts(t, 1)
-	e.waitPending(timersRunningInstance)
-	e.clk.Advance(7 * time.Second)
-	ft.finish(t, tasks.Result{})
-	e.waitIdle("delay", t0.Add(17*time.Second))
+		e.advance(7 * time.Second)
+		ft.finish(t, tasks.Result{})
+		e.idleAt("delay", start.Add(17*time.Second))
 
-	// start + 10s: a fixed rate would fire here; a fixed delay does not.
-	e.clk.Advance(3 * time.Second)
-	e.waitPending(timersWaiting)
-	if n := ft.startCount(); n != 1 {
-		t.Fatalf("%d runs at start+10s; want 1", n)
-	}
-	if st := status(t, r, "delay"); st.NextFireAt == nil || !st.NextFireAt.Equal(t0.Add(17*time.Second)) {
-		t.Fatalf("next fire %v; want %s", st.NextFireAt, t0.Add(17*time.Second))
-	}
+		// start + 10s: a fixed rate would fire here; a fixed delay does not.
+		e.advance(3 * time.Second)
+		if n := ft.startCount(); n != 1 {
+			t.Fatalf("%d runs at start+10s; want 1", n)
+		}
+		if st := status(t, r, "delay"); st.NextFireAt == nil || !st.NextFireAt.Equal(start.Add(17*time.Second)) {
+			t.Fatalf("next fire %v; want %s", st.NextFireAt, start.Add(17*time.Second))
+		}
 
-	e.clk.Advance(7 * time.Second)
-	ft.waitStarts(t, 2)
-	if got, want := ft.end(0), t0.Add(7*time.Second); !got.Equal(want) {
-		t.Errorf("first run ended at %s; want %s", got.Format(time.TimeOnly), want.Format(time.TimeOnly))
-	}
-	if got, want := ft.start(1), ft.end(0).Add(10*time.Second); !got.Equal(want) {
-		t.Errorf("second run started at %s; want %s (end + 10s)", got.Format(time.TimeOnly), want.Format(time.TimeOnly))
-	}
-	ft.finish(t, tasks.Result{})
+		e.advance(7 * time.Second)
+		if n := ft.startCount(); n != 2 {
+			t.Fatalf("%d runs at start+17s; want 2", n)
+		}
+		if got, want := ft.end(0), start.Add(7*time.Second); !got.Equal(want) {
+			t.Errorf("first run ended at %s; want %s", got.Format(time.TimeOnly), want.Format(time.TimeOnly))
+		}
+		if got, want := ft.start(1), ft.end(0).Add(10*time.Second); !got.Equal(want) {
+			t.Errorf("second run started at %s; want %s (end + 10s)", got.Format(time.TimeOnly), want.Format(time.TimeOnly))
+		}
+		ft.finish(t, tasks.Result{})
+	})
 }
 
 func TestARunThatEndsAfterItsNextFireWasDueCountsAsAnOverrun(t *testing.T) {
@@ -148,75 +153,73 @@ func TestARunThatEndsAfterItsNextFireWasDueCountsAsAnOverrun(t *testing.T) {
 
 func TestARunIsCancelledAtItsTimeoutAndTheJobWaitsForItsGoroutine(t *testing.T) {
 	t.Parallel()
-	e := newMemEnv(t)
-	ft := e.task()
-	ft.linger = true // it returns only when released, well after its context is done
-	j := e.job("stuck", jobs.ScopeInstance, 10*time.Second, ft)
-	j.Timeout = 30 * time.Second
-	r := e.start(e.options(j))
+	synctest.Test(t, func(t *testing.T) {
+		e := newBubbleEnv(t)
+		ft := e.task()
+		ft.linger = true // it returns only when released, well after its context is done
+		j := e.job("stuck", jobs.ScopeInstance, 10*time.Second, ft)
+		j.Timeout = 30 * time.Second
+		r := e.start(e.options(j))
+		start := time.Now()
 
-	ft.waitStarts(t, 1)
-	e.waitPending(timersRunningInstance)
-	e.clk.Advance(29 * time.Second)
-	if n := e.clk.Pending(); n != timersRunningInstance {
-		t.Fatalf("%d active timers 1s before the timeout; want %d", n, timersRunningInstance)
-	}
-	if c := ft.cancelled(); len(c) != 0 {
-		t.Fatalf("the run was cancelled before its timeout: %v", c)
-	}
-	e.clk.Advance(time.Second)
-	eventually(t, "the run's context to be done at its timeout", func() bool { return len(ft.cancelled()) == 1 })
-	if c := ft.cancelled()[0]; !causeIs(c, "run timed out") {
-		t.Errorf("cause %v; want run timed out", c)
-	}
-
-	// The context is done but the task has not returned: however long that
-	// lasts, the job does not fire again.
-	e.waitPending(timersWaiting)
-	for range 3 {
-		e.clk.Advance(10 * time.Second)
-		e.waitPending(timersWaiting)
-		if n := ft.startCount(); n != 1 {
-			t.Fatalf("at %s %d runs have started while the timed-out one had not returned; want 1", e.clk.Now().Format(time.TimeOnly), n)
+		e.advance(29 * time.Second)
+		if c := ft.cancelled(); len(c) != 0 {
+			t.Fatalf("the run was cancelled before its timeout: %v", c)
 		}
-		if st := status(t, r, "stuck"); !st.Running {
-			t.Fatalf("at %s the job is not running; its task has not returned", e.clk.Now().Format(time.TimeOnly))
-		} else if st.Timeout != 30*time.Second {
-			t.Fatalf("the status carries timeout %s; want the configured 30s (readers judge a run in progress by it)", st.Timeout)
+		e.advance(time.Second)
+		if c := ft.cancelled(); len(c) != 1 || !causeIs(c[0], "run timed out") {
+			t.Fatalf("causes at the timeout %v; want run timed out", c)
 		}
-	}
-	returned := e.clk.Now() // t0+60s
-	ft.finish(t, tasks.Result{Err: errors.New("stopped late")})
-	st := e.waitIdle("stuck", returned.Add(10*time.Second))
-	if st.LastOutcome != jobs.OutcomeTimedOut || st.Timeouts != 1 || st.Failures != 1 || st.Runs != 1 {
-		t.Errorf("status: outcome %q, timeouts %d, failures %d, runs %d; want timed_out, 1, 1, 1",
-			st.LastOutcome, st.Timeouts, st.Failures, st.Runs)
-	}
-	if !strings.HasPrefix(st.LastError, "timed out after 30s") {
-		t.Errorf("last error %q; want it to start with %q", st.LastError, "timed out after 30s")
-	}
-	if h := jobs.JudgeHealth(st, e.clk.Now()); h != jobs.HealthFailing {
-		t.Errorf("health %q; want %q", h, jobs.HealthFailing)
-	}
 
-	runs := e.history("stuck")
-	if len(runs) != 1 {
-		t.Fatalf("%d runs in history; want 1", len(runs))
-	}
-	if r0 := runs[0]; r0.Outcome != jobs.OutcomeTimedOut || r0.FinishedAt == nil || !r0.FinishedAt.Equal(returned) ||
-		!strings.HasPrefix(r0.Error, "timed out after 30s") || !r0.StartedAt.Equal(t0) {
-		t.Errorf("history row %+v; want timed_out, started %s, finished %s, error timed out after 30s", r0, t0, returned)
-	}
+		// The context is done but the task has not returned: however long
+		// that lasts, the job does not fire again.
+		for range 3 {
+			e.advance(10 * time.Second)
+			if n := ft.startCount(); n != 1 {
+				t.Fatalf("at %s %d runs have started while the timed-out one had not returned; want 1", time.Now().Format(time.TimeOnly), n)
+			}
+			if st := status(t, r, "stuck"); !st.Running {
+				t.Fatalf("at %s the job is not running; its task has not returned", time.Now().Format(time.TimeOnly))
+			} else if st.Timeout != 30*time.Second {
+				t.Fatalf("the status carries timeout %s; want the configured 30s (readers judge a run in progress by it)", st.Timeout)
+			}
+		}
+		returned := time.Now() // start+60s
+		ft.finish(t, tasks.Result{Err: errors.New("stopped late")})
+		e.idleAt("stuck", returned.Add(10*time.Second))
+		st := status(t, r, "stuck")
+		if st.LastOutcome != jobs.OutcomeTimedOut || st.Timeouts != 1 || st.Failures != 1 || st.Runs != 1 {
+			t.Errorf("status: outcome %q, timeouts %d, failures %d, runs %d; want timed_out, 1, 1, 1",
+				st.LastOutcome, st.Timeouts, st.Failures, st.Runs)
+		}
+		if !strings.HasPrefix(st.LastError, "timed out after 30s") {
+			t.Errorf("last error %q; want it to start with %q", st.LastError, "timed out after 30s")
+		}
+		if h := jobs.JudgeHealth(st, time.Now()); h != jobs.HealthFailing {
+			t.Errorf("health %q; want %q", h, jobs.HealthFailing)
+		}
 
-	e.clk.Advance(10 * time.Second)
-	ft.waitStarts(t, 2)
-	if got, want := ft.start(1), returned.Add(10*time.Second); !got.Equal(want) {
-		t.Errorf("next run started at %s; want %s (10s after the task returned)", got.Format(time.TimeOnly), want.Format(time.TimeOnly))
-	}
-	ft.finish(t, tasks.Result{})
-	if n := ft.maxConcurrent(); n != 1 {
-		t.Errorf("at most %d runs at once; want 1", n)
-	}
+		runs := e.history("stuck")
+		if len(runs) != 1 {
+			t.Fatalf("%d runs in history; want 1", len(runs))
+		}
+		if r0 := runs[0]; r0.Outcome != jobs.OutcomeTimedOut || r0.FinishedAt == nil || !r0.FinishedAt.Equal(returned) ||
+			!strings.HasPrefix(r0.Error, "timed out after 30s") || !r0.StartedAt.Equal(start) {
+			t.Errorf("history row %+v; want timed_out, started %s, finished %s, error timed out after 30s", r0, start, returned)
+		}
+
+		e.advance(10 * time.Second)
+		if n := ft.startCount(); n != 2 {
+			t.Fatalf("%d runs started 10s after the task returned; want 2", n)
+		}
+		if got, want := ft.start(1), returned.Add(10*time.Second); !got.Equal(want) {
+			t.Errorf("next run started at %s; want %s (10s after the task returned)", got.Format(time.TimeOnly), want.Format(time.TimeOnly))
+		}
+		ft.finish(t, tasks.Result{})
+		if n := ft.maxConcurrent(); n != 1 {
+			t.Errorf("at most %d runs at once; want 1", n)
+		}
+	})
 }
 
 func TestAnInstallationJobSkipsTicksWhileAnotherHolderHasItsLock(t *testing.T) {
@@ -358,41 +361,51 @@ func TestANormalEndUnlocksWithLockAtLeastFor(t *testing.T) {
 
 func TestAPausedJobDoesNotRunAndResumesWithoutARestart(t *testing.T) {
 	t.Parallel()
-	e := newMemEnv(t)
-	ft := e.task()
-	r := e.start(e.options(e.job("pausable", jobs.ScopeInstance, 10*time.Second, ft)))
+	synctest.Test(t, func(t *testing.T) {
+		e := newBubbleEnv(t)
+		ft := e.task()
+		r := e.start(e.options(e.job("pausable", jobs.ScopeInstance, 10*time.Second, ft)))
+		start := time.Now()
 
-	ft.waitStarts(t, 1)
-	ft.finish(t, tasks.Result{})
-	e.waitIdle("pausable", t0.Add(10*time.Second))
+		synctest.Wait()
+		ft.finish(t, tasks.Result{})
+		e.idleAt("pausable", start.Add(10*time.Second))
 
-	e.mem.set(jobs.Setting{JobID: "pausable", Paused: true})
-	r.SettingsChanged("pausable")
-	eventually(t, "the job to be paused", func() bool { return status(t, r, "pausable").Paused })
-
-	for i := 2; i <= 4; i++ {
-		e.clk.Advance(10 * time.Second)
-		st := e.waitIdle("pausable", t0.Add(time.Duration(i)*10*time.Second))
-		if n := ft.startCount(); n != 1 || st.Runs != 1 {
-			t.Fatalf("at %s while paused: %d starts, %d runs; want 1, 1", e.clk.Now().Format(time.TimeOnly), n, st.Runs)
+		e.mem.set(jobs.Setting{JobID: "pausable", Paused: true})
+		r.SettingsChanged("pausable")
+		synctest.Wait()
+		if !status(t, r, "pausable").Paused {
+			t.Fatal("the job is not paused after its setting changed")
 		}
-		if h := jobs.JudgeHealth(st, e.clk.Now()); h != jobs.HealthPaused {
-			t.Fatalf("health %q; want %q", h, jobs.HealthPaused)
-		}
-	}
 
-	e.mem.set(jobs.Setting{JobID: "pausable", Paused: false})
-	r.SettingsChanged("pausable")
-	// Its next fire (end + 10s) is long past: it runs at once.
-	ft.waitStarts(t, 2)
-	if got, want := ft.start(1), t0.Add(30*time.Second); !got.Equal(want) {
-		t.Errorf("resumed run started at %s; want %s", got.Format(time.TimeOnly), want.Format(time.TimeOnly))
-	}
-	ft.finish(t, tasks.Result{})
-	st := e.waitIdle("pausable", t0.Add(40*time.Second))
-	if st.Paused || st.Runs != 2 {
-		t.Errorf("after resuming: paused %v, runs %d; want false, 2", st.Paused, st.Runs)
-	}
+		for i := 2; i <= 4; i++ {
+			e.advance(10 * time.Second)
+			e.idleAt("pausable", start.Add(time.Duration(i)*10*time.Second))
+			st := status(t, r, "pausable")
+			if n := ft.startCount(); n != 1 || st.Runs != 1 {
+				t.Fatalf("at %s while paused: %d starts, %d runs; want 1, 1", time.Now().Format(time.TimeOnly), n, st.Runs)
+			}
+			if h := jobs.JudgeHealth(st, time.Now()); h != jobs.HealthPaused {
+				t.Fatalf("health %q; want %q", h, jobs.HealthPaused)
+			}
+		}
+
+		e.mem.set(jobs.Setting{JobID: "pausable", Paused: false})
+		r.SettingsChanged("pausable")
+		// Its next fire (end + 10s) is long past: it runs at once.
+		synctest.Wait()
+		if n := ft.startCount(); n != 2 {
+			t.Fatalf("%d runs started once resumed; want 2", n)
+		}
+		if got, want := ft.start(1), start.Add(30*time.Second); !got.Equal(want) {
+			t.Errorf("resumed run started at %s; want %s", got.Format(time.TimeOnly), want.Format(time.TimeOnly))
+		}
+		ft.finish(t, tasks.Result{})
+		e.idleAt("pausable", start.Add(40*time.Second))
+		if st := status(t, r, "pausable"); st.Paused || st.Runs != 2 {
+			t.Errorf("after resuming: paused %v, runs %d; want false, 2", st.Paused, st.Runs)
+		}
+	})
 }
 
 func TestAScheduleOverrideAppliesWithoutARestartAndAMalformedOneIsRetriedEveryMinute(t *testing.T) {

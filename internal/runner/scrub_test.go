@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/studioctl/studioctl/internal/jobs"
+	"github.com/studioctl/studioctl/internal/jobtask"
 	"github.com/studioctl/studioctl/internal/tasks"
 )
 
@@ -25,9 +26,9 @@ func TestOutputAndErrorsAreScrubbedBeforeTheyAreStoredOrLogged(t *testing.T) {
 	missing := tasks.Command{Argv: []string{"/nonexistent/postgres://u:hunter2@h/" + dbPassword}}
 	ft := e.task()
 	o := e.options(
-		jobs.Job{ID: "echo", Scope: jobs.ScopeInstance, Schedule: every(t, time.Hour), Task: echo},
-		jobs.Job{ID: "cut", Scope: jobs.ScopeInstance, Schedule: every(t, time.Hour), Task: cut},
-		jobs.Job{ID: "missing", Scope: jobs.ScopeInstance, Schedule: every(t, time.Hour), Task: missing},
+		jobtask.Job{Job: jobs.Job{ID: "echo", Scope: jobs.ScopeInstance, Schedule: every(t, time.Hour)}, Task: echo},
+		jobtask.Job{Job: jobs.Job{ID: "cut", Scope: jobs.ScopeInstance, Schedule: every(t, time.Hour)}, Task: cut},
+		jobtask.Job{Job: jobs.Job{ID: "missing", Scope: jobs.ScopeInstance, Schedule: every(t, time.Hour)}, Task: missing},
 		e.job("fails", jobs.ScopeInstance, time.Hour, ft),
 	)
 	o.Secrets = []string{dbPassword}

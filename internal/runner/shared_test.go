@@ -9,6 +9,7 @@ import (
 
 	"github.com/studioctl/studioctl/internal/clock"
 	"github.com/studioctl/studioctl/internal/jobs"
+	"github.com/studioctl/studioctl/internal/jobtask"
 	"github.com/studioctl/studioctl/internal/runner"
 )
 
@@ -199,7 +200,7 @@ func TestSharedScheduleCronDueIsExact(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := e.options(jobs.Job{ID: "cron", Scope: jobs.ScopeInstallation, Schedule: c, Task: ft})
+	o := e.options(jobtask.Job{Job: jobs.Job{ID: "cron", Scope: jobs.ScopeInstallation, Schedule: c}, Task: ft})
 	o.Locks, o.Schedules = &countingLocks{}, sch
 	r := e.start(o)
 	e.waitIdle("cron", t0.Add(time.Minute))
@@ -220,7 +221,7 @@ func TestSharedScheduleCronNeverRan(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	j := jobs.Job{ID: "cron", Scope: jobs.ScopeInstallation, Schedule: c, Task: ft}
+	j := jobtask.Job{Job: jobs.Job{ID: "cron", Scope: jobs.ScopeInstallation, Schedule: c}, Task: ft}
 	lk := &countingLocks{}
 	o := e.options(j)
 	o.Locks, o.Schedules = lk, sch

@@ -65,10 +65,7 @@ func (r *Runner) acquireSlot(js *jobState) bool {
 	s.delayed.Inc()
 	s.waiting.Inc()
 	defer s.waiting.Dec()
-	var over <-chan struct{}
-	if js.duty != nil {
-		over = js.duty.ctx.Done()
-	}
+	over := js.duty.ended() // nil (never) for a job that is not per cluster
 	select {
 	case s.ch <- struct{}{}:
 		return true

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"strconv"
-	"strings"
 
 	"github.com/studioctl/studioctl/internal/jobs"
 	"github.com/studioctl/studioctl/internal/jobstore"
@@ -81,7 +80,8 @@ func (h *Handler) Output() http.Handler {
 // outputQuery reads the job (job or job@cluster) and ?seq of a request.
 func outputQuery(r *http.Request) (jobstore.RunQuery, error) {
 	id := r.PathValue("id")
-	job, cluster, hasCluster := strings.Cut(id, "@")
+	k, hasCluster := jobs.ParseDutyKey(id)
+	job, cluster := k.Job, k.Cluster
 	if err := jobs.ValidateID(job); err != nil {
 		return jobstore.RunQuery{}, fmt.Errorf("job id: %v", err)
 	}

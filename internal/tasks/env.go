@@ -2,8 +2,9 @@ package tasks
 
 import (
 	"os"
-	"regexp"
 	"slices"
+
+	"github.com/studioctl/studioctl/internal/taskenv"
 )
 
 // InheritedEnv names the only variables a command takes from the replica's
@@ -11,14 +12,12 @@ import (
 var InheritedEnv = []string{"PATH", "HOME", "LANG"}
 
 // RunEnv names the variables the runner sets for every command. A job's
-// env: may not set them.
-var RunEnv = []string{"STUDIO_JOB_ID", "STUDIO_REPLICA_ID", "STUDIO_RUN_SEQ", "STUDIO_CLUSTER", "STUDIO_SCHEDULED_AT", "STUDIO_OCCURRENCE_KEY"}
+// env: may not set them (taskenv.RunEnv).
+var RunEnv = taskenv.RunEnv
 
-// envName is the rule for the names under a job's env:.
-var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-
-// ValidEnvName reports whether name may be listed under a job's env:.
-func ValidEnvName(name string) bool { return envName.MatchString(name) }
+// ValidEnvName reports whether name may be listed under a job's env:
+// (taskenv.ValidName).
+func ValidEnvName(name string) bool { return taskenv.ValidName(name) }
 
 // Environ is the whole environment of a command: PATH, HOME and LANG from
 // the replica's environment if set there, the job's own entries (extra,

@@ -29,7 +29,7 @@ const closeTimeout = 2 * time.Second
 // own, on a connection of its own.
 type SQL struct {
 	Statement string
-	// DB is the replica's *pgxpool.Pool (its type is what jobs.Job.Bind
+	// DB is the replica's *pgxpool.Pool (its type is what jobtask.Bind
 	// passes). Run never takes one of its connections: it opens a
 	// connection of its own from the pool's configuration (Config), so
 	// nothing the statement does to its session reaches the connections
