@@ -15,10 +15,6 @@ var InheritedEnv = []string{"PATH", "HOME", "LANG"}
 // env: may not set them (taskenv.RunEnv).
 var RunEnv = taskenv.RunEnv
 
-// ValidEnvName reports whether name may be listed under a job's env:
-// (taskenv.ValidName).
-func ValidEnvName(name string) bool { return taskenv.ValidName(name) }
-
 // Environ is the whole environment of a command: PATH, HOME and LANG from
 // the replica's environment if set there, the job's own entries (extra,
 // which may replace PATH, HOME or LANG), and the STUDIO_* variables of the
