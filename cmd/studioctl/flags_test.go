@@ -15,6 +15,7 @@ import (
 	"github.com/studioctl/studioctl/internal/demo"
 	"github.com/studioctl/studioctl/internal/jobs"
 	"github.com/studioctl/studioctl/internal/jobstore"
+	"github.com/studioctl/studioctl/internal/overdue"
 	"github.com/studioctl/studioctl/internal/watch"
 )
 
@@ -124,12 +125,13 @@ func TestJobsVerbsParseTheirFlags(t *testing.T) {
 	})
 	set, trigger, forget := verb(newJobsSetCmd), verb(newJobsTriggerCmd), verb(newJobsForgetCmd)
 	out, occ := verb(newJobsOutputCmd), verb(newJobsOccurrencesCmd)
+	why, overdueVerb := verb(newJobsWhyCmd), verb(newJobsOverdueCmd)
 	yes, no := true, false
 	cronSched, err := jobs.ParseCron("30 3 * * *")
 	if err != nil {
 		t.Fatal(err)
 	}
-	scope := "web-2"
+	scope, empty := "web-2", ""
 	since := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
 	runFlagCases(t, []flagCase{
 		{name: "list with no flag", parse: list, want: &jobsStatusOptions{watchFlags: defaultWatch}},
@@ -190,6 +192,25 @@ func TestJobsVerbsParseTheirFlags(t *testing.T) {
 		{name: "occurrences --since neither", parse: occ, args: []string{"report", "--since", "yesterday"}, wantErr: `--since: "yesterday"`},
 		{name: "occurrences --limit 0", parse: occ, args: []string{"report", "--limit", "0"}, wantErr: "--limit"},
 		{name: "occurrences of a duty points at --scope", parse: occ, args: []string{"sync@eu-1"}, wantErr: "--scope eu-1"},
+		{name: "why of the last due time, in any scope", parse: why, args: []string{"report"}, want: &jobsWhyOptions{ID: "report"}},
+		{name: "why at a time with an offset is that time in UTC", parse: why, args: []string{"report", "--at", "2026-11-30T02:00:00+01:00"},
+			want: &jobsWhyOptions{ID: "report", At: time.Date(2026, 11, 30, 1, 0, 0, 0, time.UTC)}},
+		{name: "why of one replica's scope", parse: why, args: []string{"report", "--scope", "web-2"}, want: &jobsWhyOptions{ID: "report", Scope: &scope}},
+		{name: "why --scope '' is an installation job's scope, not any", parse: why, args: []string{"report", "--scope", ""},
+			want: &jobsWhyOptions{ID: "report", Scope: &empty}},
+		{name: "why needs an id", parse: why, wantErr: "missing argument ID"},
+		{name: "why takes one id", parse: why, args: []string{"report", "sweep"}, wantErr: `unexpected argument "sweep"`},
+		{name: "why of a bad id", parse: why, args: []string{"Bad_ID"}, wantErr: "job id"},
+		{name: "why of a duty points at --scope", parse: why, args: []string{"sync@eu-1"}, wantErr: "--scope eu-1"},
+		{name: "why --at not RFC 3339", parse: why, args: []string{"report", "--at", "yesterday"}, wantErr: `--at: "yesterday"`},
+		{name: "why --at without a zone", parse: why, args: []string{"report", "--at", "2026-11-30T02:00:00"}, wantErr: "--at"},
+		{name: "overdue with the default grace", parse: overdueVerb, want: &jobsOverdueOptions{Grace: overdue.DefaultGrace}},
+		{name: "overdue --grace", parse: overdueVerb, args: []string{"--grace", "5s"}, want: &jobsOverdueOptions{Grace: 5 * time.Second}},
+		{name: "overdue --grace 0 is allowed", parse: overdueVerb, args: []string{"--grace", "0s"}, want: &jobsOverdueOptions{}},
+		{name: "overdue --grace negative", parse: overdueVerb, args: []string{"--grace", "-1m"}, wantErr: "--grace"},
+		{name: "overdue --grace a word", parse: overdueVerb, args: []string{"--grace", "soon"}, wantErr: `--grace: "soon"`},
+		{name: "overdue --grace a number without a unit", parse: overdueVerb, args: []string{"--grace", "60"}, wantErr: "--grace"},
+		{name: "overdue takes no argument", parse: overdueVerb, args: []string{"report"}, wantErr: `unexpected argument "report"`},
 	})
 }
 

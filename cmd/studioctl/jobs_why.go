@@ -271,12 +271,14 @@ func tookText(o jobstore.OccurrenceView) string {
 	return " after " + output.Duration(o.FinishedAt.Sub(*o.StartedAt))
 }
 
+// whyErrorWidth bounds a run's error quoted in a jobs why sentence, in
+// display columns.
+const whyErrorWidth = 120
+
+// oneLine is a run's error for a jobs why sentence: on one line, cut to
+// whyErrorWidth columns by output.Truncate, which never splits a character.
 func oneLine(s string) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if r := []rune(s); len(r) > 120 {
-		s = string(r[:117]) + "..."
-	}
-	return s
+	return output.Truncate(strings.Join(strings.Fields(s), " "), whyErrorWidth)
 }
 
 func explainLost(o jobstore.OccurrenceView, ev jobstore.OccurrenceEvidence, due string) (string, string) {

@@ -31,6 +31,10 @@ func TestTruncatedCellsNeverSplitACharacter(t *testing.T) {
 		{"wide characters count two columns", errorCell, errorCellWidth, strings.Repeat("日", 50), strings.Repeat("日", 38) + "..."},
 		{"an emoji is not cut in half", errorCell, errorCellWidth, strings.Repeat("x", 76) + "🔥🔥🔥", strings.Repeat("x", 76) + "..."},
 		{"the output cell cuts multi-byte text too", outputCell, outputCellWidth, strings.Repeat("ü", 70), strings.Repeat("ü", 57) + "..."},
+		// jobs why quotes a run's error in its sentence through the same cut.
+		{"jobs why keeps a short error on one line", oneLine, whyErrorWidth, "lock  lost:\n\tconnection reset", "lock lost: connection reset"},
+		{"jobs why cuts a long ASCII error at 117 bytes and an ellipsis", oneLine, whyErrorWidth, strings.Repeat("a", 200), strings.Repeat("a", 117) + "..."},
+		{"jobs why counts a wide character two columns", oneLine, whyErrorWidth, strings.Repeat("日", 100), strings.Repeat("日", 58) + "..."},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

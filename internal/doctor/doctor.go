@@ -16,6 +16,7 @@ import (
 
 	"github.com/studioctl/studioctl/internal/jobs"
 	"github.com/studioctl/studioctl/internal/locks"
+	"github.com/studioctl/studioctl/internal/output"
 )
 
 // Status of one check.
@@ -285,13 +286,11 @@ func oneLine(s string) string {
 	return strings.Join(strings.Fields(s), " ")
 }
 
-// shorten cuts s to n characters with an ellipsis.
+// shorten is s on one line, cut to n columns with an ellipsis by
+// output.Truncate, the CLI's one cut: a wide character counts two columns
+// and none is split.
 func shorten(s string, n int) string {
-	s = oneLine(s)
-	if r := []rune(s); len(r) > n {
-		return string(r[:n-3]) + "..."
-	}
-	return s
+	return output.Truncate(oneLine(s), n)
 }
 
 // list joins items, naming at most maxListed and counting the rest.

@@ -36,3 +36,32 @@ func TestPlural(t *testing.T) {
 		}
 	}
 }
+
+// A last error or a schedule error in a detail is put on one line and cut
+// by output.Truncate: the same text as before for narrow characters, and a
+// wide character counts two columns (it counted one, so a CJK error took
+// twice the width the detail allows).
+func TestShortenCutsToColumnsNeverSplittingACharacter(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		in   string
+		n    int
+		want string
+	}{
+		{"a short error on several lines is one line", "exit status 3:\n  disk full", 60, "exit status 3: disk full"},
+		{"an ASCII error at the width is kept", strings.Repeat("a", 60), 60, strings.Repeat("a", 60)},
+		{"a long ASCII error keeps n-3 bytes and an ellipsis", strings.Repeat("a", 61), 60, strings.Repeat("a", 57) + "..."},
+		{"accented letters are one column each", strings.Repeat("é", 100), 60, strings.Repeat("é", 57) + "..."},
+		{"wide characters count two columns", strings.Repeat("日", 100), 60, strings.Repeat("日", 28) + "..."},
+		{"an emoji is not cut in half", strings.Repeat("x", 56) + "🔥🔥🔥", 60, strings.Repeat("x", 56) + "..."},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if got := shorten(tt.in, tt.n); got != tt.want {
+				t.Errorf("shorten(%q, %d) =\n%q\nwant\n%q", tt.in, tt.n, got, tt.want)
+			}
+		})
+	}
+}

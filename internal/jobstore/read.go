@@ -221,8 +221,12 @@ type ViewJSON struct {
 	LockLost         int64      `json:"lock_lost" yaml:"lock_lost"`
 	Overruns         int64      `json:"overruns" yaml:"overruns"`
 	SkippedElsewhere int64      `json:"skipped_elsewhere" yaml:"skipped_elsewhere"`
-	InvalidSchedule  *string    `json:"invalid_schedule" yaml:"invalid_schedule"`
-	Paused           bool       `json:"paused" yaml:"paused"`
+	// LastError is the last run's error, whole as stored (the ERROR column
+	// of the wide table, which shows InvalidSchedule instead when there is
+	// one); null after a success or before the first run.
+	LastError       *string `json:"last_error" yaml:"last_error"`
+	InvalidSchedule *string `json:"invalid_schedule" yaml:"invalid_schedule"`
+	Paused          bool    `json:"paused" yaml:"paused"`
 	// LastOccurrence is the newest occurrence (null when none is
 	// recorded); Skipped24h and Missed24h count the skips and misses of
 	// the last 24 h (docs/occurrences.md).
@@ -262,7 +266,7 @@ func (v View) JSON() ViewJSON {
 		LastOutcome: optString(string(v.LastOutcome)), LastStartedAt: utcPtr(v.LastStartedAt), LastFinishedAt: utcPtr(v.LastFinishedAt),
 		LastReplica: optString(v.LastReplica), NextFireAt: utcPtr(v.NextFireAt),
 		Runs: v.Runs, Failures: v.Failures, Timeouts: v.Timeouts, LockLost: v.LockLost, Overruns: v.Overruns,
-		SkippedElsewhere: v.SkippedElsewhere, InvalidSchedule: optString(v.InvalidSchedule), Paused: v.Paused,
+		SkippedElsewhere: v.SkippedElsewhere, LastError: optString(v.LastError), InvalidSchedule: optString(v.InvalidSchedule), Paused: v.Paused,
 	}
 	if o := v.Occurrences; o != nil {
 		j.Skipped24h, j.Missed24h = o.Skipped24h, o.Missed24h

@@ -268,9 +268,7 @@ func (r *Runner) classify(js *jobState, res tasks.Result, cause error, timeout t
 	if v.errText != "" {
 		v.errText = db.ScrubText(v.errText, r.o.Secrets...)
 	}
-	if len(v.errText) > errorTail {
-		v.errText = v.errText[len(v.errText)-errorTail:]
-	}
+	v.errText = lastBytes(v.errText, errorTail)
 	v.output = res.Output
 	switch {
 	case v.output == "": // nothing to hide
@@ -280,6 +278,20 @@ func (r *Runner) classify(js *jobState, res tasks.Result, cause error, timeout t
 		v.output = db.ScrubText(v.output, r.o.Secrets...)
 	}
 	return v
+}
+
+// lastBytes is the end of s, at most n bytes, starting on a whole
+// character: a cut inside one drops its continuation bytes rather than
+// keeping a broken byte (which would be stored as U+FFFD).
+func lastBytes(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	s = s[len(s)-n:]
+	for i := 0; i < utf8.UTFMax-1 && len(s) > 0 && !utf8.RuneStart(s[0]); i++ {
+		s = s[1:]
+	}
+	return s
 }
 
 // record writes the end of run (history, status, metrics, occurrences)

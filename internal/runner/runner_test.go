@@ -657,76 +657,90 @@ func TestStopWaitsForRunsWithinTheShutdownWaitAndInterruptsTheRest(t *testing.T)
 
 func TestTriggerFiresAWaitingJobAtOnceAndIgnoresARunningOne(t *testing.T) {
 	t.Parallel()
-	e := newMemEnv(t)
-	ft := e.task()
-	o := e.options(e.job("manual", jobs.ScopeInstance, time.Hour, ft))
-	o.InitialDelay = func(jobs.Job) time.Duration { return time.Hour }
-	r := e.start(o)
-	e.waitIdle("manual", t0.Add(time.Hour))
-	e.clk.Advance(5 * time.Minute)
-	e.waitPending(timersWaiting)
-	if n := ft.startCount(); n != 0 {
-		t.Fatalf("%d runs before the trigger; want 0", n)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		e := newBubbleEnv(t)
+		ft := e.task()
+		o := e.options(e.job("manual", jobs.ScopeInstance, time.Hour, ft))
+		o.InitialDelay = func(jobs.Job) time.Duration { return time.Hour }
+		r := e.start(o)
+		begin := time.Now()
+		e.idleAt("manual", begin.Add(time.Hour))
+		e.advance(5 * time.Minute)
+		if n := ft.startCount(); n != 0 {
+			t.Fatalf("%d runs before the trigger; want 0", n)
+		}
 
-	if !r.Trigger("manual") {
-		t.Fatal("Trigger of a waiting job returned false")
-	}
-	ft.waitStarts(t, 1)
-	now := t0.Add(5 * time.Minute)
-	if got := ft.start(0); !got.Equal(now) {
-		t.Errorf("triggered run started at %s; want %s (at once)", got.Format(time.TimeOnly), now.Format(time.TimeOnly))
-	}
-	if r.Trigger("manual") {
-		t.Error("Trigger of a running job returned true")
-	}
-	if r.Trigger("no-such-job") {
-		t.Error("Trigger of an unknown job returned true")
-	}
-	if !r.Hosts("manual") || r.Hosts("no-such-job") {
-		t.Errorf("Hosts(manual) = %v, Hosts(no-such-job) = %v; want true, false", r.Hosts("manual"), r.Hosts("no-such-job"))
-	}
-	if ids := r.JobIDs(); len(ids) != 1 || ids[0] != "manual" {
-		t.Errorf("JobIDs = %q, want [manual]", ids)
-	}
-	ft.finish(t, tasks.Result{})
-	// The ignored trigger left nothing behind: the next fire is end + 1h.
-	e.waitIdle("manual", now.Add(time.Hour))
-	if n := ft.startCount(); n != 1 {
-		t.Errorf("%d runs; want 1", n)
-	}
+		if !r.Trigger("manual") {
+			t.Fatal("Trigger of a waiting job returned false")
+		}
+		synctest.Wait()
+		if n := ft.startCount(); n != 1 {
+			t.Fatalf("%d runs after the trigger; want 1", n)
+		}
+		now := begin.Add(5 * time.Minute)
+		if got := ft.start(0); !got.Equal(now) {
+			t.Errorf("triggered run started at %s; want %s (at once)", got.Format(time.TimeOnly), now.Format(time.TimeOnly))
+		}
+		if r.Trigger("manual") {
+			t.Error("Trigger of a running job returned true")
+		}
+		if r.Trigger("no-such-job") {
+			t.Error("Trigger of an unknown job returned true")
+		}
+		if !r.Hosts("manual") || r.Hosts("no-such-job") {
+			t.Errorf("Hosts(manual) = %v, Hosts(no-such-job) = %v; want true, false", r.Hosts("manual"), r.Hosts("no-such-job"))
+		}
+		if ids := r.JobIDs(); len(ids) != 1 || ids[0] != "manual" {
+			t.Errorf("JobIDs = %q, want [manual]", ids)
+		}
+		ft.finish(t, tasks.Result{})
+		// The ignored trigger left nothing behind: the next fire is end + 1h.
+		e.idleAt("manual", now.Add(time.Hour))
+		if n := ft.startCount(); n != 1 {
+			t.Errorf("%d runs; want 1", n)
+		}
+	})
 }
 
 func TestOnlyTheFirstFailureAndTheRecoveryAreLogged(t *testing.T) {
 	t.Parallel()
-	e := newMemEnv(t)
-	ft := e.task()
-	e.start(e.options(e.job("flaky", jobs.ScopeInstance, 10*time.Second, ft)))
+	synctest.Test(t, func(t *testing.T) {
+		e := newBubbleEnv(t)
+		ft := e.task()
+		r := e.start(e.options(e.job("flaky", jobs.ScopeInstance, 10*time.Second, ft)))
 
-	for i := range 3 {
-		ft.waitStarts(t, i+1)
-		ft.finish(t, tasks.Result{Err: errBoom})
-		st := e.waitIdle("flaky", e.clk.Now().Add(10*time.Second))
-		if st.LastOutcome != jobs.OutcomeFailed || st.LastError != "boom" || st.Failures != int64(i+1) {
-			t.Fatalf("after failure %d: outcome %q, error %q, failures %d", i+1, st.LastOutcome, st.LastError, st.Failures)
+		for i := range 3 {
+			synctest.Wait()
+			if n := ft.startCount(); n != i+1 {
+				t.Fatalf("%d runs started; want %d", n, i+1)
+			}
+			ft.finish(t, tasks.Result{Err: errBoom})
+			e.idleAt("flaky", time.Now().Add(10*time.Second))
+			st := status(t, r, "flaky")
+			if st.LastOutcome != jobs.OutcomeFailed || st.LastError != "boom" || st.Failures != int64(i+1) {
+				t.Fatalf("after failure %d: outcome %q, error %q, failures %d", i+1, st.LastOutcome, st.LastError, st.Failures)
+			}
+			e.advance(10 * time.Second)
 		}
-		e.clk.Advance(10 * time.Second)
-	}
-	ft.waitStarts(t, 4)
-	ft.finish(t, tasks.Result{})
-	st := e.waitIdle("flaky", e.clk.Now().Add(10*time.Second))
-	if st.LastOutcome != jobs.OutcomeSucceeded || st.LastError != "" || st.Failures != 3 || st.Runs != 4 {
-		t.Errorf("after the recovery: outcome %q, error %q, failures %d, runs %d; want succeeded, \"\", 3, 4",
-			st.LastOutcome, st.LastError, st.Failures, st.Runs)
-	}
+		if n := ft.startCount(); n != 4 {
+			t.Fatalf("%d runs started; want 4", n)
+		}
+		ft.finish(t, tasks.Result{})
+		e.idleAt("flaky", time.Now().Add(10*time.Second))
+		st := status(t, r, "flaky")
+		if st.LastOutcome != jobs.OutcomeSucceeded || st.LastError != "" || st.Failures != 3 || st.Runs != 4 {
+			t.Errorf("after the recovery: outcome %q, error %q, failures %d, runs %d; want succeeded, \"\", 3, 4",
+				st.LastOutcome, st.LastError, st.Failures, st.Runs)
+		}
 
-	logs := e.logs.String()
-	if n := strings.Count(logs, `msg="runner: job failed"`); n != 1 {
-		t.Errorf("%d \"job failed\" messages; want 1 in:\n%s", n, logs)
-	}
-	if n := strings.Count(logs, `msg="runner: job recovered"`); n != 1 {
-		t.Errorf("%d \"job recovered\" messages; want 1 in:\n%s", n, logs)
-	}
+		logs := e.logs.String()
+		if n := strings.Count(logs, `msg="runner: job failed"`); n != 1 {
+			t.Errorf("%d \"job failed\" messages; want 1 in:\n%s", n, logs)
+		}
+		if n := strings.Count(logs, `msg="runner: job recovered"`); n != 1 {
+			t.Errorf("%d \"job recovered\" messages; want 1 in:\n%s", n, logs)
+		}
+	})
 }
 
 func TestTheMetricsCountRunsByOutcomeTimeoutsSkipsOverrunsAndLostLocks(t *testing.T) {

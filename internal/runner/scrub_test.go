@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/studioctl/studioctl/internal/jobs"
@@ -68,4 +69,27 @@ func trimMiddle(s string) string {
 		return s
 	}
 	return s[:40] + "..." + s[len(s)-40:]
+}
+
+// Regression: an error longer than the 2 KiB kept was cut at a byte, so a
+// tail that began inside a character was stored with U+FFFD in front.
+func TestALongErrorKeepsItsTailFromAWholeCharacter(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		e := newBubbleEnv(t)
+		ft := e.task()
+		r := e.start(e.options(e.job("cjk", jobs.ScopeInstance, time.Hour, ft)))
+		synctest.Wait()
+		// 700 three-byte characters: 2100 bytes, whose last 2048 begin
+		// inside a character.
+		ft.finish(t, tasks.Result{Err: errors.New(strings.Repeat("日", 700))})
+		e.idleAt("cjk", time.Now().Add(time.Hour))
+		st := status(t, r, "cjk")
+		if want := strings.Repeat("日", 682); st.LastError != want {
+			t.Errorf("last error: %d bytes starting %q; want the last 682 characters (2046 bytes), no U+FFFD", len(st.LastError), st.LastError[:min(6, len(st.LastError))])
+		}
+		if runs := e.history("cjk"); len(runs) != 1 || runs[0].Error != st.LastError {
+			t.Errorf("history %+v; want one run with the same error", runs)
+		}
+	})
 }

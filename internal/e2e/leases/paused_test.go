@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"gopkg.in/yaml.v3"
 
+	"github.com/studioctl/studioctl/internal/jobs"
 	"github.com/studioctl/studioctl/internal/leases"
 	"github.com/studioctl/studioctl/internal/testkit/pgtest"
 	"github.com/studioctl/studioctl/internal/testkit/replicaproc"
@@ -94,16 +95,16 @@ func TestAPausedReplicasCommandsEndBeforeTheNextOwnerStarts(t *testing.T) {
 	var holder string
 	replicaproc.Eventually(t, 30*time.Second, "every duty running on its placement, and the installation job", func() error {
 		rows := f.execRows()
-		running := map[string]string{} // job@cluster -> the replica of the latest execution
+		running := map[jobs.DutyKey]string{} // the replica of the latest execution
 		for _, r := range rows {
-			running[r.job+"@"+r.cluster] = r.replica
+			running[r.key()] = r.replica
 		}
 		for _, c := range f.clusters {
-			if got, want := running["duty@"+c], leases.Place(c, ids); got != want {
+			if got, want := running[jobs.DutyKey{Job: "duty", Cluster: c}], leases.Place(c, ids); got != want {
 				return fmt.Errorf("the latest duty execution for %s is on %q, placement says %s", c, got, want)
 			}
 		}
-		if holder = running["nightly@"]; holder == "" {
+		if holder = running[nightlyKey]; holder == "" {
 			return fmt.Errorf("no execution of the installation job yet")
 		}
 		return nil
@@ -120,7 +121,7 @@ func TestAPausedReplicasCommandsEndBeforeTheNextOwnerStarts(t *testing.T) {
 	stoppedAt := f.dbNow()
 	procs[holder].Signal(t, syscall.SIGSTOP)
 	t.Logf("SIGSTOP of %s, which holds the installation job's lock and the leases of %v", holder, moved)
-	took := f.waitExecStarts(90*time.Second, other, stoppedAt, append(dutyKeys(moved), "nightly@"))
+	took := f.waitExecStarts(90*time.Second, other, stoppedAt, append(dutyKeys(moved), nightlyKey))
 	t.Logf("%s started the duties after %v and the installation job after %v", other, took[:len(took)-1], took[len(took)-1])
 
 	// A measurement window: what the paused replica's commands do after
@@ -157,10 +158,14 @@ func maxTime(a, b time.Time) time.Time {
 	return b
 }
 
-func dutyKeys(clusters []string) []string {
-	var out []string
+// nightlyKey is the installation job's key: its own id (no cluster).
+var nightlyKey = jobs.DutyKey{Job: "nightly"}
+
+// dutyKeys are the keys of the duty job's duties for clusters.
+func dutyKeys(clusters []string) []jobs.DutyKey {
+	var out []jobs.DutyKey
 	for _, c := range clusters {
-		out = append(out, "duty@"+c)
+		out = append(out, jobs.DutyKey{Job: "duty", Cluster: c})
 	}
 	return out
 }
@@ -171,6 +176,10 @@ type execRow struct {
 	replica           string
 	startedAt, seenAt time.Time
 }
+
+// key is the execution's job and cluster as a duty key (the job's own id
+// when the command ran without a cluster).
+func (r execRow) key() jobs.DutyKey { return jobs.DutyKey{Job: r.job, Cluster: r.cluster} }
 
 func (f *fixture) execRows() []execRow {
 	f.t.Helper()
@@ -192,15 +201,15 @@ func (f *fixture) execRows() []execRow {
 }
 
 // waitExecStarts waits until replica has started an execution of each of
-// keys (job@cluster) after since, and returns how long after since each
-// started, in the order of keys.
-func (f *fixture) waitExecStarts(d time.Duration, replica string, since time.Time, keys []string) []time.Duration {
+// keys after since, and returns how long after since each started, in the
+// order of keys.
+func (f *fixture) waitExecStarts(d time.Duration, replica string, since time.Time, keys []jobs.DutyKey) []time.Duration {
 	f.t.Helper()
 	var out []time.Duration
 	replicaproc.Eventually(f.t, d, fmt.Sprintf("%s to start %v", replica, keys), func() error {
-		first := map[string]time.Time{}
+		first := map[jobs.DutyKey]time.Time{}
 		for _, r := range f.execRows() {
-			k := r.job + "@" + r.cluster
+			k := r.key()
 			if r.replica == replica && r.startedAt.After(since) && first[k].IsZero() {
 				first[k] = r.startedAt
 			}
@@ -224,10 +233,10 @@ func (f *fixture) waitExecStarts(d time.Duration, replica string, since time.Tim
 // that heartbeat.
 func (f *fixture) handovers(paused, other string, since time.Time) (gaps, overlaps []string) {
 	rows := f.execRows()
-	lastSeen := map[string]time.Time{}
-	firstStart := map[string]time.Time{}
+	lastSeen := map[jobs.DutyKey]time.Time{}
+	firstStart := map[jobs.DutyKey]time.Time{}
 	for _, r := range rows {
-		k := r.job + "@" + r.cluster
+		k := r.key()
 		switch {
 		case r.replica == paused && r.seenAt.After(lastSeen[k]):
 			lastSeen[k] = r.seenAt
