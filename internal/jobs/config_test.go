@@ -185,10 +185,10 @@ func TestParseNamesTheFileLineJobAndFieldOfEveryError(t *testing.T) {
 			4, "report", "cron", `cron "0 0 30 2 *" never fires`},
 		{"a cron with CRON_TZ",
 			head + "    scope: instance\n    cron: \"CRON_TZ=Europe/Paris 0 2 * * *\"\n" + cmd,
-			4, "report", "cron", `cron "CRON_TZ=Europe/Paris 0 2 * * *": a time zone prefix is not allowed; cron is always read in UTC`},
+			4, "report", "cron", `cron "CRON_TZ=Europe/Paris 0 2 * * *": a time zone prefix is not allowed; give the zone with tz: (config) or --tz (jobs set)`},
 		{"a cron with TZ",
 			head + "    scope: instance\n    cron: \"TZ=UTC 0 2 * * *\"\n" + cmd,
-			4, "report", "cron", `cron "TZ=UTC 0 2 * * *": a time zone prefix is not allowed; cron is always read in UTC`},
+			4, "report", "cron", `cron "TZ=UTC 0 2 * * *": a time zone prefix is not allowed; give the zone with tz: (config) or --tz (jobs set)`},
 		{"an unknown key in run",
 			head + "    scope: instance\n    every: 30s\n    run:\n      command: [./bin/report]\n      shell: bash\n",
 			7, "report", "run.shell", "unknown key (known: command, sql, http)"},
@@ -305,7 +305,7 @@ func TestAKeyErrorAtJobLevelNamesTheJob(t *testing.T) {
 		field, msg string
 	}{
 		{"an unknown key", head + "    scope: instance\n    every: 30s\n    retries: 3\n" + cmd,
-			5, "retries", "unknown key (known: id, scope, every, cron, timeout, clusters, run, lock, env, missed)"},
+			5, "retries", "unknown key (known: id, scope, every, cron, timeout, clusters, run, lock, env, missed, tz)"},
 		{"a key given twice", head + "    scope: instance\n    every: 30s\n    every: 1m\n" + cmd,
 			5, "every", "given twice"},
 	}
