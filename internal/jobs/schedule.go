@@ -254,6 +254,17 @@ func ParseSchedule(text string) (Schedule, error) {
 	return s.InZone(loc), nil
 }
 
+// SplitZone splits a stored form (as a status row keeps it) into the
+// schedule and the name of the zone its cron fields are read in: "UTC"
+// when it names none.
+func SplitZone(text string) (schedule, zone string) {
+	body, zone, ok := cutZone(text)
+	if !ok || zone == "" {
+		zone = "UTC"
+	}
+	return body, zone
+}
+
 // cutZone splits a stored form at its zone: "cron 0 2 * * * tz X" is
 // "cron 0 2 * * *" and X.
 func cutZone(text string) (body, zone string, ok bool) {
