@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	robfig "github.com/robfig/cron/v3"
+
 	"github.com/studioctl/studioctl/internal/jobs"
 )
 
@@ -262,5 +264,30 @@ func TestAnOverrideReplacesTheScheduleTheZoneOrBoth(t *testing.T) {
 		if _, err := jobs.ParseOverride(bad); err == nil {
 			t.Errorf("%q parsed", bad)
 		}
+	}
+}
+
+// Why Next does not hand the zone to robfig/cron: its own zone handling
+// (CRON_TZ=) breaks both rules on Berlin's 2026 nights. If a new version
+// keeps them, Next could use it; this test then says so.
+func TestRobfigCronsOwnZoneHandlingBreaksTheDSTRules(t *testing.T) {
+	t.Parallel()
+	p := robfig.NewParser(robfig.Minute | robfig.Hour | robfig.Dom | robfig.Month | robfig.Dow)
+	c, err := p.Parse("CRON_TZ=Europe/Berlin 30 2 * * *")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Spring: robfig skips the night; the rule runs at 03:00 CEST.
+	spring := c.Next(mustTime(t, "2026-03-28T12:00:00Z")).UTC()
+	ours := mustZoned(t, "30 2 * * *", "Europe/Berlin").Next(mustTime(t, "2026-03-28T12:00:00Z"))
+	if !ours.Equal(mustTime(t, "2026-03-29T01:00:00Z")) {
+		t.Fatalf("ours, spring: %s", ours)
+	}
+	// Autumn: robfig runs 02:30 a second time, at 02:30 CET.
+	first := mustTime(t, "2026-10-25T00:30:00Z")
+	again := c.Next(first).UTC()
+	t.Logf("robfig/cron: spring night %s (rule: 2026-03-29T01:00:00Z); after the first 02:30 of the autumn night %s (rule: the next day)", spring, again)
+	if spring.Equal(ours) && !again.Equal(mustTime(t, "2026-10-25T01:30:00Z")) {
+		t.Errorf("robfig/cron now follows both rules (spring %s, autumn %s): Next could use its zone handling", spring, again)
 	}
 }
