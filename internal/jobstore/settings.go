@@ -179,9 +179,9 @@ type Change struct {
 	// clears it, back to the configured zone. It is stored with the
 	// schedule override (jobs.Override), so a zone change is audited,
 	// signalled and read like a schedule change.
-	Zone *string
-	Actor    string
-	Reason   string
+	Zone   *string
+	Actor  string
+	Reason string
 }
 
 // ErrUnchanged: the setting already had the values asked for, so nothing
