@@ -162,7 +162,16 @@ func TestJobsVerbsParseTheirFlags(t *testing.T) {
 		{name: "set --cron", parse: set, args: []string{"report", "--cron", "30 3 * * *", "--reason", "later"},
 			want: &jobChangeOptions{ID: "report", Reason: "later", What: "reschedule", Change: jobstore.Change{Schedule: &cronSched}}},
 		{name: "set --clear", parse: set, args: []string{"report", "--clear", "--yes"},
-			want: &jobChangeOptions{ID: "report", Yes: true, What: "reschedule", Change: jobstore.Change{Schedule: &jobs.Schedule{}}}},
+			want: &jobChangeOptions{ID: "report", Yes: true, What: "reschedule", Change: jobstore.Change{Schedule: &jobs.Schedule{}, Zone: ptrTo("")}}},
+		{name: "set --tz alone", parse: set, args: []string{"report", "--tz", "Europe/Berlin"},
+			want: &jobChangeOptions{ID: "report", What: "reschedule", Change: jobstore.Change{Zone: ptrTo("Europe/Berlin")}}},
+		{name: "set --cron with --tz", parse: set, args: []string{"report", "--cron", "30 3 * * *", "--tz", "America/New_York"},
+			want: &jobChangeOptions{ID: "report", What: "reschedule", Change: jobstore.Change{Schedule: &cronSched, Zone: ptrTo("America/New_York")}}},
+		{name: "set --tz '' goes back to the configured zone", parse: set, args: []string{"report", "--tz", ""},
+			want: &jobChangeOptions{ID: "report", What: "reschedule", Change: jobstore.Change{Zone: ptrTo("")}}},
+		{name: "set --tz of an unknown zone", parse: set, args: []string{"report", "--tz", "Mars/Olympus"}, wantErr: `--tz: "Mars/Olympus" is not a known time zone`},
+		{name: "set --tz of the machine's zone", parse: set, args: []string{"report", "--tz", "Local"}, wantErr: `--tz: "Local"`},
+		{name: "set --tz with --clear", parse: set, args: []string{"report", "--clear", "--tz", "UTC"}, wantErr: "--clear already goes back to the configured zone"},
 		{name: "set needs one of its three", parse: set, args: []string{"report"}, wantErr: "give exactly one of --every, --cron or --clear"},
 		{name: "set takes only one of its three", parse: set, args: []string{"report", "--every", "1h", "--clear"}, wantErr: "give exactly one of --every, --cron or --clear"},
 		{name: "set --every not a duration", parse: set, args: []string{"report", "--every", "banana"}, wantErr: `--every: "banana"`},
@@ -341,3 +350,6 @@ func TestMigrateEmbeddedVersionAndDemoParseTheirFlags(t *testing.T) {
 		{name: "demo --replicas not a number", parse: demoCmd, args: []string{"--replicas", "many"}, wantErr: `"--replicas"`},
 	})
 }
+
+// ptrTo is a pointer to v.
+func ptrTo[T any](v T) *T { return &v }

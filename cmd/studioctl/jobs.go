@@ -485,10 +485,7 @@ func jobChangeRun(ctx context.Context, o *jobChangeOptions) error {
 	if err != nil && !unchanged {
 		return err
 	}
-	sched := s.Schedule
-	if sched == "" {
-		sched = "as configured"
-	}
+	sched := describeOverride(s.Schedule)
 	if unchanged {
 		// A repeat is not an error, and not audited: nothing changed (the
 		// replicas are still signalled to read the row again).
@@ -497,6 +494,24 @@ func jobChangeRun(ctx context.Context, o *jobChangeOptions) error {
 		fmt.Fprintf(o.IO.Out, "job %q: paused=%t, schedule %s (every replica applies it at its next fire)\n", o.ID, s.Paused, sched)
 	}
 	return warnNoLiveHost(ctx, o.deps, o.ID)
+}
+
+// describeOverride is a stored override as `jobs set` reports it: the
+// schedule ("as configured" without one), then ", tz ZONE" when the zone is
+// overridden.
+func describeOverride(text string) string {
+	o, err := jobs.ParseOverride(text)
+	if err != nil {
+		return text
+	}
+	sched := "as configured"
+	if !o.Schedule.IsZero() {
+		sched = o.Schedule.String()
+	}
+	if o.Zone != nil {
+		sched += ", tz " + o.Zone.String()
+	}
+	return sched
 }
 
 // warnNoLiveHost warns on stderr when no live replica declares job: a
@@ -546,17 +561,23 @@ func newJobsPauseCmd(a *app, pause bool, runF func(context.Context, *jobChangeOp
 
 func newJobsSetCmd(a *app, runF func(context.Context, *jobChangeOptions) error) *cobra.Command {
 	o := &jobChangeOptions{deps: a.deps()}
-	var every, cronExpr string
+	var every, cronExpr, tz string
 	var clear bool
 	cmd := &cobra.Command{
-		Use:   "set ID {--every D | --cron EXPR | --clear} [--reason R] [--yes]",
-		Short: "Override a job's schedule on every replica, or clear the override",
+		Use:   "set ID {--every D | --cron EXPR | --tz ZONE | --clear} [--reason R] [--yes]",
+		Short: "Override a job's schedule or time zone on every replica, or clear the override",
 		Long: `Override a job's schedule in studio_job_setting: every replica reads it at the
-job's next fire, without a restart. --clear goes back to the configured
-schedule. A malformed duration or cron expression exits 2 and changes
-nothing. Cron is always read in UTC (a CRON_TZ= prefix is refused).`,
+job's next fire, without a restart. --tz sets the zone the cron fields are
+read in (an IANA name such as Europe/Berlin; UTC by default; a fixed delay
+ignores it), alone or with --every or --cron; --tz '' goes back to the
+configured zone. --clear goes back to the configured schedule and zone. A
+malformed duration, cron expression or zone exits 2 and changes nothing (a
+CRON_TZ= prefix is refused: give the zone with --tz). See
+docs/schedules.md, "Time zones".`,
 		Example: `  studioctl jobs set nightly-report --every 1h
   studioctl jobs set nightly-report --cron "30 3 * * *"
+  studioctl jobs set nightly-report --tz Europe/Berlin
+  studioctl jobs set nightly-report --tz ''
   studioctl jobs set nightly-report --clear`,
 		Args: exactArgs("id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -570,8 +591,17 @@ nothing. Cron is always read in UTC (a CRON_TZ= prefix is refused).`,
 					given++
 				}
 			}
-			if given != 1 {
-				return usageErrorf("give exactly one of --every, --cron or --clear")
+			zone := cmd.Flags().Changed("tz")
+			switch {
+			case given > 1 || (given == 0 && !zone):
+				return usageErrorf("give exactly one of --every, --cron or --clear, or --tz alone or with --every or --cron")
+			case clear && zone:
+				return usageErrorf("--clear already goes back to the configured zone; give --tz '' to clear only the zone")
+			}
+			if zone && tz != "" {
+				if _, err := jobs.LoadZone(tz); err != nil {
+					return usageErrorf("--tz: %v", err)
+				}
 			}
 			var sched jobs.Schedule
 			switch {
@@ -591,7 +621,16 @@ nothing. Cron is always read in UTC (a CRON_TZ= prefix is refused).`,
 				}
 				sched = s
 			}
-			o.What, o.Change = "reschedule", jobstore.Change{Schedule: &sched}
+			o.What, o.Change = "reschedule", jobstore.Change{}
+			if given == 1 {
+				o.Change.Schedule = &sched
+			}
+			switch {
+			case zone:
+				o.Change.Zone = &tz
+			case clear:
+				o.Change.Zone = new(string)
+			}
 			if runF != nil {
 				return runF(cmd.Context(), o)
 			}
@@ -599,7 +638,8 @@ nothing. Cron is always read in UTC (a CRON_TZ= prefix is refused).`,
 		},
 	}
 	cmd.Flags().StringVar(&every, "every", "", "fixed delay between the end of a run and the next fire")
-	cmd.Flags().StringVar(&cronExpr, "cron", "", "cron expression, read in UTC")
+	cmd.Flags().StringVar(&cronExpr, "cron", "", "cron expression, read in the job's zone (UTC unless tz: or --tz says otherwise)")
+	cmd.Flags().StringVar(&tz, "tz", "", "IANA time zone the cron fields are read in; '' for the configured zone")
 	cmd.Flags().BoolVar(&clear, "clear", false, "remove the override")
 	o.flags(cmd)
 	return cmd

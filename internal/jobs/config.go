@@ -169,7 +169,7 @@ func parseJob(file string, n *yaml.Node) (Job, error) {
 			}
 		}
 	}
-	f, err := mapping(file, named, "", n, "id", "scope", "every", "cron", "timeout", "clusters", "run", "lock", "env", "missed")
+	f, err := mapping(file, named, "", n, "id", "scope", "every", "cron", "timeout", "clusters", "run", "lock", "env", "missed", "tz")
 	if err != nil {
 		return j, err
 	}
@@ -238,6 +238,18 @@ func parseJob(file string, n *yaml.Node) (Job, error) {
 			return j, bad(cronNode, "cron", "%s", strings.TrimPrefix(err.Error(), ErrSchedule.Error()+": "))
 		}
 		j.Schedule = s
+	}
+	if zn, ok := f["tz"]; ok {
+		v, err := scalar(file, j.ID, "tz", zn)
+		if err != nil {
+			return j, err
+		}
+		loc, err := LoadZone(v)
+		if err != nil {
+			return j, bad(zn, "tz", "%s", err)
+		}
+		// An every: schedule ignores its zone (docs/schedules.md).
+		j.Schedule = j.Schedule.InZone(loc)
 	}
 	if tn, ok := f["timeout"]; ok {
 		v, err := scalar(file, j.ID, "timeout", tn)

@@ -185,10 +185,19 @@ func TestParseNamesTheFileLineJobAndFieldOfEveryError(t *testing.T) {
 			4, "report", "cron", `cron "0 0 30 2 *" never fires`},
 		{"a cron with CRON_TZ",
 			head + "    scope: instance\n    cron: \"CRON_TZ=Europe/Paris 0 2 * * *\"\n" + cmd,
-			4, "report", "cron", `cron "CRON_TZ=Europe/Paris 0 2 * * *": a time zone prefix is not allowed; cron is always read in UTC`},
+			4, "report", "cron", `cron "CRON_TZ=Europe/Paris 0 2 * * *": a time zone prefix is not allowed; give the zone with tz: (config) or --tz (jobs set)`},
+		{"an unknown time zone",
+			head + "    scope: instance\n    cron: \"0 2 * * *\"\n    tz: Europe/Atlantis\n" + cmd,
+			5, "report", "tz", `"Europe/Atlantis" is not a known time zone: want an IANA name such as Europe/Berlin`},
+		{"the machine's own zone",
+			head + "    scope: instance\n    cron: \"0 2 * * *\"\n    tz: Local\n" + cmd,
+			5, "report", "tz", `"Local" is not a time zone every replica shares: want an IANA name such as Europe/Berlin`},
+		{"a zone as a list",
+			head + "    scope: instance\n    cron: \"0 2 * * *\"\n    tz: [Europe/Berlin]\n" + cmd,
+			5, "report", "tz", "must be a single value"},
 		{"a cron with TZ",
 			head + "    scope: instance\n    cron: \"TZ=UTC 0 2 * * *\"\n" + cmd,
-			4, "report", "cron", `cron "TZ=UTC 0 2 * * *": a time zone prefix is not allowed; cron is always read in UTC`},
+			4, "report", "cron", `cron "TZ=UTC 0 2 * * *": a time zone prefix is not allowed; give the zone with tz: (config) or --tz (jobs set)`},
 		{"an unknown key in run",
 			head + "    scope: instance\n    every: 30s\n    run:\n      command: [./bin/report]\n      shell: bash\n",
 			7, "report", "run.shell", "unknown key (known: command, sql, http)"},
@@ -305,7 +314,7 @@ func TestAKeyErrorAtJobLevelNamesTheJob(t *testing.T) {
 		field, msg string
 	}{
 		{"an unknown key", head + "    scope: instance\n    every: 30s\n    retries: 3\n" + cmd,
-			5, "retries", "unknown key (known: id, scope, every, cron, timeout, clusters, run, lock, env, missed)"},
+			5, "retries", "unknown key (known: id, scope, every, cron, timeout, clusters, run, lock, env, missed, tz)"},
 		{"a key given twice", head + "    scope: instance\n    every: 30s\n    every: 1m\n" + cmd,
 			5, "every", "given twice"},
 	}
@@ -440,5 +449,28 @@ func TestParseNamesTheLineOfAYAMLSyntaxErrorNotWhereItsBlockBegan(t *testing.T) 
 	}
 	if ce.Line != 4 || ce.Field != "yaml" || !strings.HasPrefix(ce.Msg, "syntax error: ") {
 		t.Errorf("got %+v (%v), want line 4, field yaml, a syntax error", *ce, err)
+	}
+}
+
+func TestTzReadsTheCronInThatZoneAndAnEveryIgnoresIt(t *testing.T) {
+	t.Parallel()
+	got, err := jobs.Parse("jobs.yaml", []byte(head+"    scope: installation\n    cron: \"30 2 * * *\"\n    tz: Europe/Berlin\n"+cmd+
+		"  - id: tick\n    scope: instance\n    every: 1h\n    tz: America/New_York\n"+cmd+
+		"  - id: plain\n    scope: instance\n    cron: \"30 2 * * *\"\n"+cmd))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if z := got[0].Schedule.Zone(); z != "Europe/Berlin" {
+		t.Errorf("report: zone %q", z)
+	}
+	at := time.Date(2026, 7, 1, 0, 0, 0, 0, time.UTC)
+	if n := got[0].Schedule.Next(at); !n.Equal(time.Date(2026, 7, 1, 0, 30, 0, 0, time.UTC)) {
+		t.Errorf("report: next %s, want 02:30 CEST", n)
+	}
+	if z, n := got[1].Schedule.Zone(), got[1].Schedule.Next(at); z != "UTC" || !n.Equal(at.Add(time.Hour)) {
+		t.Errorf("tick (every 1h with tz): zone %q next %s, want UTC and an hour later", z, n)
+	}
+	if z := got[2].Schedule.Zone(); z != "UTC" {
+		t.Errorf("plain: zone %q, want the default UTC", z)
 	}
 }

@@ -160,7 +160,7 @@ func TestParseCronRejectsATimeZonePrefix(t *testing.T) {
 			if !errors.Is(err, jobs.ErrSchedule) {
 				t.Fatalf("ParseCron(%q) = %v, want an ErrSchedule", expr, err)
 			}
-			want := "a time zone prefix is not allowed; cron is always read in UTC"
+			want := "a time zone prefix is not allowed; give the zone with tz: (config) or --tz (jobs set)"
 			if !strings.Contains(err.Error(), want) {
 				t.Errorf("ParseCron(%q) = %q, want it to say %q", expr, err, want)
 			}
@@ -314,7 +314,7 @@ func TestParseScheduleRejectsWhatStringNeverWrites(t *testing.T) {
 		{"every zero", "every 0s", "invalid schedule: every must be positive, got 0s"},
 		{"every below the minimum", "every 10ms", `invalid schedule: "every 10ms": every is shorter than the minimum 1s`},
 		{"cron without an expression", "cron ", "invalid schedule: empty cron expression"},
-		{"cron with a time zone", "cron TZ=UTC 0 2 * * *", `invalid schedule: cron "TZ=UTC 0 2 * * *": a time zone prefix is not allowed; cron is always read in UTC`},
+		{"cron with a time zone", "cron TZ=UTC 0 2 * * *", `invalid schedule: cron "TZ=UTC 0 2 * * *": a time zone prefix is not allowed; give the zone with tz: (config) or --tz (jobs set)`},
 		{"cron that never fires", "cron 0 0 30 2 *", `invalid schedule: cron "0 0 30 2 *" never fires`},
 	}
 	for _, tt := range tests {

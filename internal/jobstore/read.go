@@ -206,9 +206,12 @@ func History(ctx context.Context, q Querier, job string, limit int) ([]jobs.Run,
 // ViewJSON is the stable JSON/YAML shape of a job (jobs list, jobs status,
 // the replica's /v1/jobs).
 type ViewJSON struct {
-	ID               string     `json:"id" yaml:"id"`
-	Scope            string     `json:"scope" yaml:"scope"`
-	Schedule         string     `json:"schedule" yaml:"schedule"`
+	ID       string `json:"id" yaml:"id"`
+	Scope    string `json:"scope" yaml:"scope"`
+	Schedule string `json:"schedule" yaml:"schedule"`
+	// TZ is the zone the cron fields are read in: "UTC" by default, and
+	// for a fixed delay, which ignores zones (docs/schedules.md).
+	TZ               string     `json:"tz" yaml:"tz"`
 	Health           string     `json:"health" yaml:"health"`
 	LastOutcome      *string    `json:"last_outcome" yaml:"last_outcome"`
 	LastStartedAt    *time.Time `json:"last_started_at" yaml:"last_started_at"`
@@ -262,12 +265,13 @@ func utcPtr(t *time.Time) *time.Time {
 // JSON renders v in its stable shape.
 func (v View) JSON() ViewJSON {
 	j := ViewJSON{
-		ID: v.ID, Scope: string(v.Scope), Schedule: v.Schedule, Health: string(v.Health),
+		ID: v.ID, Scope: string(v.Scope), Health: string(v.Health),
 		LastOutcome: optString(string(v.LastOutcome)), LastStartedAt: utcPtr(v.LastStartedAt), LastFinishedAt: utcPtr(v.LastFinishedAt),
 		LastReplica: optString(v.LastReplica), NextFireAt: utcPtr(v.NextFireAt),
 		Runs: v.Runs, Failures: v.Failures, Timeouts: v.Timeouts, LockLost: v.LockLost, Overruns: v.Overruns,
 		SkippedElsewhere: v.SkippedElsewhere, LastError: optString(v.LastError), InvalidSchedule: optString(v.InvalidSchedule), Paused: v.Paused,
 	}
+	j.Schedule, j.TZ = jobs.SplitZone(v.Schedule)
 	if o := v.Occurrences; o != nil {
 		j.Skipped24h, j.Missed24h = o.Skipped24h, o.Missed24h
 		if o.Last != nil {

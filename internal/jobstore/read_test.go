@@ -278,7 +278,7 @@ func TestViewJSONHasStableKeysAndUTCTimes(t *testing.T) {
 			NominalAt: time.Date(2026, 11, 30, 1, 0, 0, 500e6, la)}, Skipped24h: 7, Missed24h: 8}}
 	wantKeys := []string{"failures", "health", "id", "invalid_schedule", "last_error", "last_finished_at", "last_occurrence", "last_outcome", "last_replica",
 		"last_started_at", "lock_lost", "missed_24h", "next_fire_at", "overruns", "paused", "runs", "schedule", "scope", "skipped_24h",
-		"skipped_elsewhere", "timeouts"}
+		"skipped_elsewhere", "timeouts", "tz"}
 
 	for _, v := range []jobstore.View{full, {ID: "fresh", Scope: jobs.ScopeInstance, Schedule: "every 10s", Health: jobs.HealthOK}} {
 		b, err := json.Marshal(v.JSON())
@@ -305,7 +305,7 @@ func TestViewJSONHasStableKeysAndUTCTimes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `{"id":"report","scope":"installation","schedule":"every 1m","health":"failing","last_outcome":"failed",` +
+	want := `{"id":"report","scope":"installation","schedule":"every 1m","tz":"UTC","health":"failing","last_outcome":"failed",` +
 		`"last_started_at":"2026-11-30T09:00:00Z","last_finished_at":"2026-11-30T09:00:01Z","last_replica":"replica-1",` +
 		`"next_fire_at":"2026-11-30T09:01:00Z","runs":1,"failures":2,"timeouts":3,"lock_lost":4,"overruns":5,"skipped_elsewhere":6,` +
 		`"last_error":"exit status 1","invalid_schedule":"bad","paused":true,` +
@@ -315,6 +315,11 @@ func TestViewJSONHasStableKeysAndUTCTimes(t *testing.T) {
 	}
 	if strings.Contains(string(b), "-08:00") {
 		t.Errorf("JSON has a local time: %s", b)
+	}
+	// A cron read in a zone: the schedule without it, the zone as tz.
+	zoned := jobstore.View{ID: "berlin", Scope: jobs.ScopeInstallation, Schedule: "cron 30 2 * * * tz Europe/Berlin"}.JSON()
+	if zoned.Schedule != "cron 30 2 * * *" || zoned.TZ != "Europe/Berlin" {
+		t.Errorf("zoned JSON: schedule %q, tz %q; want cron 30 2 * * * and Europe/Berlin", zoned.Schedule, zoned.TZ)
 	}
 	// JSON does not change the view it renders.
 	if full.LastStartedAt.Location() != la {

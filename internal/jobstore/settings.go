@@ -175,8 +175,13 @@ func Reported(ctx context.Context, q Querier, job string) error {
 type Change struct {
 	Pause    *bool          // set paused
 	Schedule *jobs.Schedule // set the override; a zero Schedule clears it
-	Actor    string
-	Reason   string
+	// Zone sets the zone the cron fields are read in (an IANA name); ""
+	// clears it, back to the configured zone. It is stored with the
+	// schedule override (jobs.Override), so a zone change is audited,
+	// signalled and read like a schedule change.
+	Zone   *string
+	Actor  string
+	Reason string
 }
 
 // ErrUnchanged: the setting already had the values asked for, so nothing
@@ -195,7 +200,7 @@ var ErrUnchanged = errors.New("already so; nothing changed")
 // the other 19 change nothing. It still sends the job.settings signal, so
 // that a repeated `jobs resume` makes every replica read the row again.
 func ApplyChange(ctx context.Context, q Querier, job string, c Change) (jobs.Setting, error) {
-	if c.Pause == nil && c.Schedule == nil {
+	if c.Pause == nil && c.Schedule == nil && c.Zone == nil {
 		return jobs.Setting{}, fmt.Errorf("change job %q: nothing to change", job)
 	}
 	if err := Known(ctx, q, job); err != nil {
@@ -230,8 +235,26 @@ ON CONFLICT (job_id) DO NOTHING`, job); err != nil {
 		s.Paused = *c.Pause
 		action = map[bool]string{true: "jobs.pause", false: "jobs.resume"}[*c.Pause]
 	}
-	if c.Schedule != nil {
-		s.Schedule = c.Schedule.String()
+	if c.Schedule != nil || c.Zone != nil {
+		o, err := jobs.ParseOverride(s.Schedule)
+		if err != nil && c.Schedule == nil {
+			// Keeping the schedule part needs it readable.
+			return jobs.Setting{}, fmt.Errorf("change job %q: the stored override %q is malformed: set --every or --cron with the zone, or --clear: %w", job, s.Schedule, err)
+		}
+		if c.Schedule != nil {
+			o.Schedule = c.Schedule.InZone(nil)
+		}
+		if c.Zone != nil {
+			o.Zone = nil
+			if *c.Zone != "" {
+				loc, err := jobs.LoadZone(*c.Zone)
+				if err != nil {
+					return jobs.Setting{}, fmt.Errorf("change job %q: %w", job, err)
+				}
+				o.Zone = loc
+			}
+		}
+		s.Schedule = o.String()
 		action = "jobs.set"
 	}
 	if s.Schedule == was.Schedule && s.Paused == was.Paused {

@@ -311,3 +311,46 @@ func TestTriggerSendsASignalAndAnAuditRow(t *testing.T) {
 		t.Errorf("Trigger wrote %d setting rows, want none", n)
 	}
 }
+
+// A zone change (`jobs set --tz`) is stored with the schedule override, so
+// it is audited and read like one: a zone alone, a schedule that keeps the
+// zone, "" back to the configured zone, and a clear of both. A stored
+// override that does not parse is not silently replaced by a zone change.
+func TestApplyChangeStoresAZoneWithTheScheduleOverride(t *testing.T) {
+	t.Parallel()
+	pool, _ := newPool(t)
+	reportJob(t, pool, "report")
+	cron, err := jobs.ParseCron("0 4 * * *")
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := []struct {
+		change jobstore.Change
+		want   string
+	}{
+		{jobstore.Change{Zone: ptr("Europe/Berlin")}, "tz Europe/Berlin"},
+		{jobstore.Change{Schedule: &cron}, "cron 0 4 * * * tz Europe/Berlin"},
+		{jobstore.Change{Zone: ptr("America/New_York")}, "cron 0 4 * * * tz America/New_York"},
+		{jobstore.Change{Zone: ptr("")}, "cron 0 4 * * *"},
+		{jobstore.Change{Zone: ptr("UTC")}, "cron 0 4 * * * tz UTC"},
+		{jobstore.Change{Schedule: &jobs.Schedule{}, Zone: ptr("")}, ""},
+	}
+	for i, st := range steps {
+		st.change.Actor = "ana@ops"
+		got, err := jobstore.ApplyChange(t.Context(), pool, "report", st.change)
+		if err != nil || got.Schedule != st.want {
+			t.Fatalf("step %d: ApplyChange = %q, %v; want %q", i, got.Schedule, err, st.want)
+		}
+	}
+	var audits int
+	if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM studio_audit WHERE action = 'jobs.set' AND target = 'report'`).Scan(&audits); err != nil || audits != len(steps) {
+		t.Fatalf("%d jobs.set audit rows (%v), want %d", audits, err, len(steps))
+	}
+	if _, err := jobstore.ApplyChange(t.Context(), pool, "report", jobstore.Change{Zone: ptr("Mars/Olympus"), Actor: "ana@ops"}); err == nil || !strings.Contains(err.Error(), "Mars/Olympus") {
+		t.Errorf("an unknown zone: %v", err)
+	}
+	setSetting(t, pool, "report", "cron 61 * * * *", false)
+	if _, err := jobstore.ApplyChange(t.Context(), pool, "report", jobstore.Change{Zone: ptr("Europe/Berlin"), Actor: "ana@ops"}); err == nil || !strings.Contains(err.Error(), "malformed") {
+		t.Errorf("a zone over a malformed override: %v", err)
+	}
+}

@@ -792,8 +792,9 @@ func (r *Runner) settings(ctx context.Context, js *jobState) (jobs.Schedule, boo
 	return o.sched, s.Paused, "", s.UpdatedBy, nil
 }
 
-// parsedOverride is an operator's schedule override as stored (text) and
-// what it parses to: a schedule, or the parser's cause.
+// parsedOverride is an operator's schedule and zone override as stored
+// (text) and what it parses to: the schedule in force, or the parser's
+// cause.
 type parsedOverride struct {
 	text    string
 	sched   jobs.Schedule
@@ -808,11 +809,12 @@ func (js *jobState) overrideOf(text string) *parsedOverride {
 		return o
 	}
 	o := &parsedOverride{text: text}
-	sched, err := jobs.ParseSchedule(text)
+	ov, err := jobs.ParseOverride(text)
 	if err != nil {
 		o.invalid = err.Error()
 	} else {
-		o.sched = sched
+		// A zone or a schedule alone keeps the configured other.
+		o.sched = ov.Apply(js.job.Schedule)
 	}
 	js.override.Store(o)
 	return o
@@ -929,7 +931,7 @@ func (r *Runner) tick(js *jobState, fire time.Time, forced bool) {
 		r.log.Warn("runner: read job setting; using the last known", "job_id", js.job.ID, "error", err)
 	}
 	r.mu.Lock()
-	if sched.Every != js.sched.Every || sched.Cron != js.sched.Cron || js.status.Schedule == "" {
+	if !sched.Equal(js.sched) || js.status.Schedule == "" {
 		js.status.Schedule = sched.String()
 	}
 	js.sched = sched

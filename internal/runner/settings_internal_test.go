@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -53,5 +54,37 @@ func TestAScheduleOverrideIsParsedOncePerChange(t *testing.T) {
 	set.s.Schedule = ""
 	if sched, _, invalid, _, _ := r.settings(ctx, js); invalid != "" || sched.Every != time.Minute {
 		t.Errorf("no override: settings = %v, %q; want the configured schedule", sched, invalid)
+	}
+}
+
+// A zone override (`jobs set --tz`) reads the configured cron in that
+// zone; a schedule override is read in the configured zone unless the
+// override names one; an unknown zone is reported and the configured
+// schedule kept.
+func TestAZoneOverrideKeepsTheConfiguredCronAndAScheduleOverrideTheConfiguredZone(t *testing.T) {
+	berlin, err := jobs.LoadZone("Europe/Berlin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cron, err := jobs.ParseCron("30 2 * * *")
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := &oneSetting{}
+	r := &Runner{o: Options{Settings: set}}
+	js := &jobState{job: jobtask.Job{Job: jobs.Job{ID: "report", Scope: jobs.ScopeInstallation, Schedule: cron.InZone(berlin)}}}
+	ctx := context.Background()
+	for _, tt := range []struct{ stored, want, invalid string }{
+		{"", "cron 30 2 * * * tz Europe/Berlin", ""},
+		{"tz America/New_York", "cron 30 2 * * * tz America/New_York", ""},
+		{"cron 0 4 * * *", "cron 0 4 * * * tz Europe/Berlin", ""},
+		{"cron 0 4 * * * tz UTC", "cron 0 4 * * *", ""},
+		{"tz Mars/Olympus", "cron 30 2 * * * tz Europe/Berlin", `"Mars/Olympus" is not a known time zone`},
+	} {
+		set.s.Schedule = tt.stored
+		sched, _, invalid, _, err := r.settings(ctx, js)
+		if err != nil || sched.String() != tt.want || (invalid == "") != (tt.invalid == "") || !strings.Contains(invalid, tt.invalid) {
+			t.Errorf("override %q: settings = %q, %q, %v; want %q, %q", tt.stored, sched, invalid, err, tt.want, tt.invalid)
+		}
 	}
 }

@@ -75,7 +75,9 @@ func recordRun(seconds string) string {
 type jobConf struct {
 	ID      string  `yaml:"id"`
 	Scope   string  `yaml:"scope"`
-	Every   string  `yaml:"every"`
+	Every   string  `yaml:"every,omitempty"`
+	Cron    string  `yaml:"cron,omitempty"`
+	TZ      string  `yaml:"tz,omitempty"`
 	Timeout string  `yaml:"timeout,omitempty"`
 	Missed  string  `yaml:"missed,omitempty"`
 	Run     runConf `yaml:"run"`
