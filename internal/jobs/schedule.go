@@ -392,9 +392,6 @@ func ParseOverride(text string) (Override, error) {
 	return o, nil
 }
 
-// IsZero reports no override.
-func (o Override) IsZero() bool { return o.Schedule.IsZero() && o.Zone == nil }
-
 // String is the stored form; "" for no override.
 func (o Override) String() string {
 	t := ""
