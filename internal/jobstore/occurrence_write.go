@@ -67,12 +67,20 @@ func (s *Store) DropOccurrence(job, scopeKey string, nominal time.Time) {
 
 // insertOccurrencesSQL writes a batch of skips and misses. A held-elsewhere
 // skip names the lock's holder as the lock table says (locked_by) and
-// whether that holder is a registered replica; it is not written when the
-// holder is a live replica (the occurrence ran or runs there: a replica
-// that finds another replica's lock did not skip anything) nor when the
-// lock has no row. Every replica that records the same occurrence writes
-// the same key, and the first insert counts (ON CONFLICT DO NOTHING); the
-// table's trigger puts each row inserted on the event stream.
+// whether that holder is a registered replica. It is not written when the
+// holder is another live replica (the occurrence ran or runs there: a
+// replica that finds another replica's lock did not skip anything), nor
+// when the lock has no row. A holder that is the recording replica's own
+// id is written: this process held no lock of the job when its tick
+// failed to take it (one tick of a job at a time, and no two jobs share a
+// lock), so the lock was its previous process's, which died holding it
+// (a restart under the same id), or its own, kept for the minimum gap
+// (lockAtLeastFor) after a run that ended just before (a jobs trigger run
+// before a cron time): either way no run was that due time's.
+//
+// Every replica that records the same occurrence writes the same key, and
+// the first insert counts (ON CONFLICT DO NOTHING); the table's trigger
+// puts each row inserted on the event stream.
 func insertOccurrencesSQL(t locks.Table) string {
 	return `
 INSERT INTO studio_occurrence (job_id, scope_key, nominal_at, outcome, reason, replica_id, seq, holder, holder_known, paused_by, count, last_nominal_at)
@@ -83,7 +91,7 @@ FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[], $5::text[], $
   AS u(job_id, scope_key, nominal_at, outcome, reason, replica_id, seq, lock_name, paused_by, count, last_nominal_at)
 CROSS JOIN LATERAL (SELECT CASE WHEN u.lock_name <> '' THEN ` + t.HolderSQL("u.lock_name") + ` END AS holder) h
 LEFT JOIN studio_replica r ON r.id = h.holder
-WHERE u.lock_name = '' OR (h.holder IS NOT NULL AND NOT ` + liveness.LiveSQL("r") + `)
+WHERE u.lock_name = '' OR (h.holder IS NOT NULL AND (h.holder = u.replica_id OR NOT ` + liveness.LiveSQL("r") + `))
 ON CONFLICT (job_id, scope_key, nominal_at) DO NOTHING`
 }
 

@@ -176,6 +176,49 @@ func TestAHeldElsewhereSkipNamesTheHolderUnlessItIsALiveReplica(t *testing.T) {
 	}
 }
 
+// A tick that finds the lock held under the recording replica's own id
+// skipped that due time: this process held no lock of the job then (one
+// tick of a job at a time), so the lock was its crashed previous
+// process's (a restart under the same id) or its own, kept for the
+// minimum gap after a jobs trigger run that ended just before a cron
+// time. The skip is written, naming it as a known replica; another live
+// replica's lock still writes nothing. Adversarial pass of issue 22: both
+// were dropped as "held by a live replica", and those due times had no
+// occurrence at all.
+func TestAHeldElsewhereSkipUnderTheRecordersOwnIDIsWritten(t *testing.T) {
+	t.Parallel()
+	pool, _ := newPool(t)
+	insertReplica(t, pool, "replica-1", "ready", 0)
+	insertReplica(t, pool, "replica-2", "ready", 0)
+	if _, err := pool.Exec(t.Context(), `INSERT INTO shedlock (name, lock_until, locked_at, locked_by) VALUES
+ ('own', now() + interval '1 hour', now(), 'replica-1'),
+ ('other', now() + interval '1 hour', now(), 'replica-2')`); err != nil {
+		t.Fatal(err)
+	}
+	s := jobstore.NewStore(pool, "replica-1", nil)
+	nominal := usec(t, "2026-12-05T02:00:00")
+	for _, name := range []string{"own", "other"} {
+		s.PutOccurrence(jobs.OccurrenceRecord{JobID: name, NominalAt: nominal, Outcome: jobs.OccurrenceSkipped, Reason: jobs.ReasonHeldElsewhere, LockName: name})
+	}
+	mustFlush(t, s)
+	var got []string
+	rows, err := pool.Query(t.Context(), `SELECT job_id || ':' || holder || ':' || holder_known || ':' || replica_id FROM studio_occurrence ORDER BY job_id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var r string
+		if err := rows.Scan(&r); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, r)
+	}
+	if len(got) != 1 || got[0] != "own:replica-1:true:replica-1" {
+		t.Errorf("held-elsewhere rows %q; want only own:replica-1:true:replica-1", got)
+	}
+}
+
 func TestHousekeepingPrunesOccurrencesByAgeAndCount(t *testing.T) {
 	t.Parallel()
 	pool, _ := newPool(t)
