@@ -97,6 +97,13 @@ type OccurrenceQuery struct {
 	Limit int
 }
 
+// finiteOccurrenceSQL keeps the occurrences whose due times are finite:
+// no replica writes 'infinity' or '-infinity' (a hostile or corrupt row),
+// and one such row failed jobs occurrences and jobs why for its job (a
+// time.Time cannot hold it; --at's distance cannot subtract it). Such a
+// row is left out, as the status reads leave out infinite times.
+const finiteOccurrenceSQL = `isfinite(nominal_at) AND (last_nominal_at IS NULL OR isfinite(last_nominal_at))`
+
 // ListOccurrences returns a job's occurrences newest first (by nominal
 // time, then scope key and seq). The view's two branches are each read
 // through an index on job_id (studio_job_run_job_started, the UNIQUE
@@ -113,7 +120,7 @@ func ListOccurrences(ctx context.Context, q Querier, oq OccurrenceQuery) ([]Occu
 		ago = &s
 	}
 	rows, err := q.Query(ctx, `SELECT `+occurrenceColumnsSQL+` FROM studio_occurrences
-WHERE job_id = $1
+WHERE job_id = $1 AND `+finiteOccurrenceSQL+`
   AND ($2::timestamptz IS NULL OR coalesce(last_nominal_at, nominal_at) >= $2)
   AND ($5::double precision IS NULL OR coalesce(last_nominal_at, nominal_at) >= now() - make_interval(secs => $5))
   AND ($3::text IS NULL OR scope_key = $3)
@@ -173,11 +180,11 @@ func NearestOccurrence(ctx context.Context, q Querier, job string, scope *string
 	var row pgx.Row
 	if at.IsZero() {
 		row = q.QueryRow(ctx, `SELECT `+occurrenceColumnsSQL+` FROM studio_occurrences
-WHERE job_id = $1 AND ($2::text IS NULL OR scope_key = $2) AND nominal_at <= now()
+WHERE job_id = $1 AND ($2::text IS NULL OR scope_key = $2) AND nominal_at <= now() AND `+finiteOccurrenceSQL+`
 ORDER BY least(coalesce(last_nominal_at, nominal_at), now()) DESC, nominal_at DESC, scope_key, seq DESC NULLS LAST LIMIT 1`, job, scope)
 	} else {
 		row = q.QueryRow(ctx, `SELECT `+occurrenceColumnsSQL+` FROM studio_occurrences
-WHERE job_id = $1 AND ($2::text IS NULL OR scope_key = $2)
+WHERE job_id = $1 AND ($2::text IS NULL OR scope_key = $2) AND `+finiteOccurrenceSQL+`
 ORDER BY CASE WHEN $3::timestamptz BETWEEN nominal_at AND coalesce(last_nominal_at, nominal_at) THEN 0
   ELSE least(abs(extract(epoch FROM nominal_at - $3::timestamptz)),
              abs(extract(epoch FROM coalesce(last_nominal_at, nominal_at) - $3::timestamptz))) END,
