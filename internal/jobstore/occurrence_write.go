@@ -76,7 +76,13 @@ func (s *Store) DropOccurrence(job, scopeKey string, nominal time.Time) {
 // lock), so the lock was its previous process's, which died holding it
 // (a restart under the same id), or its own, kept for the minimum gap
 // (lockAtLeastFor) after a run that ended just before (a jobs trigger run
-// before a cron time): either way no run was that due time's.
+// before a cron time): either way no run was that due time's. Nor is it
+// written when a run carries that due time (a run row of the same job,
+// scope key and nominal time, read through the job's start-time index
+// from a minute before it): the due time is the run's occurrence, ran or
+// missed/lost. A replica started after another died mid-run, before the
+// next due time, retries the lost run's due time at once and finds the
+// dead replica's lock: its skip counted that due time twice.
 //
 // Every replica that records the same occurrence writes the same key, and
 // the first insert counts (ON CONFLICT DO NOTHING); the table's trigger
@@ -91,7 +97,9 @@ FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[], $5::text[], $
   AS u(job_id, scope_key, nominal_at, outcome, reason, replica_id, seq, lock_name, paused_by, count, last_nominal_at)
 CROSS JOIN LATERAL (SELECT CASE WHEN u.lock_name <> '' THEN ` + t.HolderSQL("u.lock_name") + ` END AS holder) h
 LEFT JOIN studio_replica r ON r.id = h.holder
-WHERE u.lock_name = '' OR (h.holder IS NOT NULL AND (h.holder = u.replica_id OR NOT ` + liveness.LiveSQL("r") + `))
+WHERE u.lock_name = '' OR (h.holder IS NOT NULL AND (h.holder = u.replica_id OR NOT ` + liveness.LiveSQL("r") + `)
+  AND NOT EXISTS (SELECT 1 FROM studio_job_run x WHERE x.job_id = u.job_id AND x.started_at >= u.nominal_at - interval '1 minute'
+                    AND x.nominal_at = u.nominal_at AND coalesce(x.scope_key, '') = u.scope_key))
 ON CONFLICT (job_id, scope_key, nominal_at) DO NOTHING`
 }
 

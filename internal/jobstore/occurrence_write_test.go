@@ -219,6 +219,53 @@ func TestAHeldElsewhereSkipUnderTheRecordersOwnIDIsWritten(t *testing.T) {
 	}
 }
 
+// A held-elsewhere skip of a due time that a run carries is not written:
+// that due time is the run's occurrence (here missed/lost, its replica
+// dead). A replica started after another died mid-run, before the next
+// due time, retries the lost run's due time at once and finds the dead
+// replica's lock; the adversarial pass of issue 22 saw that due time
+// listed twice, missed/lost and skipped/held-elsewhere, and counted in
+// both SKIP 24H and MISS 24H. A due time no run carries is still written.
+func TestAHeldElsewhereSkipOfADueTimeARunCarriesIsNotWritten(t *testing.T) {
+	t.Parallel()
+	pool, _ := newPool(t)
+	insertReplica(t, pool, "replica-gone", "ready", time.Hour)
+	nominal := usec(t, "2026-12-05T02:00:00")
+	if _, err := pool.Exec(t.Context(), `INSERT INTO shedlock (name, lock_until, locked_at, locked_by) VALUES
+ ('lost', now() + interval '1 hour', now(), 'replica-gone'), ('free', now() + interval '1 hour', now(), 'replica-gone')`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(t.Context(), `INSERT INTO studio_job_run (seq, job_id, replica_id, started_at, outcome, nominal_at, scope_key) VALUES
+ (7, 'lost', 'replica-gone', $1::timestamptz + interval '1 second', 'running', $1, '')`, nominal); err != nil {
+		t.Fatal(err)
+	}
+	s := jobstore.NewStore(pool, "replica-1", nil)
+	for _, o := range []struct {
+		job string
+		at  time.Time
+	}{{"lost", nominal}, {"lost", nominal.Add(30 * time.Second)}, {"free", nominal}} {
+		s.PutOccurrence(jobs.OccurrenceRecord{JobID: o.job, NominalAt: o.at, Outcome: jobs.OccurrenceSkipped, Reason: jobs.ReasonHeldElsewhere, LockName: o.job})
+	}
+	mustFlush(t, s)
+	rows, err := pool.Query(t.Context(), `SELECT job_id, nominal_at FROM studio_occurrence ORDER BY job_id, nominal_at`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var got []string
+	for rows.Next() {
+		var job string
+		var at time.Time
+		if err := rows.Scan(&job, &at); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, job+" +"+at.Sub(nominal).String())
+	}
+	if want := []string{"free +0s", "lost +30s"}; len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
+		t.Errorf("held-elsewhere rows %q; want %q (lost's due time at +0s is its run's)", got, want)
+	}
+}
+
 func TestHousekeepingPrunesOccurrencesByAgeAndCount(t *testing.T) {
 	t.Parallel()
 	pool, _ := newPool(t)
