@@ -129,6 +129,9 @@ func (s *Store) writeOccurrences(ctx context.Context, tx pgx.Tx, occ map[occurre
 	return nil
 }
 
+// goneAfterSQL is liveness.GoneAfter as an SQL interval.
+var goneAfterSQL = fmt.Sprintf("interval '%d seconds'", int(liveness.GoneAfter.Seconds()))
+
 // lostRunDeathSQL is, for the run aliased n and its replica's row p, the
 // time its replica died while it ran (the dead incarnation's last
 // heartbeat), or NULL when the run ended or its replica lives: a run
@@ -136,13 +139,23 @@ func (s *Store) writeOccurrences(ctx context.Context, tx pgx.Tx, occ map[occurre
 // replica's last heartbeat; a run marked interrupted (by a restart under
 // the same id, by housekeeping, or at a shutdown) at the earliest of that
 // mark, the crashed incarnation's last heartbeat (last_crash_at) and a
-// dead replica's last heartbeat.
+// dead replica's last heartbeat. The crashed incarnation's last heartbeat
+// may come before the run's start (a run starts between two heartbeats):
+// when the run was marked at this incarnation's registration (finished at
+// or after its start) and that heartbeat is within GoneAfter before the
+// run's start, it is the incarnation that ran it, and it died at the run's
+// start at the earliest. Without that, a replica killed a few seconds
+// into a run and restarted under its id had the run "going on" until the
+// restart, and its outage was overrun (or, for a shared fixed-delay job,
+// nothing at all) instead of missed/down.
 func lostRunDeathSQL(n, p string) string {
 	return `CASE WHEN ` + n + `.outcome = 'running' AND NOT coalesce(` + liveness.LiveSQL(p) + `, false)
     THEN greatest(` + n + `.started_at, coalesce(` + p + `.heartbeat_at, ` + n + `.started_at))
   WHEN ` + n + `.outcome = 'interrupted'
     THEN greatest(` + n + `.started_at, least(` + n + `.finished_at,
-      CASE WHEN ` + p + `.last_crash_at >= ` + n + `.started_at THEN ` + p + `.last_crash_at END,
+      CASE WHEN ` + p + `.last_crash_at >= ` + n + `.started_at
+             OR (` + p + `.last_crash_at >= ` + n + `.started_at - ` + goneAfterSQL + ` AND ` + n + `.finished_at >= ` + p + `.started_at)
+           THEN ` + p + `.last_crash_at END,
       CASE WHEN NOT coalesce(` + liveness.LiveSQL(p) + `, false) THEN ` + p + `.heartbeat_at END))
   END`
 }

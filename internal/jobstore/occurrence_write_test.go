@@ -557,6 +557,50 @@ func TestOccurrenceStartTellsALostRunsStartAndItsReplicasDeath(t *testing.T) {
 // The pause and resume changes of a job come from its audit rows, oldest
 // first, from the last one before its newest run. Defect 5 of issue 22's
 // adversarial pass: a job paused while every replica was down.
+// A replica killed a few seconds into a run, between two heartbeats, and
+// restarted under its id: its crashed incarnation's last heartbeat
+// (last_crash_at) came before the run's start, and the run was marked
+// interrupted at the restart's registration. It died at the run's start
+// at the earliest, not at the restart: adversarial pass of issue 22, the
+// due times of the outage were taken as overrun by a run still going (for
+// a shared fixed-delay job: not recorded at all). A crash long before the
+// run's start, and a run marked before this incarnation started (a clean
+// stop), keep the mark.
+func TestOccurrenceStartTellsTheDeathOfARunStartedAfterTheLastHeartbeat(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool, _ := newPool(t)
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	if _, err := pool.Exec(ctx, `INSERT INTO studio_replica (id, incarnation, host, pid, version, state, started_at, heartbeat_at, last_crash_at) VALUES
+  ('web-1', gen_random_uuid(), 'h', 1, 'dev', 'ready', $1, now(), $2),
+  ('web-2', gen_random_uuid(), 'h', 1, 'dev', 'ready', $1, now(), $3)`,
+		now.Add(-20*time.Second), now.Add(-63*time.Second), now.Add(-10*time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO studio_job_run (job_id, replica_id, started_at, finished_at, outcome, nominal_at, scope_key) VALUES
+  ('killed', 'web-1', $1, $2, 'interrupted', $1, ''),
+  ('old-crash', 'web-2', $1, $2, 'interrupted', $1, ''),
+  ('stopped', 'web-1', $1, $3, 'interrupted', $1, '')`, now.Add(-60*time.Second), now.Add(-19*time.Second), now.Add(-30*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		replica, job string
+		until        time.Time
+	}{
+		{"web-1", "killed", now.Add(-60 * time.Second)},
+		{"web-2", "old-crash", now.Add(-19 * time.Second)},
+		{"web-1", "stopped", now.Add(-30 * time.Second)},
+	} {
+		_, tr, err := jobstore.NewStore(pool, c.replica, nil).OccurrenceStart(ctx, []string{c.job})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := tr[c.job]; !got.LostStarted.Equal(now.Add(-60*time.Second)) || !got.LostUntil.Equal(c.until) {
+			t.Errorf("%s: lost run from %v until %v; want %v until %v", c.job, got.LostStarted, got.LostUntil, now.Add(-60*time.Second), c.until)
+		}
+	}
+}
+
 func TestOccurrenceStartTellsThePauseChanges(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
