@@ -409,13 +409,15 @@ LEFT JOIN LATERAL (
     (SELECT r.nominal_at, CASE WHEN ` + lostRunSQL + ` THEN 'missed' ELSE 'ran' END AS outcome,
             CASE WHEN ` + lostRunSQL + ` THEN 'lost' END AS reason
      FROM (SELECT r0.* FROM studio_job_run r0 WHERE r0.job_id = vk.job ORDER BY r0.started_at DESC LIMIT 16) r
-     WHERE r.nominal_at IS NOT NULL AND isfinite(r.nominal_at) AND r.cluster IS NOT DISTINCT FROM vk.cluster
+     WHERE r.nominal_at IS NOT NULL AND isfinite(r.nominal_at) AND r.nominal_at <= now() + ` + lastDueSlackSQL + `
+       AND r.cluster IS NOT DISTINCT FROM vk.cluster
      LIMIT 1)
     UNION ALL
     SELECT o.nominal_at, o.outcome, o.reason
     FROM unnest(vk.keys) AS sk(key)
     CROSS JOIN LATERAL (SELECT o.nominal_at, o.outcome, o.reason FROM studio_occurrence o
-      WHERE o.job_id = vk.job AND o.scope_key = sk.key AND isfinite(o.nominal_at) ORDER BY o.nominal_at DESC LIMIT 1) o
+      WHERE o.job_id = vk.job AND o.scope_key = sk.key AND isfinite(o.nominal_at) AND o.nominal_at <= now() + ` + lastDueSlackSQL + `
+      ORDER BY o.nominal_at DESC LIMIT 1) o
   ) x ORDER BY x.nominal_at DESC LIMIT 1) last ON true
 LEFT JOIN LATERAL (
   SELECT sum(o.count) AS missed
@@ -428,6 +430,13 @@ LEFT JOIN LATERAL (
   SELECT count(*) AS lost FROM studio_job_run r
   WHERE r.job_id = vk.job AND r.started_at > now() - make_interval(secs => $5) AND r.nominal_at > now() - make_interval(secs => $5)
     AND r.cluster IS NOT DISTINCT FROM vk.cluster AND ` + lostRunSQL + `) l ON true`
+
+// lastDueSlackSQL bounds the last occurrence of a summary to the due times
+// that have come (as jobs why's default), with a minute for a replica
+// whose estimate of database time is ahead: a row due far in the future
+// (no replica writes one: a hostile or corrupt row, year 9999) was the
+// job's LAST DUE for ever.
+const lastDueSlackSQL = "interval '1 minute'"
 
 // recordedSlackSeconds widens the recorded_at bound of the window's skips
 // and misses: a skip or miss is recorded when its due time comes or later

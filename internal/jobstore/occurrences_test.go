@@ -317,3 +317,35 @@ INSERT INTO studio_job_run (seq, job_id, replica_id, started_at, finished_at, ou
 		}
 	}
 }
+
+// A row due far in the future (no replica writes one: hostile or corrupt)
+// is not the job's last occurrence in jobs list, which is the last that
+// has come, as jobs why's default. Adversarial pass of issue 22: a
+// skipped/overrun row of year 9999 was nightly's LAST DUE for ever.
+func TestOccurrenceSummaryLastIsNotDueInTheFuture(t *testing.T) {
+	t.Parallel()
+	pool := occurrencePool(t)
+	if _, err := pool.Exec(t.Context(), `
+INSERT INTO studio_occurrence (job_id, scope_key, nominal_at, outcome, reason, replica_id) VALUES
+  ('nightly', '', '9999-12-31T00:00:00Z', 'skipped', 'overrun', 'x');
+INSERT INTO studio_job_run (seq, job_id, replica_id, started_at, outcome, nominal_at, scope_key) VALUES
+  (902, 'nightly', 'web-1', now(), 'running', now() + interval '10 years', '')`); err != nil {
+		t.Fatal(err)
+	}
+	rows, now, err := jobstore.ReadStatus(t.Context(), pool, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	views := jobstore.Merge(rows, now)
+	if err := jobstore.AddOccurrenceSummaries(t.Context(), pool, views); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range views {
+		if v.ID != "nightly" {
+			continue
+		}
+		if l := v.Occurrences.Last; l == nil || l.Outcome+"/"+l.Reason != "missed/lost" || l.NominalAt.After(now) {
+			t.Errorf("nightly's last occurrence %+v; want the fixture's missed/lost, not one due in the future", l)
+		}
+	}
+}
