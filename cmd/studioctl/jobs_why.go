@@ -211,7 +211,12 @@ func explainOccurrence(o jobstore.OccurrenceView, ev jobstore.OccurrenceEvidence
 		if o.Holder != nil {
 			holder = *o.Holder
 		}
-		if o.HolderKnown != nil && *o.HolderKnown {
+		switch {
+		case o.HolderKnown != nil && *o.HolderKnown && holder == o.ReplicaID:
+			// Its own id, which this process did not hold (docs/occurrences.md).
+			known = "the replica that saw it: a lock its previous process held when it died (until lockAtMostFor), " +
+				"or its own, kept for the minimum gap after a run that ended just before (a jobs trigger run)"
+		case o.HolderKnown != nil && *o.HolderKnown:
 			known = "a known replica"
 			if r, ok := ev.Replica(holder); ok {
 				known += " that " + replicaNow(r)

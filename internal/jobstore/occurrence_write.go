@@ -67,12 +67,26 @@ func (s *Store) DropOccurrence(job, scopeKey string, nominal time.Time) {
 
 // insertOccurrencesSQL writes a batch of skips and misses. A held-elsewhere
 // skip names the lock's holder as the lock table says (locked_by) and
-// whether that holder is a registered replica; it is not written when the
-// holder is a live replica (the occurrence ran or runs there: a replica
-// that finds another replica's lock did not skip anything) nor when the
-// lock has no row. Every replica that records the same occurrence writes
-// the same key, and the first insert counts (ON CONFLICT DO NOTHING); the
-// table's trigger puts each row inserted on the event stream.
+// whether that holder is a registered replica. It is not written when the
+// holder is another live replica (the occurrence ran or runs there: a
+// replica that finds another replica's lock did not skip anything), nor
+// when the lock has no row. A holder that is the recording replica's own
+// id is written: this process held no lock of the job when its tick
+// failed to take it (one tick of a job at a time, and no two jobs share a
+// lock), so the lock was its previous process's, which died holding it
+// (a restart under the same id), or its own, kept for the minimum gap
+// (lockAtLeastFor) after a run that ended just before (a jobs trigger run
+// before a cron time): either way no run was that due time's. Nor is it
+// written when a run carries that due time (a run row of the same job,
+// scope key and nominal time, read through the job's start-time index
+// from a minute before it): the due time is the run's occurrence, ran or
+// missed/lost. A replica started after another died mid-run, before the
+// next due time, retries the lost run's due time at once and finds the
+// dead replica's lock: its skip counted that due time twice.
+//
+// Every replica that records the same occurrence writes the same key, and
+// the first insert counts (ON CONFLICT DO NOTHING); the table's trigger
+// puts each row inserted on the event stream.
 func insertOccurrencesSQL(t locks.Table) string {
 	return `
 INSERT INTO studio_occurrence (job_id, scope_key, nominal_at, outcome, reason, replica_id, seq, holder, holder_known, paused_by, count, last_nominal_at)
@@ -83,7 +97,9 @@ FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[], $5::text[], $
   AS u(job_id, scope_key, nominal_at, outcome, reason, replica_id, seq, lock_name, paused_by, count, last_nominal_at)
 CROSS JOIN LATERAL (SELECT CASE WHEN u.lock_name <> '' THEN ` + t.HolderSQL("u.lock_name") + ` END AS holder) h
 LEFT JOIN studio_replica r ON r.id = h.holder
-WHERE u.lock_name = '' OR (h.holder IS NOT NULL AND NOT ` + liveness.LiveSQL("r") + `)
+WHERE u.lock_name = '' OR (h.holder IS NOT NULL AND (h.holder = u.replica_id OR NOT ` + liveness.LiveSQL("r") + `)
+  AND NOT EXISTS (SELECT 1 FROM studio_job_run x WHERE x.job_id = u.job_id AND x.started_at >= u.nominal_at - interval '1 minute'
+                    AND x.nominal_at = u.nominal_at AND coalesce(x.scope_key, '') = u.scope_key))
 ON CONFLICT (job_id, scope_key, nominal_at) DO NOTHING`
 }
 
@@ -113,6 +129,9 @@ func (s *Store) writeOccurrences(ctx context.Context, tx pgx.Tx, occ map[occurre
 	return nil
 }
 
+// goneAfterSQL is liveness.GoneAfter as an SQL interval.
+var goneAfterSQL = fmt.Sprintf("interval '%d seconds'", int(liveness.GoneAfter.Seconds()))
+
 // lostRunDeathSQL is, for the run aliased n and its replica's row p, the
 // time its replica died while it ran (the dead incarnation's last
 // heartbeat), or NULL when the run ended or its replica lives: a run
@@ -120,13 +139,23 @@ func (s *Store) writeOccurrences(ctx context.Context, tx pgx.Tx, occ map[occurre
 // replica's last heartbeat; a run marked interrupted (by a restart under
 // the same id, by housekeeping, or at a shutdown) at the earliest of that
 // mark, the crashed incarnation's last heartbeat (last_crash_at) and a
-// dead replica's last heartbeat.
+// dead replica's last heartbeat. The crashed incarnation's last heartbeat
+// may come before the run's start (a run starts between two heartbeats):
+// when the run was marked at this incarnation's registration (finished at
+// or after its start) and that heartbeat is within GoneAfter before the
+// run's start, it is the incarnation that ran it, and it died at the run's
+// start at the earliest. Without that, a replica killed a few seconds
+// into a run and restarted under its id had the run "going on" until the
+// restart, and its outage was overrun (or, for a shared fixed-delay job,
+// nothing at all) instead of missed/down.
 func lostRunDeathSQL(n, p string) string {
 	return `CASE WHEN ` + n + `.outcome = 'running' AND NOT coalesce(` + liveness.LiveSQL(p) + `, false)
     THEN greatest(` + n + `.started_at, coalesce(` + p + `.heartbeat_at, ` + n + `.started_at))
   WHEN ` + n + `.outcome = 'interrupted'
     THEN greatest(` + n + `.started_at, least(` + n + `.finished_at,
-      CASE WHEN ` + p + `.last_crash_at >= ` + n + `.started_at THEN ` + p + `.last_crash_at END,
+      CASE WHEN ` + p + `.last_crash_at >= ` + n + `.started_at
+             OR (` + p + `.last_crash_at >= ` + n + `.started_at - ` + goneAfterSQL + ` AND ` + n + `.finished_at >= ` + p + `.started_at)
+           THEN ` + p + `.last_crash_at END,
       CASE WHEN NOT coalesce(` + liveness.LiveSQL(p) + `, false) THEN ` + p + `.heartbeat_at END))
   END`
 }

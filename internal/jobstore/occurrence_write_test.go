@@ -176,6 +176,96 @@ func TestAHeldElsewhereSkipNamesTheHolderUnlessItIsALiveReplica(t *testing.T) {
 	}
 }
 
+// A tick that finds the lock held under the recording replica's own id
+// skipped that due time: this process held no lock of the job then (one
+// tick of a job at a time), so the lock was its crashed previous
+// process's (a restart under the same id) or its own, kept for the
+// minimum gap after a jobs trigger run that ended just before a cron
+// time. The skip is written, naming it as a known replica; another live
+// replica's lock still writes nothing. Adversarial pass of issue 22: both
+// were dropped as "held by a live replica", and those due times had no
+// occurrence at all.
+func TestAHeldElsewhereSkipUnderTheRecordersOwnIDIsWritten(t *testing.T) {
+	t.Parallel()
+	pool, _ := newPool(t)
+	insertReplica(t, pool, "replica-1", "ready", 0)
+	insertReplica(t, pool, "replica-2", "ready", 0)
+	if _, err := pool.Exec(t.Context(), `INSERT INTO shedlock (name, lock_until, locked_at, locked_by) VALUES
+ ('own', now() + interval '1 hour', now(), 'replica-1'),
+ ('other', now() + interval '1 hour', now(), 'replica-2')`); err != nil {
+		t.Fatal(err)
+	}
+	s := jobstore.NewStore(pool, "replica-1", nil)
+	nominal := usec(t, "2026-12-05T02:00:00")
+	for _, name := range []string{"own", "other"} {
+		s.PutOccurrence(jobs.OccurrenceRecord{JobID: name, NominalAt: nominal, Outcome: jobs.OccurrenceSkipped, Reason: jobs.ReasonHeldElsewhere, LockName: name})
+	}
+	mustFlush(t, s)
+	var got []string
+	rows, err := pool.Query(t.Context(), `SELECT job_id || ':' || holder || ':' || holder_known || ':' || replica_id FROM studio_occurrence ORDER BY job_id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var r string
+		if err := rows.Scan(&r); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, r)
+	}
+	if len(got) != 1 || got[0] != "own:replica-1:true:replica-1" {
+		t.Errorf("held-elsewhere rows %q; want only own:replica-1:true:replica-1", got)
+	}
+}
+
+// A held-elsewhere skip of a due time that a run carries is not written:
+// that due time is the run's occurrence (here missed/lost, its replica
+// dead). A replica started after another died mid-run, before the next
+// due time, retries the lost run's due time at once and finds the dead
+// replica's lock; the adversarial pass of issue 22 saw that due time
+// listed twice, missed/lost and skipped/held-elsewhere, and counted in
+// both SKIP 24H and MISS 24H. A due time no run carries is still written.
+func TestAHeldElsewhereSkipOfADueTimeARunCarriesIsNotWritten(t *testing.T) {
+	t.Parallel()
+	pool, _ := newPool(t)
+	insertReplica(t, pool, "replica-gone", "ready", time.Hour)
+	nominal := usec(t, "2026-12-05T02:00:00")
+	if _, err := pool.Exec(t.Context(), `INSERT INTO shedlock (name, lock_until, locked_at, locked_by) VALUES
+ ('lost', now() + interval '1 hour', now(), 'replica-gone'), ('free', now() + interval '1 hour', now(), 'replica-gone')`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(t.Context(), `INSERT INTO studio_job_run (seq, job_id, replica_id, started_at, outcome, nominal_at, scope_key) VALUES
+ (7, 'lost', 'replica-gone', $1::timestamptz + interval '1 second', 'running', $1, '')`, nominal); err != nil {
+		t.Fatal(err)
+	}
+	s := jobstore.NewStore(pool, "replica-1", nil)
+	for _, o := range []struct {
+		job string
+		at  time.Time
+	}{{"lost", nominal}, {"lost", nominal.Add(30 * time.Second)}, {"free", nominal}} {
+		s.PutOccurrence(jobs.OccurrenceRecord{JobID: o.job, NominalAt: o.at, Outcome: jobs.OccurrenceSkipped, Reason: jobs.ReasonHeldElsewhere, LockName: o.job})
+	}
+	mustFlush(t, s)
+	rows, err := pool.Query(t.Context(), `SELECT job_id, nominal_at FROM studio_occurrence ORDER BY job_id, nominal_at`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var got []string
+	for rows.Next() {
+		var job string
+		var at time.Time
+		if err := rows.Scan(&job, &at); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, job+" +"+at.Sub(nominal).String())
+	}
+	if want := []string{"free +0s", "lost +30s"}; len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
+		t.Errorf("held-elsewhere rows %q; want %q (lost's due time at +0s is its run's)", got, want)
+	}
+}
+
 func TestHousekeepingPrunesOccurrencesByAgeAndCount(t *testing.T) {
 	t.Parallel()
 	pool, _ := newPool(t)
@@ -467,6 +557,50 @@ func TestOccurrenceStartTellsALostRunsStartAndItsReplicasDeath(t *testing.T) {
 // The pause and resume changes of a job come from its audit rows, oldest
 // first, from the last one before its newest run. Defect 5 of issue 22's
 // adversarial pass: a job paused while every replica was down.
+// A replica killed a few seconds into a run, between two heartbeats, and
+// restarted under its id: its crashed incarnation's last heartbeat
+// (last_crash_at) came before the run's start, and the run was marked
+// interrupted at the restart's registration. It died at the run's start
+// at the earliest, not at the restart: adversarial pass of issue 22, the
+// due times of the outage were taken as overrun by a run still going (for
+// a shared fixed-delay job: not recorded at all). A crash long before the
+// run's start, and a run marked before this incarnation started (a clean
+// stop), keep the mark.
+func TestOccurrenceStartTellsTheDeathOfARunStartedAfterTheLastHeartbeat(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool, _ := newPool(t)
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	if _, err := pool.Exec(ctx, `INSERT INTO studio_replica (id, incarnation, host, pid, version, state, started_at, heartbeat_at, last_crash_at) VALUES
+  ('web-1', gen_random_uuid(), 'h', 1, 'dev', 'ready', $1, now(), $2),
+  ('web-2', gen_random_uuid(), 'h', 1, 'dev', 'ready', $1, now(), $3)`,
+		now.Add(-20*time.Second), now.Add(-63*time.Second), now.Add(-10*time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO studio_job_run (job_id, replica_id, started_at, finished_at, outcome, nominal_at, scope_key) VALUES
+  ('killed', 'web-1', $1, $2, 'interrupted', $1, ''),
+  ('old-crash', 'web-2', $1, $2, 'interrupted', $1, ''),
+  ('stopped', 'web-1', $1, $3, 'interrupted', $1, '')`, now.Add(-60*time.Second), now.Add(-19*time.Second), now.Add(-30*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		replica, job string
+		until        time.Time
+	}{
+		{"web-1", "killed", now.Add(-60 * time.Second)},
+		{"web-2", "old-crash", now.Add(-19 * time.Second)},
+		{"web-1", "stopped", now.Add(-30 * time.Second)},
+	} {
+		_, tr, err := jobstore.NewStore(pool, c.replica, nil).OccurrenceStart(ctx, []string{c.job})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := tr[c.job]; !got.LostStarted.Equal(now.Add(-60*time.Second)) || !got.LostUntil.Equal(c.until) {
+			t.Errorf("%s: lost run from %v until %v; want %v until %v", c.job, got.LostStarted, got.LostUntil, now.Add(-60*time.Second), c.until)
+		}
+	}
+}
+
 func TestOccurrenceStartTellsThePauseChanges(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()

@@ -97,6 +97,13 @@ type OccurrenceQuery struct {
 	Limit int
 }
 
+// finiteOccurrenceSQL keeps the occurrences whose due times are finite:
+// no replica writes 'infinity' or '-infinity' (a hostile or corrupt row),
+// and one such row failed jobs occurrences and jobs why for its job (a
+// time.Time cannot hold it; --at's distance cannot subtract it). Such a
+// row is left out, as the status reads leave out infinite times.
+const finiteOccurrenceSQL = `isfinite(nominal_at) AND (last_nominal_at IS NULL OR isfinite(last_nominal_at))`
+
 // ListOccurrences returns a job's occurrences newest first (by nominal
 // time, then scope key and seq). The view's two branches are each read
 // through an index on job_id (studio_job_run_job_started, the UNIQUE
@@ -113,7 +120,7 @@ func ListOccurrences(ctx context.Context, q Querier, oq OccurrenceQuery) ([]Occu
 		ago = &s
 	}
 	rows, err := q.Query(ctx, `SELECT `+occurrenceColumnsSQL+` FROM studio_occurrences
-WHERE job_id = $1
+WHERE job_id = $1 AND `+finiteOccurrenceSQL+`
   AND ($2::timestamptz IS NULL OR coalesce(last_nominal_at, nominal_at) >= $2)
   AND ($5::double precision IS NULL OR coalesce(last_nominal_at, nominal_at) >= now() - make_interval(secs => $5))
   AND ($3::text IS NULL OR scope_key = $3)
@@ -173,11 +180,11 @@ func NearestOccurrence(ctx context.Context, q Querier, job string, scope *string
 	var row pgx.Row
 	if at.IsZero() {
 		row = q.QueryRow(ctx, `SELECT `+occurrenceColumnsSQL+` FROM studio_occurrences
-WHERE job_id = $1 AND ($2::text IS NULL OR scope_key = $2) AND nominal_at <= now()
+WHERE job_id = $1 AND ($2::text IS NULL OR scope_key = $2) AND nominal_at <= now() AND `+finiteOccurrenceSQL+`
 ORDER BY least(coalesce(last_nominal_at, nominal_at), now()) DESC, nominal_at DESC, scope_key, seq DESC NULLS LAST LIMIT 1`, job, scope)
 	} else {
 		row = q.QueryRow(ctx, `SELECT `+occurrenceColumnsSQL+` FROM studio_occurrences
-WHERE job_id = $1 AND ($2::text IS NULL OR scope_key = $2)
+WHERE job_id = $1 AND ($2::text IS NULL OR scope_key = $2) AND `+finiteOccurrenceSQL+`
 ORDER BY CASE WHEN $3::timestamptz BETWEEN nominal_at AND coalesce(last_nominal_at, nominal_at) THEN 0
   ELSE least(abs(extract(epoch FROM nominal_at - $3::timestamptz)),
              abs(extract(epoch FROM coalesce(last_nominal_at, nominal_at) - $3::timestamptz))) END,
@@ -402,13 +409,15 @@ LEFT JOIN LATERAL (
     (SELECT r.nominal_at, CASE WHEN ` + lostRunSQL + ` THEN 'missed' ELSE 'ran' END AS outcome,
             CASE WHEN ` + lostRunSQL + ` THEN 'lost' END AS reason
      FROM (SELECT r0.* FROM studio_job_run r0 WHERE r0.job_id = vk.job ORDER BY r0.started_at DESC LIMIT 16) r
-     WHERE r.nominal_at IS NOT NULL AND isfinite(r.nominal_at) AND r.cluster IS NOT DISTINCT FROM vk.cluster
+     WHERE r.nominal_at IS NOT NULL AND isfinite(r.nominal_at) AND r.nominal_at <= now() + ` + lastDueSlackSQL + `
+       AND r.cluster IS NOT DISTINCT FROM vk.cluster
      LIMIT 1)
     UNION ALL
     SELECT o.nominal_at, o.outcome, o.reason
     FROM unnest(vk.keys) AS sk(key)
     CROSS JOIN LATERAL (SELECT o.nominal_at, o.outcome, o.reason FROM studio_occurrence o
-      WHERE o.job_id = vk.job AND o.scope_key = sk.key AND isfinite(o.nominal_at) ORDER BY o.nominal_at DESC LIMIT 1) o
+      WHERE o.job_id = vk.job AND o.scope_key = sk.key AND isfinite(o.nominal_at) AND o.nominal_at <= now() + ` + lastDueSlackSQL + `
+      ORDER BY o.nominal_at DESC LIMIT 1) o
   ) x ORDER BY x.nominal_at DESC LIMIT 1) last ON true
 LEFT JOIN LATERAL (
   SELECT sum(o.count) AS missed
@@ -421,6 +430,13 @@ LEFT JOIN LATERAL (
   SELECT count(*) AS lost FROM studio_job_run r
   WHERE r.job_id = vk.job AND r.started_at > now() - make_interval(secs => $5) AND r.nominal_at > now() - make_interval(secs => $5)
     AND r.cluster IS NOT DISTINCT FROM vk.cluster AND ` + lostRunSQL + `) l ON true`
+
+// lastDueSlackSQL bounds the last occurrence of a summary to the due times
+// that have come (as jobs why's default), with a minute for a replica
+// whose estimate of database time is ahead: a row due far in the future
+// (no replica writes one: a hostile or corrupt row, year 9999) was the
+// job's LAST DUE for ever.
+const lastDueSlackSQL = "interval '1 minute'"
 
 // recordedSlackSeconds widens the recorded_at bound of the window's skips
 // and misses: a skip or miss is recorded when its due time comes or later

@@ -275,3 +275,77 @@ func TestOccurrenceSummariesCountTheLastDay(t *testing.T) {
 		}
 	}
 }
+
+// Rows with infinite due times (no replica writes one: a hostile or
+// corrupt row of studio_occurrence or studio_job_run) are left out: jobs
+// occurrences and jobs why, with and without --at, still answer for the
+// job from its other rows. Adversarial pass of issue 22: one such row
+// failed both for the job ("cannot scan infinity", "cannot subtract
+// infinite timestamps").
+func TestOccurrencesWithInfiniteDueTimesAreLeftOut(t *testing.T) {
+	t.Parallel()
+	pool := occurrencePool(t)
+	now := dbNow(t, pool)
+	if _, err := pool.Exec(t.Context(), `
+INSERT INTO studio_occurrence (job_id, scope_key, nominal_at, outcome, reason, replica_id, count, last_nominal_at) VALUES
+  ('nightly', 'x1', 'infinity', 'skipped', 'overrun', 'web-1', 1, NULL),
+  ('nightly', 'x2', '-infinity', 'missed', 'down', 'web-1', 5, 'infinity'),
+  ('nightly', 'x3', now() - interval '45 minutes', 'missed', 'down', 'web-1', 5, 'infinity');
+INSERT INTO studio_job_run (seq, job_id, replica_id, started_at, finished_at, outcome, nominal_at, scope_key) VALUES
+  (901, 'nightly', 'web-1', now() - interval '1 hour', now() - interval '1 hour', 'succeeded', '-infinity', 'x4')`); err != nil {
+		t.Fatal(err)
+	}
+	all, err := jobstore.ListOccurrences(t.Context(), pool, jobstore.OccurrenceQuery{Job: "nightly", Limit: 100})
+	if err != nil {
+		t.Fatalf("list: %v", err)
+	}
+	for _, o := range all {
+		if o.ScopeKey != "" {
+			t.Errorf("listed %+v; want the rows with infinite due times left out", o)
+		}
+	}
+	if len(all) != 9 {
+		t.Errorf("%d occurrences, want the fixture's 9", len(all))
+	}
+	for _, at := range []time.Time{{}, now.Add(-45 * time.Minute), now.Add(time.Hour)} {
+		o, err := jobstore.NearestOccurrence(t.Context(), pool, "nightly", nil, at)
+		if err != nil {
+			t.Fatalf("nearest to %v: %v", at, err)
+		}
+		if o.ScopeKey != "" {
+			t.Errorf("nearest to %v: %+v; want a row with finite due times", at, o)
+		}
+	}
+}
+
+// A row due far in the future (no replica writes one: hostile or corrupt)
+// is not the job's last occurrence in jobs list, which is the last that
+// has come, as jobs why's default. Adversarial pass of issue 22: a
+// skipped/overrun row of year 9999 was nightly's LAST DUE for ever.
+func TestOccurrenceSummaryLastIsNotDueInTheFuture(t *testing.T) {
+	t.Parallel()
+	pool := occurrencePool(t)
+	if _, err := pool.Exec(t.Context(), `
+INSERT INTO studio_occurrence (job_id, scope_key, nominal_at, outcome, reason, replica_id) VALUES
+  ('nightly', '', '9999-12-31T00:00:00Z', 'skipped', 'overrun', 'x');
+INSERT INTO studio_job_run (seq, job_id, replica_id, started_at, outcome, nominal_at, scope_key) VALUES
+  (902, 'nightly', 'web-1', now(), 'running', now() + interval '10 years', '')`); err != nil {
+		t.Fatal(err)
+	}
+	rows, now, err := jobstore.ReadStatus(t.Context(), pool, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	views := jobstore.Merge(rows, now)
+	if err := jobstore.AddOccurrenceSummaries(t.Context(), pool, views); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range views {
+		if v.ID != "nightly" {
+			continue
+		}
+		if l := v.Occurrences.Last; l == nil || l.Outcome+"/"+l.Reason != "missed/lost" || l.NominalAt.After(now) {
+			t.Errorf("nightly's last occurrence %+v; want the fixture's missed/lost, not one due in the future", l)
+		}
+	}
+}

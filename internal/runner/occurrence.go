@@ -225,7 +225,7 @@ func (r *Runner) skipPaused(js *jobState, sched jobs.Schedule, fire time.Time, p
 		if err == nil && !end.IsZero() {
 			g := gridLast(sched, end, dbNow.Add(nominalSlack(sched, dbNow)))
 			if !g.IsZero() && g.After(js.accounted) {
-				r.recordPaused(js, g, pausedBy)
+				r.recordPausedUpTo(js, sched, end, g, pausedBy)
 			}
 			after := dbNow
 			if g.After(after) {
@@ -242,6 +242,33 @@ func (r *Runner) skipPaused(js *jobState, sched jobs.Schedule, fire time.Time, p
 		next = sched.Next(now)
 	}
 	return next
+}
+
+// maxPausedCatchUp bounds the due times one late paused tick records.
+const maxPausedCatchUp = 1000
+
+// recordPausedUpTo records the paused due times of a shared job on the
+// grid after end, up to g: every one after the last accounted for, not
+// only g. A tick that fires more than an interval late (a loaded machine,
+// a stalled process, on every replica hosting the job) left those between
+// without any row (adversarial pass of issue 22: paused occurrences 3 s
+// apart for a job every 1s). At the first tick after a start (nothing
+// accounted for yet) only g: the start recorded the stretch before it, or
+// another replica hosted the job. At most maxPausedCatchUp, the latest.
+func (r *Runner) recordPausedUpTo(js *jobState, sched jobs.Schedule, end, g time.Time, by string) {
+	if js.accounted.IsZero() || !js.accounted.After(end) {
+		r.recordPaused(js, g, by)
+		return
+	}
+	n, first, _, _ := gridSpan(sched, end, js.accounted.Add(time.Nanosecond), g)
+	d := first
+	for ; n > maxPausedCatchUp; n-- {
+		d = gridNext(sched, end, d)
+	}
+	for i := 0; i < n && !d.After(g); i++ {
+		r.recordPaused(js, d, by)
+		d = gridNext(sched, end, d)
+	}
 }
 
 func (r *Runner) recordPaused(js *jobState, nominal time.Time, by string) {

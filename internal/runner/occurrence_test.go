@@ -758,3 +758,37 @@ func TestACronMinuteDuringATriggeredRunIsAnOverrun(t *testing.T) {
 		})
 	}
 }
+
+// A paused shared job whose tick fires more than an interval late (a
+// loaded machine, a stalled process) records every due time it passed,
+// not only the latest: adversarial pass of issue 22, two replicas of a
+// job every 1s on a loaded machine left paused occurrences 3 s apart,
+// two due times with no row at all.
+func TestALatePausedTickRecordsEveryDueTimeItPassed(t *testing.T) {
+	t.Parallel()
+	ft := &occTask{}
+	e, _, o := sharedDBEnv(t, "", t0.Add(-3*time.Second), ft)
+	r := e.start(o)
+	e.waitIdle("shared", t0.Add(7*time.Second))
+	e.flush()
+	yes := true
+	if _, err := jobstore.ApplyChange(t.Context(), e.pool, "shared", jobstore.Change{Pause: &yes, Actor: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	r.SettingsChanged("shared")
+	eventually(t, "the pause to apply", func() bool { return status(t, r, "shared").Paused })
+	e.clk.Advance(10*time.Second + 40*time.Millisecond)
+	e.waitIdle("shared", t0.Add(17*time.Second))
+	// One fire, 23 s late (the clock at 40 s): 17, 27 and 37 have come.
+	e.clk.Advance(30*time.Second + 40*time.Millisecond)
+	e.waitIdle("shared", t0.Add(47*time.Second))
+	got := e.occurrences("shared")
+	if len(got) != 4 {
+		t.Fatalf("%d occurrences %+v; want 4 (7 s to 37 s)", len(got), got)
+	}
+	for i, o := range got {
+		if want := t0.Add(time.Duration(10*i+7) * time.Second); o.Reason != "paused" || !o.Nominal.Equal(want) || o.Count != 1 {
+			t.Errorf("occurrence %d: %+v; want skipped/paused at %v", i, o, want)
+		}
+	}
+}
