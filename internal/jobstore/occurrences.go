@@ -378,6 +378,9 @@ var lostRunSQL = `(r.outcome IN ('lock_lost', 'interrupted', 'running') AND (r.o
 // studio_occurrence, one probe per scope key; the lost runs of the window
 // again through (job_id, started_at DESC).
 //
+// A stretch (missed/down, or a paused or overrun part of the start's
+// account) is last due at its last_nominal_at, not at its first due time.
+//
 // The newest run is looked for among the job's newest 16 runs, read
 // newest first without a filter (a filter there makes the planner read
 // and sort all of them): a duty whose newest run is not among its job's
@@ -413,9 +416,10 @@ LEFT JOIN LATERAL (
        AND r.cluster IS NOT DISTINCT FROM vk.cluster
      LIMIT 1)
     UNION ALL
-    SELECT o.nominal_at, o.outcome, o.reason
+    SELECT CASE WHEN isfinite(o.last_nominal_at) AND o.last_nominal_at <= now() + ` + lastDueSlackSQL + `
+             THEN o.last_nominal_at ELSE o.nominal_at END, o.outcome, o.reason
     FROM unnest(vk.keys) AS sk(key)
-    CROSS JOIN LATERAL (SELECT o.nominal_at, o.outcome, o.reason FROM studio_occurrence o
+    CROSS JOIN LATERAL (SELECT o.nominal_at, o.last_nominal_at, o.outcome, o.reason FROM studio_occurrence o
       WHERE o.job_id = vk.job AND o.scope_key = sk.key AND isfinite(o.nominal_at) AND o.nominal_at <= now() + ` + lastDueSlackSQL + `
       ORDER BY o.nominal_at DESC LIMIT 1) o
   ) x ORDER BY x.nominal_at DESC LIMIT 1) last ON true

@@ -349,3 +349,38 @@ INSERT INTO studio_job_run (seq, job_id, replica_id, started_at, outcome, nomina
 		}
 	}
 }
+
+// A stretch's last due time is its last_nominal_at: LAST DUE of a job whose
+// newest record is a missed/down stretch of ten due times says the tenth,
+// not the first (adversarial pass of issue 22).
+func TestOccurrenceSummaryLastOfAStretchIsItsLastDueTime(t *testing.T) {
+	t.Parallel()
+	pool, _ := newPool(t)
+	var first, last time.Time
+	if err := pool.QueryRow(t.Context(), `
+WITH s AS (INSERT INTO studio_job_status (replica_id, job_id, scope, runs) VALUES ('web-1', 'sweep', 'installation', 0) RETURNING 1)
+INSERT INTO studio_occurrence (job_id, scope_key, nominal_at, outcome, reason, replica_id, count, last_nominal_at)
+SELECT 'sweep', '', date_trunc('milliseconds', now()) - interval '10 minutes', 'missed', 'down', 'web-1', 10,
+       date_trunc('milliseconds', now()) - interval '1 minute' FROM s
+RETURNING nominal_at, last_nominal_at`).Scan(&first, &last); err != nil {
+		t.Fatal(err)
+	}
+	rows, now, err := jobstore.ReadStatus(t.Context(), pool, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	views := jobstore.Merge(rows, now)
+	if err := jobstore.AddOccurrenceSummaries(t.Context(), pool, views); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range views {
+		if v.ID != "sweep" {
+			continue
+		}
+		if l := v.Occurrences.Last; l == nil || l.Outcome+"/"+l.Reason != "missed/down" || !l.NominalAt.Equal(last) {
+			t.Errorf("sweep's last occurrence %+v; want missed/down at the stretch's last due time %s (not its first, %s)", l, last, first)
+		}
+		return
+	}
+	t.Fatalf("no view of sweep in %+v", views)
+}

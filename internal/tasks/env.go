@@ -48,5 +48,6 @@ func Environ(env Env, extra map[string]string) []string {
 		"STUDIO_CLUSTER="+env.Cluster,
 		"STUDIO_SCHEDULED_AT="+env.scheduledAt(),
 		"STUDIO_OCCURRENCE_KEY="+env.OccurrenceKey,
+		"STUDIO_TRIGGERED="+env.triggered(),
 	)
 }

@@ -20,6 +20,8 @@ const (
 	// Env.OccurrenceKey), when it has them.
 	HeaderScheduledAt   = "Studio-Scheduled-At"
 	HeaderOccurrenceKey = "Studio-Occurrence-Key"
+	// HeaderTriggered is "true" for a `jobs trigger` run, else "false".
+	HeaderTriggered = "Studio-Triggered"
 )
 
 // HTTP sends one request.
@@ -104,6 +106,7 @@ func (h HTTP) Run(ctx context.Context, env Env) Result {
 		req.Header.Set(HeaderScheduledAt, at)
 		req.Header.Set(HeaderOccurrenceKey, env.OccurrenceKey)
 	}
+	req.Header.Set(HeaderTriggered, env.triggered())
 
 	client := h.Client
 	if client == nil {

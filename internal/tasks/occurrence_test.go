@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -116,5 +117,50 @@ COMMIT; INSERT INTO seen VALUES (current_setting('studio.scheduled_at'), current
 	var v string
 	if err := pool.QueryRow(ctx, `SELECT coalesce(current_setting('studio.scheduled_at', true), '')`).Scan(&v); err != nil || v != "" {
 		t.Errorf("a pooled session has studio.scheduled_at = %q (%v)", v, err)
+	}
+}
+
+// A run knows whether it is a `jobs trigger` run: STUDIO_TRIGGERED, the
+// Studio-Triggered header and the studio.triggered setting say "true" for
+// one and "false" for a scheduled run (issue 22: "says it was triggered").
+func TestEveryTaskKnowsWhetherItsRunWasTriggered(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t, 4)
+	ctx := context.Background()
+	for _, triggered := range []bool{true, false} {
+		env := occurrenceEnv
+		env.Triggered = triggered
+		want := strconv.FormatBool(triggered)
+
+		res := tasks.Command{Argv: []string{"env"}, Env: map[string]string{"STUDIO_TRIGGERED": "spoofed"}}.Run(ctx, env)
+		if res.Err != nil {
+			t.Fatalf("command: %v", res.Err)
+		}
+		if got := strings.Split(strings.TrimSpace(res.Output), "\n"); !slices.Contains(got, "STUDIO_TRIGGERED="+want) || strings.Contains(res.Output, "spoofed") {
+			t.Errorf("triggered=%v: command environment %q, want STUDIO_TRIGGERED=%s", triggered, got, want)
+		}
+
+		srv, seen := newServer(t, func(w http.ResponseWriter, r *http.Request) {})
+		if res := (tasks.HTTP{URL: srv.URL, Headers: map[string]string{"Studio-Triggered": "spoofed"}}).Run(ctx, env); res.Err != nil {
+			t.Fatalf("http: %v", res.Err)
+		}
+		if got := (<-seen).header.Values("Studio-Triggered"); len(got) != 1 || got[0] != want {
+			t.Errorf("triggered=%v: header Studio-Triggered = %q, want %q", triggered, got, want)
+		}
+
+		var got string
+		if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS seen_triggered (v text)`); err != nil {
+			t.Fatal(err)
+		}
+		res = tasks.SQL{DB: pool, Statement: `INSERT INTO seen_triggered VALUES (current_setting('studio.triggered'))`}.Run(ctx, env)
+		if res.Err != nil {
+			t.Fatalf("sql: %v", res.Err)
+		}
+		if err := pool.QueryRow(ctx, `DELETE FROM seen_triggered RETURNING v`).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if got != want {
+			t.Errorf("triggered=%v: studio.triggered = %q, want %q", triggered, got, want)
+		}
 	}
 }

@@ -41,7 +41,8 @@ type Env struct {
 	// occurrence of, in database time (a trigger's time for a `jobs
 	// trigger` run); OccurrenceKey is jobs.OccurrenceKey of the job, its
 	// scope key and ScheduledAt, the same string on every replica for the
-	// same occurrence; Triggered, a `jobs trigger` run. A command gets them
+	// same occurrence; Triggered, a `jobs trigger` run (STUDIO_TRIGGERED,
+	// Studio-Triggered, studio.triggered: "true" or "false"). A command gets them
 	// as STUDIO_SCHEDULED_AT and STUDIO_OCCURRENCE_KEY, an HTTP request as
 	// Studio-Scheduled-At and Studio-Occurrence-Key, an SQL statement as
 	// the session settings studio.scheduled_at and studio.occurrence_key.
@@ -50,6 +51,10 @@ type Env struct {
 	OccurrenceKey string
 	Triggered     bool
 }
+
+// triggered is Triggered as the run's environment, header and session
+// setting carry it: "true" or "false".
+func (env Env) triggered() string { return strconv.FormatBool(env.Triggered) }
 
 // scheduledAt is ScheduledAt as jobs.FormatNominal writes it ("" when
 // zero).

@@ -12,8 +12,9 @@ import (
 	"github.com/studioctl/studioctl/internal/watch"
 )
 
-// The notifier turns signals and run seqs into wake-ups (frames not), and
-// a lost connection into one notice, a reconnection and a resync wake-up.
+// The notifier turns its first connection into a resync wake-up, signals
+// and run seqs into wake-ups (frames not), and a lost connection into one
+// notice, a reconnection and a resync wake-up.
 func TestNotifierWakesOnMessagesAndTellsALostBusOnce(t *testing.T) {
 	url := pgtest.NewDB(t)
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
@@ -56,6 +57,13 @@ func TestNotifierWakesOnMessagesAndTellsALostBusOnce(t *testing.T) {
 		if err := bus.Notify(ctx, pool, m); err != nil {
 			t.Fatal(err)
 		}
+	}
+
+	// The first connection asks for one more read: what changed between
+	// the watch's first read and its LISTEN had no message (a loaded CI
+	// run lost such a change, jobs_occurrences.txtar).
+	if got := take("the first connection"); got != (watch.Wake{Resync: true}) {
+		t.Fatalf("wake-up after the first connection = %+v, want a resync only", got)
 	}
 
 	send(bus.Frame("runs", "1", "x", nil))
