@@ -321,8 +321,14 @@ func TestAStretchAfterAReplicaKilledMidRunStartsAtItsDeath(t *testing.T) {
 	p := f.startReplica("kd-1")
 	p.WaitReady(t)
 	var started time.Time
+	// The second run: a running row after the first run's end. The first
+	// run's own running row is flushed before its end, and a loaded CI run
+	// took it for the second, killed kd-1 before the second run's row was
+	// written, and waited for a lost run that never was.
 	replicaproc.Eventually(t, 60*time.Second, "kd's second run running", func() error {
-		return f.pool.QueryRow(context.Background(), `SELECT started_at FROM studio_job_run WHERE job_id = 'kd' AND outcome = 'running'`).Scan(&started)
+		return f.pool.QueryRow(context.Background(), `SELECT r.started_at FROM studio_job_run r
+WHERE r.job_id = 'kd' AND r.outcome = 'running'
+  AND r.started_at > (SELECT max(p.finished_at) FROM studio_job_run p WHERE p.job_id = 'kd' AND p.outcome = 'succeeded')`).Scan(&started)
 	})
 	// Its replica lives on while it runs, for more than a due time.
 	replicaproc.Eventually(t, 60*time.Second, "a heartbeat of kd-1 two due times after the run's start", func() error {
