@@ -41,11 +41,15 @@ func (r *Runner) run(js *jobState, sched jobs.Schedule, fire time.Time, occ occu
 	timeout := js.job.TimeoutFor(sched)
 	res, cause := r.execute(js, sched, run, occ, held, timeout)
 	v := r.classify(js, res, cause, timeout)
+	// The end goes to the shared schedule before the lock is freed: a
+	// replica that takes the lock after this unlock reads this end
+	// (endedMeanwhile), so it cannot run the same tick again.
+	end := r.recordEnd(js, run, v.outcome)
 	if v.outcome != jobs.OutcomeLockLost {
 		r.unlock(held.current(), js) // a lost lock is never unlocked: another replica may hold it
 	}
 	ended := r.record(js, sched, fire, occ, run, v)
-	r.scheduleNext(js, run, v.outcome, ended)
+	r.scheduleNext(js, end, ended)
 }
 
 // runLock is the lock a run of an installation job holds: the keep-alive
@@ -96,7 +100,52 @@ func (r *Runner) acquire(js *jobState, sched jobs.Schedule, occ occurrence) (hel
 		r.recordNoRun(js, sched, now, err)
 		return nil, false
 	}
+	if js.shared && !occ.triggered {
+		if next, notDue := r.endedMeanwhile(js, sched); notDue {
+			r.giveBack(l, js, sched)
+			r.finish(js, next)
+			return nil, false
+		}
+	}
 	return &runLock{lock: l, end: newLockDeadline(lockFrom, jobs.LockAtMostFor(sched))}, true
+}
+
+// endedMeanwhile reads the shared schedule again once the lock is held.
+// The tick read it before it tried the lock; a run elsewhere may have
+// ended between that read and the lock (its end is recorded before its
+// unlock, run). If the job is no longer due, notDue is true and next is
+// its due time on this replica's clock. A read that fails leaves the
+// decision to the lock, as without a shared schedule.
+func (r *Runner) endedMeanwhile(js *jobState, sched jobs.Schedule) (next time.Time, notDue bool) {
+	ctx, cancel := context.WithTimeout(r.runsCtx, settingsTimeout)
+	end, _, dbNow, err := r.loadRun(ctx, js)
+	cancel()
+	if err != nil || end.IsZero() {
+		return time.Time{}, false
+	}
+	due := jobs.DueAfter(sched, end, dbNow, jobs.MissedRunOnce)
+	if !due.After(dbNow) {
+		return time.Time{}, false
+	}
+	return jobs.LocalDue(due, dbNow, r.now()), true
+}
+
+// giveBack frees a lock taken for a tick that turned out not to be due,
+// at once: the lock's minimum gap is for a run, and none ran. Extending
+// with no minimum gap, then unlocking, leaves lock_until at now (two
+// statements; this happens only when two replicas' ticks cross). If it
+// fails, the lock expires at its lockAtMostFor, as after a crash.
+func (r *Runner) giveBack(l Lock, js *jobState, sched jobs.Schedule) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.runsCtx), lockStatementTimeout)
+	defer cancel()
+	next, err := l.Extend(ctx, jobs.LockAtMostFor(sched), 0)
+	if err == nil {
+		err = next.Unlock(ctx)
+	}
+	if err != nil {
+		r.log.Warn("runner: could not give back a lock taken for a tick that had already run elsewhere; it expires at its lockAtMostFor",
+			"job_id", js.job.ID, "error", err)
+	}
 }
 
 // skipHeldElsewhere records a tick whose lock another holder has, and
@@ -353,21 +402,31 @@ func (r *Runner) record(js *jobState, sched jobs.Schedule, fire time.Time, occ o
 	return ended
 }
 
-// scheduleNext puts js back on the timer after a run that ended at ended.
-// A shared job's end goes to the installation's schedule (in database
-// time, with a bus signal to every replica), and its next fire follows
-// the end recorded. A lost lock is not an end: another replica may run.
-func (r *Runner) scheduleNext(js *jobState, run jobs.Run, outcome jobs.Outcome, ended time.Time) {
-	end := ended
-	if js.shared && outcome != jobs.OutcomeLockLost {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.runsCtx), lockStatementTimeout)
-		if e, err := r.o.Schedules.RecordEnd(ctx, js.job.ID, r.o.ReplicaID, run.Seq, run.StartedAt); err != nil {
-			r.log.Warn("runner: could not record the end of the run in the shared schedule; other replicas rely on the lock",
-				"job_id", js.job.ID, "run_seq", run.Seq, "error", err)
-		} else {
-			end = e
-		}
-		cancel()
+// recordEnd writes the end of a shared job's run to the installation's
+// schedule (in database time, with a bus signal to every replica) and
+// returns the end recorded; zero for a job that is not shared, a lost
+// lock (not an end: another replica may run) or a write that failed.
+func (r *Runner) recordEnd(js *jobState, run jobs.Run, outcome jobs.Outcome) time.Time {
+	if !js.shared || outcome == jobs.OutcomeLockLost {
+		return time.Time{}
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.runsCtx), lockStatementTimeout)
+	defer cancel()
+	e, err := r.o.Schedules.RecordEnd(ctx, js.job.ID, r.o.ReplicaID, run.Seq, run.StartedAt)
+	if err != nil {
+		r.log.Warn("runner: could not record the end of the run in the shared schedule; other replicas rely on the lock",
+			"job_id", js.job.ID, "run_seq", run.Seq, "error", err)
+		return time.Time{}
+	}
+	return e
+}
+
+// scheduleNext puts js back on the timer after a run that ended at ended;
+// a shared job's next fire follows end, the end recorded in the shared
+// schedule (zero: none was).
+func (r *Runner) scheduleNext(js *jobState, end, ended time.Time) {
+	if end.IsZero() {
+		end = ended
 	}
 	// A schedule changed during the run applies to the next fire.
 	r.mu.Lock()

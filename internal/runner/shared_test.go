@@ -264,3 +264,119 @@ func TestSharedScheduleSetEveryFromTheLastEnd(t *testing.T) {
 	r.SettingsChanged("shared") // resume: the due time (t0+29s) passed: at once
 	eventually(t, "a run after resume", func() bool { return lk.n() == 1 })
 }
+
+// crossingLocks grants every lock, but first plays another replica whose
+// run of the job ends between this replica's read of the shared schedule
+// and its lock: the end is recorded and that replica's lock is free. It
+// records how the granted lock was let go.
+type crossingLocks struct {
+	sch *fakeSchedules
+	job string
+
+	mu      sync.Mutex
+	granted int
+	gaps    []time.Duration // the atLeastFor of each Extend
+	unlocks int
+}
+
+func (c *crossingLocks) TryLock(context.Context, string, time.Duration, time.Duration) (runner.Lock, error) {
+	c.sch.set(c.job, c.sch.clk.Now()) // the other replica's run ended just now
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.granted++
+	return crossingLock{c}, nil
+}
+
+type crossingLock struct{ c *crossingLocks }
+
+func (l crossingLock) Extend(_ context.Context, _, atLeastFor time.Duration) (runner.Lock, error) {
+	l.c.mu.Lock()
+	defer l.c.mu.Unlock()
+	l.c.gaps = append(l.c.gaps, atLeastFor)
+	return l, nil
+}
+
+func (l crossingLock) Unlock(context.Context) error {
+	l.c.mu.Lock()
+	defer l.c.mu.Unlock()
+	l.c.unlocks++
+	return nil
+}
+
+// TestSharedScheduleAnEndBetweenTheReadAndTheLockRunsNothing: a fire reads
+// the shared schedule (due), another replica's run of the same tick ends
+// and frees the lock, and the fire takes the lock. It reads the schedule
+// again under the lock, runs nothing, gives the lock back at once (no
+// minimum gap: nothing ran) and waits for the due time after that end.
+// Before, it ran the tick a second time: TestSharedScheduleBusCutDuringARun
+// saw the next run start 1.6 s after an end, every: 2s, on a loaded CI.
+func TestSharedScheduleAnEndBetweenTheReadAndTheLockRunsNothing(t *testing.T) {
+	e, sch, _, ft, o := sharedEnv(t, "", t0.Add(-30*time.Second))
+	lk := &crossingLocks{sch: sch, job: "shared"}
+	o.Locks = lk
+	e.start(o)
+	e.waitIdle("shared", t0.Add(10*time.Second)) // every 10s after the end the lock's TryLock recorded
+	if n := ft.startCount(); n != 0 {
+		t.Fatalf("%d runs of a tick that ran elsewhere, want none", n)
+	}
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	if lk.granted != 1 || lk.unlocks != 1 || len(lk.gaps) != 1 || lk.gaps[0] != 0 {
+		t.Fatalf("granted %d, extended with minimum gaps %v, unlocked %d; want the lock given back at once, once",
+			lk.granted, lk.gaps, lk.unlocks)
+	}
+}
+
+// orderLocks grants every lock and notes, at each unlock, whether the
+// run's end was in the shared schedule already.
+type orderLocks struct {
+	sch *fakeSchedules
+	job string
+
+	mu       sync.Mutex
+	endSeen  []bool
+	lastSeen time.Time
+}
+
+func (c *orderLocks) TryLock(context.Context, string, time.Duration, time.Duration) (runner.Lock, error) {
+	c.sch.mu.Lock()
+	end := c.sch.ends[c.job]
+	c.sch.mu.Unlock()
+	c.mu.Lock()
+	c.lastSeen = end
+	c.mu.Unlock()
+	return orderLock{c}, nil
+}
+
+type orderLock struct{ c *orderLocks }
+
+func (l orderLock) Extend(context.Context, time.Duration, time.Duration) (runner.Lock, error) {
+	return l, nil
+}
+
+func (l orderLock) Unlock(context.Context) error {
+	l.c.sch.mu.Lock()
+	end := l.c.sch.ends[l.c.job]
+	l.c.sch.mu.Unlock()
+	l.c.mu.Lock()
+	defer l.c.mu.Unlock()
+	l.c.endSeen = append(l.c.endSeen, !end.Equal(l.c.lastSeen))
+	return nil
+}
+
+// TestSharedScheduleRecordsTheEndBeforeTheUnlock: a run's end is in the
+// shared schedule before its lock is freed, so a replica that takes the
+// freed lock reads it. Before, the unlock came first.
+func TestSharedScheduleRecordsTheEndBeforeTheUnlock(t *testing.T) {
+	e, sch, _, ft, o := sharedEnv(t, "", t0.Add(-30*time.Second))
+	lk := &orderLocks{sch: sch, job: "shared"}
+	o.Locks = lk
+	e.start(o)
+	ft.waitEnds(t, 1)
+	e.waitIdle("shared", t0.Add(10*time.Second))
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	if len(lk.endSeen) != 1 || !lk.endSeen[0] {
+		t.Fatalf("end recorded before each unlock: %v, want [true]", lk.endSeen)
+	}
+}
