@@ -50,7 +50,7 @@ $$;
 -- The inspector: every list, show and status command, with SELECT only.
 GRANT SELECT ON shedlock, studio_replica, cluster_lease, studio_job_status, studio_job_run,
     studio_job_setting, studio_audit, studio_request, studio_job_schedule, studio_event, goose_db_version,
-    studio_occurrence, studio_occurrences, studio_duty_end
+    studio_occurrence, studio_occurrences, studio_duty_end, studio_fence
     TO studio_inspector;
 -- jobs overdue, doctor's overdue_jobs, a monitor's query (migration 00011):
 -- it runs with the caller's rights and reads only the tables above (so
@@ -107,6 +107,9 @@ GRANT USAGE ON SEQUENCE studio_occurrence_id_seq TO studio_replica;
 -- each duty's last end per cluster (migration 00012), written by the run
 -- store's flush; never pruned.
 GRANT SELECT, INSERT, UPDATE ON studio_duty_end TO studio_replica;
+-- each lock's fencing token (migration 00017), advanced in the statement
+-- that takes the lock.
+GRANT SELECT, INSERT, UPDATE ON studio_fence TO studio_replica;
 -- studio_job_overdue_seconds (/metrics): the overdue jobs, as the
 -- inspector reads them (its tables are granted above).
 GRANT EXECUTE ON FUNCTION studio_overdue_jobs(interval) TO studio_replica;

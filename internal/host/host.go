@@ -438,6 +438,18 @@ func (h *Host) prepareDatabase(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	// Fencing tokens (docs/fencing.md) once migration 00017 made their
+	// table: a replica started before the migration runs without them
+	// rather than failing every lock.
+	var fence *string
+	if err := h.pool.QueryRow(ctx, `SELECT to_regclass($1)::text`, locks.FenceTable).Scan(&fence); err != nil {
+		return err
+	}
+	if fence != nil {
+		h.provider.Fenced()
+	} else {
+		h.log.Warn("locks: no fencing tokens: the table " + locks.FenceTable + " is missing (run studioctl migrate up)")
+	}
 	warnings, err := locks.CheckTable(ctx, h.pool, table, h.o.ID)
 	if err != nil {
 		return err

@@ -123,8 +123,15 @@ func (s *Service) setAnchor(h *held, t time.Time) {
 // trustEnd is the end of a lease's trust window, read without the
 // service's lock by the duties' commands (TrustedUntil).
 type trustEnd struct {
-	mu sync.Mutex
-	at time.Time
+	mu  sync.Mutex
+	at  time.Time
+	gen int64 // the lease's generation (Generation)
+}
+
+func (e *trustEnd) setGen(g int64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.gen = g
 }
 
 func (e *trustEnd) set(t time.Time) {
@@ -155,6 +162,20 @@ func TrustedUntil(ctx context.Context) (time.Time, bool) {
 		return time.Time{}, false
 	}
 	return e.get(), true
+}
+
+// Generation returns the generation of the lease whose duty context is ctx
+// (the one OnAcquire gives): it grows at every change of owner, so a
+// duty's run gets it as its fencing token (docs/fencing.md). ok is false
+// for any other context.
+func Generation(ctx context.Context) (int64, bool) {
+	e, ok := ctx.Value(trustKey{}).(*trustEnd)
+	if !ok {
+		return 0, false
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.gen, true
 }
 
 // Service is one replica's lease loop.
@@ -505,13 +526,14 @@ func (s *Service) trust(c string, gen int64, began time.Time) {
 			s.setAnchor(h, began)
 		}
 		h.gen = gen
+		h.end.setGen(gen)
 		s.armLocked()
 		return
 	}
 	if time.Since(began) >= s.t.trust {
 		return // the statement took longer than the window: trust it next round
 	}
-	end := &trustEnd{}
+	end := &trustEnd{gen: gen}
 	cctx, cancel := context.WithCancelCause(context.Background())
 	ctx := context.WithValue(cctx, trustKey{}, end)
 	h := &held{gen: gen, ctx: ctx, cancel: cancel, end: end}

@@ -51,8 +51,28 @@ type Provider struct {
 	q        Querier
 	table    Table
 	lockedBy string
+	fenced   bool // Fenced: acquireSQL advances the lock's token
 
 	acquireSQL, extendSQL, unlockSQL string
+}
+
+// FenceTable holds each lock's fencing token (migration 00017,
+// docs/fencing.md).
+const FenceTable = "studio_fence"
+
+// Fenced makes p advance a lock's fencing token (FenceTable) in the
+// statement that takes the lock, and returns p: each Lock's Token is then
+// strictly greater than every earlier holder's token of the same lock.
+// The ShedLock table is unchanged. Without Fenced (a database with the
+// ShedLock table only) Token is 0. Call it before first use.
+func (p *Provider) Fenced() *Provider {
+	if !p.fenced {
+		p.fenced = true
+		p.acquireSQL = "WITH l AS (" + p.acquireSQL + " RETURNING " + col(p.table.NameCol) + " AS lock_name)" +
+			" INSERT INTO " + FenceTable + " AS f (lock_name, token) SELECT lock_name, 1 FROM l" +
+			" ON CONFLICT (lock_name) DO UPDATE SET token = f.token + 1, updated_at = now() RETURNING token"
+	}
+	return p
 }
 
 // NewProvider returns a provider over q for holder lockedBy (the replica
@@ -130,6 +150,17 @@ func (p *Provider) TryLock(ctx context.Context, name string, atMostFor, atLeastF
 	if err := validateDurations(atMostFor, atLeastFor); err != nil {
 		return nil, err
 	}
+	if p.fenced {
+		var token int64
+		err := p.q.QueryRow(ctx, p.acquireSQL, name, seconds(atMostFor), p.lockedBy).Scan(&token)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil, ErrHeldElsewhere
+		}
+		if err != nil {
+			return nil, fmt.Errorf("acquire lock %q: %w", name, err)
+		}
+		return &Lock{p: p, name: name, atLeastFor: atLeastFor, token: token}, nil
+	}
 	tag, err := p.q.Exec(ctx, p.acquireSQL, name, seconds(atMostFor), p.lockedBy)
 	if err != nil {
 		return nil, fmt.Errorf("acquire lock %q: %w", name, err)
@@ -146,6 +177,7 @@ type Lock struct {
 	p          *Provider
 	name       string
 	atLeastFor time.Duration
+	token      int64 // the fencing token; 0 when the provider is not Fenced
 
 	mu   sync.Mutex
 	used bool
@@ -153,6 +185,11 @@ type Lock struct {
 
 // Name is the lock's name.
 func (l *Lock) Name() string { return l.name }
+
+// Token is the lock's fencing token (Fenced): strictly greater than the
+// token of every earlier holder of this lock; the same through Extend. 0
+// when the provider is not fenced.
+func (l *Lock) Token() int64 { return l.token }
 
 // Extend moves lock_until to now + atMostFor while this holder still has the
 // lock, and returns the new lock object (this one becomes invalid).
@@ -175,7 +212,7 @@ func (l *Lock) Extend(ctx context.Context, atMostFor, atLeastFor time.Duration) 
 	if tag.RowsAffected() == 0 {
 		return nil, fmt.Errorf("extend lock %q: %w", l.name, ErrLockLost)
 	}
-	return &Lock{p: l.p, name: l.name, atLeastFor: atLeastFor}, nil
+	return &Lock{p: l.p, name: l.name, atLeastFor: atLeastFor, token: l.token}, nil
 }
 
 // Unlock ends the lock, keeping it until locked_at + atLeastFor if that is

@@ -37,6 +37,16 @@ const (
 // lease's trust window plus dutyDeadlineSlack. It returns nil for a job
 // that is not a duty, and for a duty context that does not come from a
 // lease loop (leases.TrustedUntil).
+// generation is the duty's lease generation, its runs' fencing token
+// (docs/fencing.md); ok is false for a job that is not a duty, or a duty
+// whose context is not a lease's (tests).
+func (d *duty) generation() (int64, bool) {
+	if d == nil {
+		return 0, false
+	}
+	return leases.Generation(d.ctx)
+}
+
 func (d *duty) deadline() func() time.Time {
 	if d == nil {
 		return nil

@@ -19,10 +19,12 @@ type Locker interface {
 }
 
 // Lock is a held lock: Extend keeps it (returning the lock to extend next),
-// Unlock gives it up.
+// Unlock gives it up. Token is its fencing token (locks.Lock.Token; 0:
+// none).
 type Lock interface {
 	Extend(ctx context.Context, atMostFor, atLeastFor time.Duration) (Lock, error)
 	Unlock(ctx context.Context) error
+	Token() int64
 }
 
 // Recorder records runs and status: the batching writer of internal/jobstore.
@@ -101,3 +103,5 @@ func (h heldLock) Extend(ctx context.Context, atMostFor, atLeastFor time.Duratio
 }
 
 func (h heldLock) Unlock(ctx context.Context) error { return h.l.Unlock(ctx) }
+
+func (h heldLock) Token() int64 { return h.l.Token() }

@@ -223,6 +223,11 @@ func (r *Runner) execute(js *jobState, sched jobs.Schedule, run jobs.Run, occ oc
 		ScheduledAt: occ.nominal, OccurrenceKey: jobs.OccurrenceKey(js.job.ID, run.ScopeKey, occ.nominal), Triggered: occ.triggered}
 	if held != nil {
 		env.Deadline = held.end.deadline
+		if l := held.current(); l != nil {
+			env.FencingToken = l.Token()
+		}
+	} else if gen, ok := js.duty.generation(); ok {
+		env.FencingToken = gen
 	}
 	var res tasks.Result
 	pprof.Do(runCtx, js.labels, func(ctx context.Context) {

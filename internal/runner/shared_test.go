@@ -74,6 +74,7 @@ func (nopLock) Extend(context.Context, time.Duration, time.Duration) (runner.Loc
 	return nopLock{}, nil
 }
 func (nopLock) Unlock(context.Context) error { return nil }
+func (nopLock) Token() int64                 { return 0 }
 
 func sharedEnv(t *testing.T, missed jobs.Missed, lastEnd time.Time) (*env, *fakeSchedules, *countingLocks, *fakeTask, runner.Options) {
 	e := newMemEnv(t)
@@ -296,6 +297,8 @@ func (l crossingLock) Extend(_ context.Context, _, atLeastFor time.Duration) (ru
 	return l, nil
 }
 
+func (crossingLock) Token() int64 { return 0 }
+
 func (l crossingLock) Unlock(context.Context) error {
 	l.c.mu.Lock()
 	defer l.c.mu.Unlock()
@@ -353,6 +356,8 @@ type orderLock struct{ c *orderLocks }
 func (l orderLock) Extend(context.Context, time.Duration, time.Duration) (runner.Lock, error) {
 	return l, nil
 }
+
+func (orderLock) Token() int64 { return 0 }
 
 func (l orderLock) Unlock(context.Context) error {
 	l.c.sch.mu.Lock()

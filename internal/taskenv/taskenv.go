@@ -7,7 +7,7 @@ import "regexp"
 
 // RunEnv names the variables the runner sets for every command. A job's
 // env: may not set them.
-var RunEnv = []string{"STUDIO_JOB_ID", "STUDIO_REPLICA_ID", "STUDIO_RUN_SEQ", "STUDIO_CLUSTER", "STUDIO_SCHEDULED_AT", "STUDIO_OCCURRENCE_KEY", "STUDIO_TRIGGERED"}
+var RunEnv = []string{"STUDIO_JOB_ID", "STUDIO_REPLICA_ID", "STUDIO_RUN_SEQ", "STUDIO_CLUSTER", "STUDIO_SCHEDULED_AT", "STUDIO_OCCURRENCE_KEY", "STUDIO_TRIGGERED", "STUDIO_FENCING_TOKEN"}
 
 // name is the rule for the names under a job's env:.
 var name = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)

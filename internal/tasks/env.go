@@ -49,5 +49,6 @@ func Environ(env Env, extra map[string]string) []string {
 		"STUDIO_SCHEDULED_AT="+env.scheduledAt(),
 		"STUDIO_OCCURRENCE_KEY="+env.OccurrenceKey,
 		"STUDIO_TRIGGERED="+env.triggered(),
+		"STUDIO_FENCING_TOKEN="+env.fencingToken(),
 	)
 }

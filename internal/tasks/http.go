@@ -22,6 +22,9 @@ const (
 	HeaderOccurrenceKey = "Studio-Occurrence-Key"
 	// HeaderTriggered is "true" for a `jobs trigger` run, else "false".
 	HeaderTriggered = "Studio-Triggered"
+	// HeaderFencingToken is the run's fencing token (Env.FencingToken);
+	// absent when it has none.
+	HeaderFencingToken = "Studio-Fencing-Token"
 )
 
 // HTTP sends one request.
@@ -107,6 +110,11 @@ func (h HTTP) Run(ctx context.Context, env Env) Result {
 		req.Header.Set(HeaderOccurrenceKey, env.OccurrenceKey)
 	}
 	req.Header.Set(HeaderTriggered, env.triggered())
+	if tok := env.fencingToken(); tok != "" {
+		req.Header.Set(HeaderFencingToken, tok)
+	} else {
+		req.Header.Del(HeaderFencingToken) // never a configured one: a token is the runner's to give
+	}
 
 	client := h.Client
 	if client == nil {

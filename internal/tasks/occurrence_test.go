@@ -164,3 +164,52 @@ func TestEveryTaskKnowsWhetherItsRunWasTriggered(t *testing.T) {
 		}
 	}
 }
+
+// A run carries its fencing token (issue 26, docs/fencing.md):
+// STUDIO_FENCING_TOKEN, the Studio-Fencing-Token header and the
+// studio.fencing_token setting say it, and "" (no header) when the run
+// has none. A job's own env: or headers cannot set it.
+func TestEveryTaskCarriesItsFencingToken(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t, 4)
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `CREATE TABLE seen_token (v text)`); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		token int64
+		want  string
+	}{{42, "42"}, {0, ""}} {
+		env := occurrenceEnv
+		env.FencingToken = tc.token
+
+		res := tasks.Command{Argv: []string{"env"}, Env: map[string]string{"STUDIO_FENCING_TOKEN": "999"}}.Run(ctx, env)
+		if res.Err != nil {
+			t.Fatalf("command: %v", res.Err)
+		}
+		if got := strings.Split(strings.TrimSpace(res.Output), "\n"); !slices.Contains(got, "STUDIO_FENCING_TOKEN="+tc.want) || strings.Contains(res.Output, "999") {
+			t.Errorf("token %d: command environment %q, want STUDIO_FENCING_TOKEN=%s", tc.token, got, tc.want)
+		}
+
+		srv, seen := newServer(t, func(w http.ResponseWriter, r *http.Request) {})
+		if res := (tasks.HTTP{URL: srv.URL, Headers: map[string]string{"Studio-Fencing-Token": "999"}}).Run(ctx, env); res.Err != nil {
+			t.Fatalf("http: %v", res.Err)
+		}
+		got := (<-seen).header.Values("Studio-Fencing-Token")
+		if tc.want == "" && len(got) != 0 || tc.want != "" && (len(got) != 1 || got[0] != tc.want) {
+			t.Errorf("token %d: header Studio-Fencing-Token = %q, want %q", tc.token, got, tc.want)
+		}
+
+		res = tasks.SQL{DB: pool, Statement: `INSERT INTO seen_token VALUES (current_setting('studio.fencing_token'))`}.Run(ctx, env)
+		if res.Err != nil {
+			t.Fatalf("sql: %v", res.Err)
+		}
+		var v string
+		if err := pool.QueryRow(ctx, `DELETE FROM seen_token RETURNING v`).Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		if v != tc.want {
+			t.Errorf("token %d: studio.fencing_token = %q, want %q", tc.token, v, tc.want)
+		}
+	}
+}

@@ -15,13 +15,14 @@ import (
 
 // setSession sets, for the whole session (SET takes no parameter),
 // statement_timeout (unless $1 is empty) and the run's occurrence:
-// studio.scheduled_at, studio.occurrence_key and studio.triggered ("true"
-// for a jobs trigger run, else "false"), which the statement reads
+// studio.scheduled_at, studio.occurrence_key, studio.triggered ("true"
+// for a jobs trigger run, else "false") and studio.fencing_token ("" for
+// none), which the statement reads
 // with current_setting. It runs before the transaction, so that neither a
 // COMMIT nor a ROLLBACK in the statement undoes it, in one round trip.
 const setSession = `SELECT CASE WHEN $1 <> '' THEN set_config('statement_timeout', $1, false) END,
   set_config('studio.scheduled_at', $2, false), set_config('studio.occurrence_key', $3, false),
-  set_config('studio.triggered', $4, false)`
+  set_config('studio.triggered', $4, false), set_config('studio.fencing_token', $5, false)`
 
 // closeTimeout bounds the rollback and the goodbye of a run's connection,
 // which run when ctx may be done.
@@ -86,7 +87,7 @@ func (s SQL) Run(ctx context.Context, env Env) Result {
 		ms := max(time.Until(deadline).Milliseconds(), 1)
 		timeout = strconv.FormatInt(ms, 10) + "ms"
 	}
-	if _, err := conn.Exec(ctx, setSession, timeout, env.scheduledAt(), env.OccurrenceKey, env.triggered()); err != nil {
+	if _, err := conn.Exec(ctx, setSession, timeout, env.scheduledAt(), env.OccurrenceKey, env.triggered(), env.fencingToken()); err != nil {
 		return Result{Err: withCause(ctx, fmt.Errorf("set statement_timeout and the run's occurrence: %w", err))}
 	}
 	tx, err := conn.Begin(ctx)

@@ -50,6 +50,21 @@ type Env struct {
 	ScheduledAt   time.Time
 	OccurrenceKey string
 	Triggered     bool
+	// FencingToken is the run's fencing token (docs/fencing.md): its
+	// lock's for an installation job, its lease's generation for a
+	// per-cluster duty, 0 (sent as "") for an instance job. A command gets
+	// it as STUDIO_FENCING_TOKEN, an HTTP request as Studio-Fencing-Token,
+	// an SQL statement as the session setting studio.fencing_token.
+	FencingToken int64
+}
+
+// fencingToken is FencingToken as the run's environment, header and
+// session setting carry it ("" for none).
+func (env Env) fencingToken() string {
+	if env.FencingToken == 0 {
+		return ""
+	}
+	return strconv.FormatInt(env.FencingToken, 10)
 }
 
 // triggered is Triggered as the run's environment, header and session
