@@ -112,6 +112,7 @@ func (r *Runner) catchUpLock(js *jobState, sched jobs.Schedule, p *catchUpPendin
 	case errors.Is(err, locks.ErrHeldElsewhere):
 		// Another replica catches up (or a dead one's lock has yet to
 		// expire): its ends move this timer; ask again an interval on.
+		r.log.Debug("runner: the lock of a job to catch up is held; waiting", "job_id", js.job.ID)
 		r.finish(js, sched.Next(r.now()))
 		return nil, true
 	case err != nil:
@@ -124,6 +125,7 @@ func (r *Runner) catchUpLock(js *jobState, sched jobs.Schedule, p *catchUpPendin
 	if err != nil || !end.Equal(p.anchor) {
 		// A run ended between the read and the lock: the stretch is that
 		// replica's. Without a read, the next tick decides as any other.
+		r.log.Debug("runner: the shared schedule moved before the catch-up; dropping it", "job_id", js.job.ID)
 		js.catchUp = nil
 		r.unlock(l, js)
 		next := r.now()
