@@ -80,6 +80,8 @@ type jobConf struct {
 	TZ      string  `yaml:"tz,omitempty"`
 	Timeout string  `yaml:"timeout,omitempty"`
 	Missed  string  `yaml:"missed,omitempty"`
+	// CatchUp is catch_up: {max, within} (missed: catch-up).
+	CatchUp map[string]string `yaml:"catch_up,omitempty"`
 	Run     runConf `yaml:"run"`
 	// Env is the job's env: (set by newFixture: a command gets a clean
 	// environment).
