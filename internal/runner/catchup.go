@@ -44,6 +44,9 @@ func (r *Runner) deferCatchUp(js *jobState, anchor, now time.Time, tr jobs.Start
 	if first := js.sched.Next(anchor); first.IsZero() || first.After(now) {
 		return false // nothing missed: the job is due as usual
 	}
+	if paused, _ := tr.PausedAt(now); paused {
+		return false // nothing would run: the stretch is recorded at the start, as before
+	}
 	js.catchUp = &catchUpPending{anchor: anchor, to: now, trace: tr}
 	return true
 }
@@ -59,13 +62,17 @@ func (r *Runner) catchUpTick(js *jobState, sched jobs.Schedule, occ occurrence) 
 	}
 	var held *runLock
 	if js.job.Scope == jobs.ScopeInstallation {
+		if js.shared && occ.dbNow.IsZero() {
+			// The shared schedule could not be read: ask again soon.
+			r.finish(js, r.now().Add(catchUpRetry(sched, r.now())))
+			return true
+		}
 		if !js.shared || !occ.onGrid() || !occ.end.Equal(p.anchor) {
-			js.catchUp = nil // someone ran since the stretch, or the schedule cannot be read
+			js.catchUp = nil // someone ran since the stretch
 			return false
 		}
-		var handled bool
-		if held, handled = r.catchUpLock(js, sched, p); held == nil {
-			return handled
+		if held = r.catchUpLock(js, sched, p); held == nil {
+			return true
 		}
 	}
 	js.catchUp = nil
@@ -94,12 +101,10 @@ func (r *Runner) catchUpTick(js *jobState, sched jobs.Schedule, occ occurrence) 
 
 // catchUpLock takes the lock of installation job js for its catch-up and
 // checks, under it, that the shared schedule still ends at p.anchor. It
-// returns the lock held, or nil with handled true when the tick was
-// rescheduled here (the lock is held elsewhere: the catch-up waits; the
-// schedule moved: the catch-up is dropped), or handled false when the
-// tick should go on as any other (the lock could not be had for another
-// reason: the normal path records it).
-func (r *Runner) catchUpLock(js *jobState, sched jobs.Schedule, p *catchUpPending) (held *runLock, handled bool) {
+// returns the lock held, or nil when it rescheduled the tick: the lock is
+// held elsewhere or could not be had, or the schedule could not be read
+// (the catch-up waits), or the schedule moved (the catch-up is dropped).
+func (r *Runner) catchUpLock(js *jobState, sched jobs.Schedule, p *catchUpPending) *runLock {
 	r.releaseStale(js)
 	lockFrom := time.Now() // the real clock, as the job shim's (deadline.go)
 	ctx, cancel := context.WithTimeout(r.runsCtx, lockStatementTimeout)
@@ -111,31 +116,42 @@ func (r *Runner) catchUpLock(js *jobState, sched jobs.Schedule, p *catchUpPendin
 	switch {
 	case errors.Is(err, locks.ErrHeldElsewhere):
 		// Another replica catches up (or a dead one's lock has yet to
-		// expire): its ends move this timer; ask again an interval on.
+		// expire): its ends move this timer (the bus); ask again soon.
 		r.log.Debug("runner: the lock of a job to catch up is held; waiting", "job_id", js.job.ID)
-		r.finish(js, sched.Next(r.now()))
-		return nil, true
+		r.finish(js, r.now().Add(catchUpRetry(sched, r.now())))
+		return nil
 	case err != nil:
-		js.catchUp = nil
-		return nil, false
+		r.recordNoRun(js, sched, r.now(), err) // rescheduled; the catch-up waits
+		return nil
 	}
 	ctx, cancel = context.WithTimeout(r.runsCtx, settingsTimeout)
 	end, _, dbNow, err := r.loadRun(ctx, js)
 	cancel()
-	if err != nil || !end.Equal(p.anchor) {
+	switch {
+	case err != nil:
+		r.unlock(l, js)
+		r.finish(js, r.now().Add(catchUpRetry(sched, r.now())))
+		return nil
+	case !end.Equal(p.anchor):
 		// A run ended between the read and the lock: the stretch is that
-		// replica's. Without a read, the next tick decides as any other.
+		// replica's.
 		r.log.Debug("runner: the shared schedule moved before the catch-up; dropping it", "job_id", js.job.ID)
 		js.catchUp = nil
 		r.unlock(l, js)
-		next := r.now()
-		if err == nil {
-			next = jobs.LocalDue(jobs.DueAfter(sched, end, dbNow, jobs.MissedRunOnce), dbNow, next)
-		}
-		r.finish(js, next)
-		return nil, true
+		r.finish(js, jobs.LocalDue(jobs.DueAfter(sched, end, dbNow, jobs.MissedRunOnce), dbNow, r.now()))
+		return nil
 	}
-	return &runLock{lock: l, end: newLockDeadline(lockFrom, jobs.LockAtMostFor(sched))}, true
+	return &runLock{lock: l, end: newLockDeadline(lockFrom, jobs.LockAtMostFor(sched))}
+}
+
+// maxCatchUpRetry is the longest a replica waits before it asks again
+// whether a stretch is its to catch up (the lock was held, or the shared
+// schedule could not be read); a shorter interval is asked at each due
+// time. An end elsewhere moves the timer sooner (the bus).
+const maxCatchUpRetry = 5 * time.Second
+
+func catchUpRetry(sched jobs.Schedule, now time.Time) time.Duration {
+	return min(sched.Interval(now), maxCatchUpRetry)
 }
 
 // catchUpPlan is what a catch-up does: the rows of the stretch that it
