@@ -58,7 +58,16 @@ func (r *Runner) deferCatchUp(js *jobState, anchor, now time.Time, tr jobs.Start
 func (r *Runner) catchUpTick(js *jobState, sched jobs.Schedule, occ occurrence) bool {
 	p := js.catchUp
 	if occ.triggered {
-		return false // a jobs trigger run is its own; the catch-up waits
+		// A jobs trigger run before the catch-up replaces it: its end
+		// moves the schedule. The stretch is recorded, as missed: skip
+		// would, so that its due times are not left out.
+		js.catchUp = nil
+		recs, _, last := stretchRecords(sched, p.anchor, p.to, p.trace, !js.shared || sched.IsCron(), false)
+		r.recordStretch(js, recs)
+		if !last.IsZero() {
+			js.accounted = last
+		}
+		return false
 	}
 	var held *runLock
 	if js.job.Scope == jobs.ScopeInstallation {
@@ -77,11 +86,7 @@ func (r *Runner) catchUpTick(js *jobState, sched jobs.Schedule, occ occurrence) 
 	}
 	js.catchUp = nil
 	plan := planCatchUp(sched, p.anchor, p.to, p.trace, !js.shared || sched.IsCron(), js.job.CatchUp)
-	for _, rec := range plan.recs {
-		r.recordOccurrence(js, rec)
-		r.log.Info("runner: due times passed while no replica ran the job; recorded", "job_id", js.job.ID, "outcome", rec.Outcome, "reason", rec.Reason,
-			"count", rec.Count, "first_nominal_at", jobs.FormatNominal(rec.NominalAt), "missed", string(js.job.Missed))
-	}
+	r.recordStretch(js, plan.recs)
 	if !plan.last.IsZero() {
 		js.accounted = plan.last
 	}
@@ -97,6 +102,15 @@ func (r *Runner) catchUpTick(js *jobState, sched jobs.Schedule, occ occurrence) 
 		"first_nominal_at", jobs.FormatNominal(plan.caught[0]), "last_nominal_at", jobs.FormatNominal(plan.caught[len(plan.caught)-1]))
 	r.runCatchUp(js, sched, plan, held)
 	return true
+}
+
+// recordStretch records the rows of a stretch of js (stretchRecords).
+func (r *Runner) recordStretch(js *jobState, recs []jobs.OccurrenceRecord) {
+	for _, rec := range recs {
+		r.recordOccurrence(js, rec)
+		r.log.Info("runner: due times passed while no replica ran the job; recorded", "job_id", js.job.ID, "outcome", rec.Outcome, "reason", rec.Reason,
+			"count", rec.Count, "first_nominal_at", jobs.FormatNominal(rec.NominalAt), "missed", string(js.job.Missed))
+	}
 }
 
 // catchUpLock takes the lock of installation job js for its catch-up and

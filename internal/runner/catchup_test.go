@@ -357,3 +357,31 @@ func TestThreeReplicasStartingAtOnceCatchUpEachOccurrenceOnce(t *testing.T) {
 	}
 	checkStretch(t, e.occurrences("shared"), []stretchRow{{"missed/down", -115 * time.Second, -35 * time.Second, 9, ""}})
 }
+
+// A jobs trigger while a catch-up waits for the lock replaces the
+// catch-up (its end moves the schedule): the stretch is recorded whole, as
+// missed: skip would, and not left out.
+func TestATriggerBeforeTheCatchUpRecordsTheStretch(t *testing.T) {
+	t.Parallel()
+	g := newGateTask(t)
+	e, _, o := catchUpEnv(t, jobs.CatchUp{Max: 3, Within: time.Hour}, t0.Add(-125*time.Second), g)
+	other, err := e.otherHolder("replica-z").TryLock(t.Context(), "shared", time.Minute, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := e.start(o)
+	e.waitIdle("shared", t0.Add(5*time.Second)) // the lock is held: it asks again in 5 s
+	if err := other.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if !r.Trigger("shared") {
+		t.Fatal("the trigger was not taken")
+	}
+	g.waitStarts(t, 1)
+	if env := g.got()[0]; !env.Triggered {
+		t.Fatalf("the run is not the trigger's: %+v", env)
+	}
+	g.release(t)
+	e.waitIdle("shared", t0.Add(10*time.Second))
+	checkStretch(t, e.occurrences("shared"), []stretchRow{{"missed/down", -115 * time.Second, -5 * time.Second, 12, ""}})
+}
