@@ -119,3 +119,32 @@ func TestGridTailOfAYearAtEverySecond(t *testing.T) {
 		t.Fatalf("tail %v, before %v", tail, before)
 	}
 }
+
+// The example of docs/schedules.md, "Catch-up": an hourly cron, every
+// replica down from 03:30 to 09:10.
+func TestTheCatchUpExampleOfTheDocs(t *testing.T) {
+	hourly, err := jobs.ParseCron("0 * * * *")
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := func(h, m int) time.Time { return time.Date(2031, 3, 14, h, m, 0, 0, time.UTC) }
+	end, start := at(3, 0).Add(5*time.Second), at(9, 10)
+	for _, c := range []struct {
+		within      time.Duration
+		caught      []time.Time
+		first, last time.Time
+		count       int
+	}{
+		{6 * time.Hour, []time.Time{at(6, 0), at(7, 0), at(8, 0), at(9, 0)}, at(4, 0), at(5, 0), 2},
+		{150 * time.Minute, []time.Time{at(7, 0), at(8, 0), at(9, 0)}, at(4, 0), at(6, 0), 3},
+	} {
+		p := planCatchUp(hourly, end, start, jobs.StartTrace{}, true, jobs.CatchUp{Max: 4, Within: c.within})
+		ok := len(p.caught) == len(c.caught) && len(p.recs) == 1 && p.recs[0].NominalAt.Equal(c.first) && lastOf(p.recs[0]).Equal(c.last) && p.recs[0].Count == c.count
+		for i := 0; ok && i < len(c.caught); i++ {
+			ok = p.caught[i].Equal(c.caught[i])
+		}
+		if !ok {
+			t.Errorf("within %v: caught up %v, rows %+v; want %v and one missed/down of %d from %v to %v", c.within, p.caught, p.recs, c.caught, c.count, c.first, c.last)
+		}
+	}
+}
