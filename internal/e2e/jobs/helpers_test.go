@@ -73,19 +73,19 @@ func recordRun(seconds string) string {
 
 // jobConf is one job of the configuration file.
 type jobConf struct {
-	ID      string `yaml:"id"`
-	Scope   string `yaml:"scope"`
-	Every   string `yaml:"every,omitempty"`
-	Cron    string `yaml:"cron,omitempty"`
-	TZ      string `yaml:"tz,omitempty"`
-	Timeout string `yaml:"timeout,omitempty"`
-	Missed  string `yaml:"missed,omitempty"`
-	// CatchUp is catch_up: {max, within} (missed: catch-up).
-	CatchUp map[string]string `yaml:"catch_up,omitempty"`
-	Run     runConf           `yaml:"run"`
+	ID      string  `yaml:"id"`
+	Scope   string  `yaml:"scope"`
+	Every   string  `yaml:"every,omitempty"`
+	Cron    string  `yaml:"cron,omitempty"`
+	TZ      string  `yaml:"tz,omitempty"`
+	Timeout string  `yaml:"timeout,omitempty"`
+	Missed  string  `yaml:"missed,omitempty"`
+	Run     runConf `yaml:"run"`
 	// Env is the job's env: (set by newFixture: a command gets a clean
 	// environment).
 	Env map[string]string `yaml:"env,omitempty"`
+	// CatchUp is catch_up: {max, within} (missed: catch-up).
+	CatchUp map[string]string `yaml:"catch_up,omitempty"`
 }
 
 type runConf struct {
