@@ -161,7 +161,15 @@ type jobView struct {
 	Lock     *string `json:"lock" yaml:"lock"`         // installation jobs: the lock name
 	Clusters *string `json:"clusters" yaml:"clusters"` // "owned": once per owned cluster
 	Missed   string  `json:"missed" yaml:"missed"`
-	Line     int     `json:"line" yaml:"line"`
+	// CatchUp: catch_up of a job with missed: catch-up; absent otherwise.
+	CatchUp *catchUpView `json:"catch_up,omitempty" yaml:"catch_up,omitempty"`
+	Line    int          `json:"line" yaml:"line"`
+}
+
+// catchUpView is a job's catch_up: as config show --jobs prints it.
+type catchUpView struct {
+	Max    int    `json:"max" yaml:"max"`
+	Within string `json:"within" yaml:"within"`
 }
 
 // parsedJobs parses the jobs and clusters of cfg's file as run does, and
@@ -191,6 +199,9 @@ func parsedJobs(cfg *config.Config, onEmbedded bool) ([]jobView, []string, error
 			Task: j.Spec.Kind(), Missed: string(j.Missed), Line: j.Line}
 		if v.Missed == "" {
 			v.Missed = string(jobs.MissedRunOnce) // the default
+		}
+		if j.Missed == jobs.MissedCatchUp {
+			v.CatchUp = &catchUpView{Max: j.CatchUp.Max, Within: jobs.FormatDuration(j.CatchUp.Within)}
 		}
 		if j.Scope == jobs.ScopeInstallation {
 			v.Lock = optionalString(j.LockName())

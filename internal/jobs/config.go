@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -169,7 +170,7 @@ func parseJob(file string, n *yaml.Node) (Job, error) {
 			}
 		}
 	}
-	f, err := mapping(file, named, "", n, "id", "scope", "every", "cron", "timeout", "clusters", "run", "lock", "env", "missed", "tz")
+	f, err := mapping(file, named, "", n, "id", "scope", "every", "cron", "timeout", "clusters", "run", "lock", "env", "missed", "catch_up", "tz")
 	if err != nil {
 		return j, err
 	}
@@ -291,6 +292,14 @@ func parseJob(file string, n *yaml.Node) (Job, error) {
 		if j.Missed, err = ParseMissed(v); err != nil {
 			return j, bad(mn, "missed", "%s", err)
 		}
+		if j.Missed == MissedCatchUp && j.PerCluster {
+			// A duty's first run on a new owner is at once, at a nominal
+			// time of its own (docs/schedules.md, "Catch-up").
+			return j, bad(mn, "missed", "catch-up is not supported with clusters: owned (a duty's first run after its cluster changes owner is at once); use run-once or skip")
+		}
+	}
+	if err := parseCatchUp(file, f, &j, bad); err != nil {
+		return j, err
 	}
 	if ln, ok := f["lock"]; ok {
 		v, err := scalar(file, j.ID, "lock", ln)
@@ -321,6 +330,59 @@ func parseJob(file string, n *yaml.Node) (Job, error) {
 		}
 	}
 	return j, nil
+}
+
+// parseCatchUp reads catch_up: {max: N, within: DURATION}, which a job
+// with missed: catch-up needs and any other job must not have.
+func parseCatchUp(file string, f fields, j *Job, bad func(*yaml.Node, string, string, ...any) error) error {
+	cn, ok := f["catch_up"]
+	switch {
+	case !ok && j.Missed == MissedCatchUp:
+		return bad(f["missed"], "catch_up", "is required with missed: catch-up, for example catch_up: {max: 3, within: 6h}")
+	case !ok:
+		return nil
+	case j.Missed != MissedCatchUp:
+		missed := j.Missed
+		if missed == "" {
+			missed = MissedRunOnce
+		}
+		return bad(cn, "catch_up", "applies only with missed: catch-up (this job has missed: %s)", missed)
+	}
+	cf, err := mapping(file, j.ID, "catch_up", cn, "max", "within")
+	if err != nil {
+		return err
+	}
+	mn, ok := cf["max"]
+	if !ok {
+		return bad(cn, "catch_up.max", "is required: the most missed occurrences to run, 1 to %d", MaxCatchUp)
+	}
+	v, err := scalar(file, j.ID, "catch_up.max", mn)
+	if err != nil {
+		return err
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > MaxCatchUp {
+		return bad(mn, "catch_up.max", "%q: want a whole number from 1 to %d", v, MaxCatchUp)
+	}
+	wn, ok := cf["within"]
+	if !ok {
+		return bad(cn, "catch_up.within", "is required: how far back before the start a missed occurrence may lie, for example 6h")
+	}
+	v, err = scalar(file, j.ID, "catch_up.within", wn)
+	if err != nil {
+		return err
+	}
+	d, err := time.ParseDuration(v)
+	switch {
+	case err != nil:
+		return bad(wn, "catch_up.within", "%q is not a duration (for example 30m, 6h)", v)
+	case d <= 0:
+		return bad(wn, "catch_up.within", "must be positive, got %s", v)
+	case d > MaxCatchUpWithin:
+		return bad(wn, "catch_up.within", "%s is longer than the maximum %s", v, FormatDuration(MaxCatchUpWithin))
+	}
+	j.CatchUp = CatchUp{Max: n, Within: d}
+	return nil
 }
 
 // parseEnv reads a job's env: a mapping of variable name to value, added to

@@ -314,7 +314,7 @@ func TestAKeyErrorAtJobLevelNamesTheJob(t *testing.T) {
 		field, msg string
 	}{
 		{"an unknown key", head + "    scope: instance\n    every: 30s\n    retries: 3\n" + cmd,
-			5, "retries", "unknown key (known: id, scope, every, cron, timeout, clusters, run, lock, env, missed, tz)"},
+			5, "retries", "unknown key (known: id, scope, every, cron, timeout, clusters, run, lock, env, missed, catch_up, tz)"},
 		{"a key given twice", head + "    scope: instance\n    every: 30s\n    every: 1m\n" + cmd,
 			5, "every", "given twice"},
 	}

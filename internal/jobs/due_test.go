@@ -43,7 +43,7 @@ func TestDueAfter(t *testing.T) {
 }
 
 func TestParseMissed(t *testing.T) {
-	for _, v := range []string{"run-once", "skip"} {
+	for _, v := range []string{"run-once", "skip", "catch-up"} {
 		if m, err := jobs.ParseMissed(v); err != nil || string(m) != v {
 			t.Errorf("ParseMissed(%q) = %q, %v", v, m, err)
 		}
@@ -64,7 +64,7 @@ func TestConfigMissedKey(t *testing.T) {
 		t.Fatalf("no missed: %v, %+v", err, list)
 	}
 	_, err = jobs.Parse("s.yaml", []byte(base+"    missed: sometimes\n"))
-	if err == nil || !strings.Contains(err.Error(), `missed: "sometimes": want run-once (the default) or skip`) {
+	if err == nil || !strings.Contains(err.Error(), `missed: "sometimes": want run-once (the default), skip or catch-up`) {
 		t.Fatalf("missed: sometimes: %v", err)
 	}
 }

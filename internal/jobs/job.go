@@ -128,9 +128,11 @@ type Job struct {
 	// replica can share a lock a Java node names scheduledTaskName.
 	Lock string
 	// Missed is what a fixed-delay or cron job does at start when its due
-	// time passed while no replica ran it (key missed:): run once, or skip
-	// to the next due time still ahead.
+	// time passed while no replica ran it (key missed:): run once, skip
+	// to the next due time still ahead, or catch up (bounded by CatchUp).
 	Missed Missed
+	// CatchUp bounds missed: catch-up (key catch_up:); zero otherwise.
+	CatchUp CatchUp
 
 	File string // where it was declared, for messages
 	Line int
@@ -172,13 +174,32 @@ const (
 	// MissedSkip: wait for the next due time still ahead (last end + k x
 	// every, or the next cron time).
 	MissedSkip Missed = "skip"
+	// MissedCatchUp: run the newest CatchUp.Max of the due times missed
+	// within CatchUp.Within before the start, oldest first, one after
+	// another, each with its own nominal time (docs/schedules.md,
+	// "Catch-up").
+	MissedCatchUp Missed = "catch-up"
 )
 
 // ParseMissed reads the missed: key.
 func ParseMissed(v string) (Missed, error) {
 	switch Missed(v) {
-	case MissedRunOnce, MissedSkip:
+	case MissedRunOnce, MissedSkip, MissedCatchUp:
 		return Missed(v), nil
 	}
-	return "", fmt.Errorf("%q: want run-once (the default) or skip", v)
+	return "", fmt.Errorf("%q: want run-once (the default), skip or catch-up", v)
 }
+
+// CatchUp is the catch_up: key of a job with missed: catch-up: at most Max
+// of the due times missed in the last Within before a start run.
+type CatchUp struct {
+	Max    int
+	Within time.Duration
+}
+
+// Bounds of catch_up: a catch-up runs its occurrences one after another,
+// so a thousand is already a long queue; a window beyond a year is a typo.
+const (
+	MaxCatchUp       = 1000
+	MaxCatchUpWithin = 366 * 24 * time.Hour
+)

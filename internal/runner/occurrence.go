@@ -136,6 +136,11 @@ type occurrence struct {
 	// job's last end here; zero: none), so that the due times the run
 	// overran are the schedule's (recordOverrun).
 	prevEnd time.Time
+	// catchUp: a caught-up run (catchup.go); its overrun counts from
+	// overrunFrom (the end of the run before it in the catch-up, or the
+	// start), and only a cron job's times.
+	catchUp     bool
+	overrunFrom time.Time
 }
 
 // onGrid reports whether the shared schedule was read and the job ran
@@ -312,6 +317,12 @@ func (r *Runner) skipInvalid(js *jobState) time.Time {
 // 22's adversarial pass: nothing was recorded, and a later start counted
 // it as missed/down.
 func (r *Runner) recordOverrun(js *jobState, sched jobs.Schedule, occ occurrence, started, ended time.Time) {
+	if occ.catchUp { // catchup.go: the live cron times the catch-up went through
+		if !sched.IsCron() {
+			return
+		}
+		started = occ.overrunFrom
+	}
 	anchor := occ.nominal
 	switch {
 	case occ.triggered && !occ.prevEnd.IsZero():

@@ -189,6 +189,9 @@ type jobState struct {
 	// run at start after a missed stretch (occurrence.go). The tick
 	// goroutine's, and Start's.
 	accounted, startNominal time.Time
+	// catchUp: a missed stretch waits for this job's first tick to be
+	// caught up (missed: catch-up, catchup.go); the tick goroutine's.
+	catchUp *catchUpPending
 	// heldSkip is the last held-elsewhere skip, which a read of the
 	// shared schedule takes back from the store when a run of its due time
 	// that started before heldBefore ended meanwhile (occurrence.go); r.mu.
@@ -381,13 +384,13 @@ func (r *Runner) Start(ctx context.Context) error {
 			// Due every after the last end anywhere; never run: at once;
 			// missed while no replica was up: once now, or skipped.
 			due = jobs.DueAfter(js.sched, ends[id], now, js.job.Missed)
-			if recorded != nil && !hostedElsewhere[id] {
+			if recorded != nil && !r.deferCatchUp(js, ends[id], now, recorded[id]) && !hostedElsewhere[id] {
 				js.startNominal = r.missedAtStart(js, ends[id], now, recorded[id])
 			}
 		case r.o.Schedules != nil && js.job.Scope == jobs.ScopeInstance && js.status.LastFinishedAt != nil:
 			// An instance job follows this replica id's last run of it.
 			due = jobs.DueAfter(js.sched, *js.status.LastFinishedAt, now, js.job.Missed)
-			if recorded != nil {
+			if recorded != nil && !r.deferCatchUp(js, *js.status.LastFinishedAt, now, recorded[id]) {
 				js.startNominal = r.missedAtStart(js, *js.status.LastFinishedAt, now, recorded[id])
 			}
 		case js.sched.IsCron():
@@ -982,6 +985,9 @@ func (r *Runner) tick(js *jobState, fire time.Time, forced bool) {
 		} else if err != nil && r.runsCtx.Err() == nil {
 			r.log.Warn("runner: read the shared schedule; leaving it to the lock", "job_id", js.job.ID, "error", err)
 		}
+	}
+	if js.catchUp != nil && r.catchUpTick(js, sched, occ) { // catchup.go
+		return
 	}
 	r.nominalFor(js, sched, fire, &occ)
 	r.run(js, sched, fire, occ)

@@ -84,6 +84,8 @@ type jobConf struct {
 	// Env is the job's env: (set by newFixture: a command gets a clean
 	// environment).
 	Env map[string]string `yaml:"env,omitempty"`
+	// CatchUp is catch_up: {max, within} (missed: catch-up).
+	CatchUp map[string]string `yaml:"catch_up,omitempty"`
 }
 
 type runConf struct {
