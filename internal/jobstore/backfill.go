@@ -198,21 +198,29 @@ WHERE request_seq = $1 AND nominal_at = $2 AND done_at IS NULL AND claimed_by = 
 	return nil
 }
 
-// End records the end of a claimed occurrence's run, and marks its
-// request done when it was the request's last.
-func (b *Backfills) End(ctx context.Context, c jobs.BackfillClaim, runSeq int64, outcome jobs.Outcome) error {
-	tag, err := b.q.Exec(ctx, `UPDATE studio_backfill SET done_at = now(), outcome = $4, run_seq = $5
-WHERE request_seq = $1 AND nominal_at = $2 AND done_at IS NULL AND claimed_by = $3`, c.RequestSeq, c.NominalAt, b.replica, string(outcome), runSeq)
+// End records the end of a claimed occurrence's run, marks its request
+// done when it was the request's last, and says whether another
+// occurrence of the job is pending.
+func (b *Backfills) End(ctx context.Context, c jobs.BackfillClaim, runSeq int64, outcome jobs.Outcome) (bool, error) {
+	// One statement: the end, the request's end when nothing of it is left
+	// (the CTE's update is not visible to the NOT EXISTS, so its own row
+	// is left out by hand), and what is pending.
+	var more bool
+	err := b.q.QueryRow(ctx, `
+WITH ended AS (
+  UPDATE studio_backfill SET done_at = now(), outcome = $4, run_seq = $5
+  WHERE request_seq = $1 AND nominal_at = $2 AND done_at IS NULL AND claimed_by = $3
+  RETURNING request_seq
+), request AS (
+  UPDATE studio_request q SET done_at = now(), done_by = $3
+  FROM ended
+  WHERE q.seq = ended.request_seq AND q.done_at IS NULL
+    AND NOT EXISTS (SELECT 1 FROM studio_backfill o WHERE o.request_seq = $1 AND o.done_at IS NULL AND o.nominal_at <> $2)
+)
+SELECT EXISTS (SELECT 1 FROM `+pendingBackfillSQL+` AND b.job_id = $6 AND b.claimed_at IS NULL)`,
+		c.RequestSeq, c.NominalAt, b.replica, string(outcome), runSeq, c.JobID).Scan(&more)
 	if err != nil {
-		return fmt.Errorf("end a backfill occurrence of job %q: %w", c.JobID, err)
+		return false, fmt.Errorf("end a backfill occurrence of job %q: %w", c.JobID, err)
 	}
-	if tag.RowsAffected() == 0 {
-		return nil // ended as abandoned meanwhile (this replica lost the lock)
-	}
-	if _, err := b.q.Exec(ctx, `UPDATE studio_request SET done_at = now(), done_by = $2
-WHERE seq = $1 AND done_at IS NULL AND NOT EXISTS (SELECT 1 FROM studio_backfill WHERE request_seq = $1 AND done_at IS NULL)`,
-		c.RequestSeq, b.replica); err != nil {
-		return fmt.Errorf("end backfill request %d of job %q: %w", c.RequestSeq, c.JobID, err)
-	}
-	return nil
+	return more, nil
 }
