@@ -151,15 +151,17 @@ func jobsBackfillRun(ctx context.Context, o *jobsBackfillOptions) error {
 		fmt.Fprintf(o.IO.Err, "dry run: %d of %d occurrences of job %q would run%s; nothing written\n", len(runs), len(plan.occ), o.ID, leftOutNote(left))
 		return nil
 	case len(runs) == 0:
-		fmt.Fprintf(o.IO.Err, "nothing to backfill: every occurrence of job %q in the range ran or is requested (--again runs them again)\n", o.ID)
+		fmt.Fprintf(o.IO.Err, "nothing to backfill: every occurrence of job %q in the range ran or is requested (--again runs them)\n", o.ID)
 		return nil
 	}
-	live, err := jobstore.LiveDeclarers(ctx, pool, o.ID)
+	// As a trigger: nothing is asked that no replica could run (a
+	// draining replica starts no run).
+	live, err := jobstore.TriggerableDeclarers(ctx, pool, o.ID)
 	if err != nil {
 		return err
 	}
 	if len(live) == 0 {
-		return fmt.Errorf("backfill job %q: %w: no live replica declares it in its configuration; start one that does, then try again", o.ID, jobstore.ErrNoLiveHost)
+		return fmt.Errorf("backfill job %q: %w: no live replica that is not draining declares it in its configuration; start one that does, then try again", o.ID, jobstore.ErrNoLiveHost)
 	}
 	ok, err := o.IO.confirm(fmt.Sprintf("backfill job %q: run %d occurrences?", o.ID, len(runs)), o.Yes)
 	if err != nil || !ok {
