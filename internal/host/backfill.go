@@ -20,7 +20,13 @@ import (
 
 // backfillPollEvery is how often the claimer looks for pending backfill
 // occurrences without a signal: one indexed read per replica.
-const backfillPollEvery = 5 * time.Second
+// backfillBusyEvery is how soon it looks again while one of its jobs has
+// one pending (the runner gives a fire back to a live run or a held lock,
+// and takes the next occurrence once they are done).
+const (
+	backfillPollEvery = 5 * time.Second
+	backfillBusyEvery = 500 * time.Millisecond
+)
 
 // backfillJobs is the runner as the backfill side of the claimer sees it.
 type backfillJobs interface {
@@ -37,28 +43,29 @@ func (q *requests) wantBackfill() {
 }
 
 // claimBackfills hands every hosted job with a pending backfill occurrence
-// to the runner. The runner claims the occurrence itself, under the lock:
-// a replica that is not given the job, or gives it back, claims nothing.
-func (q *requests) claimBackfills(ctx context.Context, d requestDeps) error {
+// to the runner, and says whether there was one. The runner claims the
+// occurrence itself, under the lock: a replica that is not given the job,
+// or gives it back, claims nothing.
+func (q *requests) claimBackfills(ctx context.Context, d requestDeps) (bool, error) {
 	b, ok := d.Jobs.(backfillJobs)
 	if !ok {
-		return nil
+		return false, nil
 	}
 	ids := d.Jobs.JobIDs()
 	if len(ids) == 0 {
-		return nil
+		return false, nil
 	}
 	sort.Strings(ids)
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
 	pending, err := jobstore.PendingBackfills(ctx, d.DB, ids)
 	if err != nil {
-		return err
+		return false, err
 	}
 	for _, id := range pending {
 		if b.Backfill(id) {
 			d.Logger.Debug("backfill occurrence pending; the runner takes it", "job_id", id)
 		}
 	}
-	return nil
+	return len(pending) > 0, nil
 }

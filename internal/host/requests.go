@@ -139,12 +139,17 @@ func (q *requests) loop(ctx context.Context, d requestDeps) {
 	var retry <-chan time.Time
 	poll := time.NewTicker(backfillPollEvery) // backfill.go
 	defer poll.Stop()
+	var soon <-chan time.Time // backfill.go: again soon while one is pending
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-q.kick:
 		case <-poll.C:
+			q.wantBackfill()
+			continue
+		case <-soon:
+			soon = nil
 			q.wantBackfill()
 			continue
 		case <-retry:
@@ -163,7 +168,11 @@ func (q *requests) loop(ctx context.Context, d requestDeps) {
 		q.mu.Unlock()
 		err := q.claim(ctx, d, drain, all, signalled)
 		if backfill {
-			err = errors.Join(err, q.claimBackfills(ctx, d)) // backfill.go
+			pending, berr := q.claimBackfills(ctx, d) // backfill.go
+			err = errors.Join(err, berr)
+			if pending && soon == nil {
+				soon = time.After(backfillBusyEvery)
+			}
 		}
 		if err != nil {
 			if ctx.Err() != nil {
