@@ -133,12 +133,14 @@ const pendingBackfillSQL = `studio_backfill b JOIN studio_request q ON q.seq = b
 WHERE b.done_at IS NULL AND q.expires_at > now()`
 
 // PendingBackfills returns which of jobIDs have a backfill occurrence
-// waiting (not claimed, of a request not expired).
+// waiting (not claimed, of a request not expired), leaving out paused
+// jobs: a paused job runs no backfill, and the replicas need not ask.
 func PendingBackfills(ctx context.Context, q Querier, jobIDs []string) ([]string, error) {
 	if len(jobIDs) == 0 {
 		return nil, nil
 	}
-	rows, err := q.Query(ctx, `SELECT DISTINCT b.job_id FROM `+pendingBackfillSQL+` AND b.claimed_at IS NULL AND b.job_id = ANY($1)`, jobIDs)
+	rows, err := q.Query(ctx, `SELECT DISTINCT b.job_id FROM `+pendingBackfillSQL+` AND b.claimed_at IS NULL AND b.job_id = ANY($1)
+  AND NOT EXISTS (SELECT 1 FROM studio_job_setting s WHERE s.job_id = b.job_id AND s.paused)`, jobIDs)
 	if err != nil {
 		return nil, fmt.Errorf("read pending backfills: %w", err)
 	}

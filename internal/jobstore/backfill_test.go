@@ -255,3 +255,21 @@ func TestABackfillRunIsMarkedInTheOccurrences(t *testing.T) {
 		t.Errorf("occurrences = %+v, want one backfill run at 02:00", occ)
 	}
 }
+
+// A paused job's pending occurrences are not offered to the replicas.
+func TestPendingBackfillsLeaveOutPausedJobs(t *testing.T) {
+	t.Parallel()
+	pool, _ := newPool(t)
+	reportJob(t, pool, "billing")
+	if _, err := jobstore.RequestBackfill(t.Context(), pool, jobstore.BackfillRequest{Job: "billing", Actor: "ana", NominalAt: hours(t, "2026-11-30T00:00:00Z", 2)}); err != nil {
+		t.Fatal(err)
+	}
+	setSetting(t, pool, "billing", "", true)
+	if got, err := jobstore.PendingBackfills(t.Context(), pool, []string{"billing"}); err != nil || len(got) != 0 {
+		t.Errorf("PendingBackfills of a paused job = %v, %v; want none", got, err)
+	}
+	setSetting(t, pool, "billing", "", false)
+	if got, err := jobstore.PendingBackfills(t.Context(), pool, []string{"billing"}); err != nil || len(got) != 1 {
+		t.Errorf("PendingBackfills after resume = %v, %v; want [billing]", got, err)
+	}
+}

@@ -142,6 +142,17 @@ func (r *Runner) runBackfill(js *jobState) {
 	if err != nil {
 		r.log.Warn("runner: record the end of a backfill occurrence", "job_id", js.job.ID, "run_seq", run.Seq, "error", err)
 	}
+	// A shared job's live due time as it is now: a run that ended
+	// elsewhere meanwhile moved it (its signal was left alone while this
+	// fire was pending), and a live due time that passed comes first.
+	if js.shared {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.runsCtx), settingsTimeout)
+		end, _, dbNow, err := r.loadRun(ctx, js)
+		cancel()
+		if err == nil && !end.IsZero() {
+			liveDue = jobs.LocalDue(jobs.DueAfter(sched, end, dbNow, jobs.MissedRunOnce), dbNow, r.now())
+		}
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	js.running = false
