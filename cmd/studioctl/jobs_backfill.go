@@ -139,6 +139,18 @@ func jobsBackfillRun(ctx context.Context, o *jobsBackfillOptions) error {
 		return err
 	}
 	runs := plan.runs(o.Again)
+	if !o.DryRun && len(runs) > 0 {
+		// As a trigger, before anything is printed or asked: nothing is
+		// requested that no replica could run (a draining replica starts
+		// no run).
+		live, err := jobstore.TriggerableDeclarers(ctx, pool, o.ID)
+		if err != nil {
+			return err
+		}
+		if len(live) == 0 {
+			return fmt.Errorf("backfill job %q: %w: no live replica that is not draining declares it in its configuration; start one that does, then try again", o.ID, jobstore.ErrNoLiveHost)
+		}
+	}
 	if err := printBackfill(o.Printer(), plan, o.Again); err != nil {
 		return err
 	}
@@ -153,15 +165,6 @@ func jobsBackfillRun(ctx context.Context, o *jobsBackfillOptions) error {
 	case len(runs) == 0:
 		fmt.Fprintf(o.IO.Err, "nothing to backfill: every occurrence of job %q in the range ran or is requested (--again runs them)\n", o.ID)
 		return nil
-	}
-	// As a trigger: nothing is asked that no replica could run (a
-	// draining replica starts no run).
-	live, err := jobstore.TriggerableDeclarers(ctx, pool, o.ID)
-	if err != nil {
-		return err
-	}
-	if len(live) == 0 {
-		return fmt.Errorf("backfill job %q: %w: no live replica that is not draining declares it in its configuration; start one that does, then try again", o.ID, jobstore.ErrNoLiveHost)
 	}
 	ok, err := o.IO.confirm(fmt.Sprintf("backfill job %q: run %d occurrences?", o.ID, len(runs)), o.Yes)
 	if err != nil || !ok {
