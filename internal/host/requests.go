@@ -166,7 +166,10 @@ func (q *requests) loop(ctx context.Context, d requestDeps) {
 		drain, all, signalled, backfill := q.drain, q.all, q.jobs, q.backfill || q.all
 		q.drain, q.all, q.jobs, q.backfill = false, false, map[string]bool{}, false
 		q.mu.Unlock()
-		err := q.claim(ctx, d, drain, all, signalled)
+		var err error
+		if drain || all || len(signalled) > 0 { // not for a backfill's look alone
+			err = q.claim(ctx, d, drain, all, signalled)
+		}
 		if backfill {
 			pending, berr := q.claimBackfills(ctx, d) // backfill.go
 			err = errors.Join(err, berr)
