@@ -50,7 +50,7 @@ $$;
 -- The inspector: every list, show and status command, with SELECT only.
 GRANT SELECT ON shedlock, studio_replica, cluster_lease, studio_job_status, studio_job_run,
     studio_job_setting, studio_audit, studio_request, studio_job_schedule, studio_event, goose_db_version,
-    studio_occurrence, studio_occurrences, studio_duty_end, studio_fence
+    studio_occurrence, studio_occurrences, studio_duty_end, studio_fence, studio_backfill
     TO studio_inspector;
 -- jobs overdue, doctor's overdue_jobs, a monitor's query (migration 00011):
 -- it runs with the caller's rights and reads only the tables above (so
@@ -66,6 +66,9 @@ GRANT UPDATE (lock_until) ON shedlock TO studio_operator;
 -- every change writes its audit row; drain and trigger are request rows.
 GRANT INSERT ON studio_audit, studio_request TO studio_operator;
 GRANT USAGE ON SEQUENCE studio_audit_seq_seq, studio_request_seq_seq TO studio_operator;
+-- jobs backfill: the occurrences of its request, in the request's
+-- transaction (a trigger of migration 00016 checks it).
+GRANT INSERT ON studio_backfill TO studio_operator;
 -- jobs pause, resume, set.
 GRANT INSERT, UPDATE ON studio_job_setting TO studio_operator;
 -- replicas forget.
@@ -113,11 +116,15 @@ GRANT SELECT, INSERT, UPDATE ON studio_fence TO studio_replica;
 -- studio_job_overdue_seconds (/metrics): the overdue jobs, as the
 -- inspector reads them (its tables are granted above).
 GRANT EXECUTE ON FUNCTION studio_overdue_jobs(interval) TO studio_replica;
+-- backfill occurrences (migration 00016): a replica claims one and ends
+-- it; the rows go with their request (housekeeping prunes requests).
+GRANT SELECT ON studio_backfill TO studio_replica;
+GRANT UPDATE (claimed_by, claimed_at, run_seq, done_at, outcome) ON studio_backfill TO studio_replica;
 
 -- The role sql: jobs run as (database.sql_url, docs/jobs-sql.md): nothing
 -- of studioctl's. It cannot write run history or call the event writer,
 -- nor lock or change any studio table; grant it what its jobs need of your
 -- own tables (GRANT DELETE ON sessions TO studio_sql_job).
 REVOKE ALL ON shedlock, studio_replica, cluster_lease, studio_job_status, studio_job_run, studio_job_setting,
-    studio_audit, studio_request, studio_job_schedule, studio_event FROM studio_sql_job;
+    studio_audit, studio_request, studio_job_schedule, studio_event, studio_backfill FROM studio_sql_job;
 REVOKE EXECUTE ON FUNCTION studio_event_runs(jsonb[], text[]), studio_event_add(text, jsonb) FROM studio_sql_job;

@@ -54,6 +54,7 @@ Jobs are declared in the config file:
 	cmd.AddCommand(newJobsForgetCmd(a, nil))
 	cmd.AddCommand(newJobsOutputCmd(a, nil))
 	cmd.AddCommand(newJobsOccurrencesCmd(a, nil), newJobsWhyCmd(a, nil), newJobsOverdueCmd(a, nil))
+	cmd.AddCommand(newJobsBackfillCmd(a, nil)) // jobs_backfill.go
 	return cmd
 }
 

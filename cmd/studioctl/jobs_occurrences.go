@@ -142,6 +142,8 @@ type occurrenceJSON struct {
 	Count           int      `json:"count" yaml:"count"`
 	LastNominalAt   *string  `json:"last_nominal_at" yaml:"last_nominal_at"`
 	Triggered       bool     `json:"triggered" yaml:"triggered"`
+	// Backfill: a run of a jobs backfill occurrence (docs/schedules.md).
+	Backfill bool `json:"backfill" yaml:"backfill"`
 }
 
 func strPtr(s string) *string {
@@ -155,7 +157,7 @@ func toOccurrenceJSON(o jobstore.OccurrenceView) occurrenceJSON {
 	j := occurrenceJSON{
 		JobID: o.JobID, ScopeKey: o.ScopeKey, NominalAt: jobs.FormatNominal(o.NominalAt), Outcome: o.Outcome,
 		Reason: strPtr(o.Reason), ReplicaID: strPtr(o.ReplicaID), Seq: o.Seq, Holder: o.Holder, PausedBy: o.PausedBy,
-		Count: o.Count, Triggered: o.Triggered,
+		Count: o.Count, Triggered: o.Triggered, Backfill: o.Backfill,
 	}
 	if o.LatenessSeconds != nil {
 		// Milliseconds, as the nominal time: a run's start has microseconds.
@@ -222,6 +224,9 @@ func occurrenceDetail(p *output.Printer, o jobstore.OccurrenceView) string {
 		if o.Triggered {
 			d += ", triggered"
 		}
+		if o.Backfill {
+			d += ", backfill"
+		}
 		return d
 	}
 	return ""
@@ -239,8 +244,12 @@ func printOccurrences(p *output.Printer, occ []jobstore.OccurrenceView) error {
 		if o.Seq != nil {
 			seq = strconv.FormatInt(*o.Seq, 10)
 		}
+		reason := o.Reason
+		if o.Backfill && reason == "" {
+			reason = "backfill" // a ran row has no reason of its own (docs/schedules.md, "Backfill")
+		}
 		rows = append(rows, []output.Cell{
-			{Text: nominalCell(p, o.NominalAt)}, {Text: o.Outcome, Tone: occurrenceTone(o)}, {Text: o.Reason}, {Text: o.ReplicaID},
+			{Text: nominalCell(p, o.NominalAt)}, {Text: o.Outcome, Tone: occurrenceTone(o)}, {Text: reason}, {Text: o.ReplicaID},
 			{Text: late}, {Text: seq}, {Text: o.ScopeKey}, {Text: occurrenceDetail(p, o)},
 		})
 	}

@@ -254,6 +254,9 @@ func explainRan(o jobstore.OccurrenceView, ev jobstore.OccurrenceEvidence, due s
 	if o.Triggered {
 		how = "was triggered (jobs trigger) and ran"
 	}
+	if o.Backfill {
+		how = "was backfilled (jobs backfill) and ran"
+	}
 	s := fmt.Sprintf("%s, %s on %s as run %d%s", due, how, o.ReplicaID, seq, lateText(o))
 	out := jobs.Outcome(o.RunOutcome)
 	switch {

@@ -572,7 +572,7 @@ func (h *Host) newRunner() (err error) {
 	h.runner, err = runner.New(runner.Options{
 		ReplicaID: h.o.ID, Jobs: list, Locks: runner.LocksOf(h.provider), Store: h.store, Settings: jobstore.NewSettingsCache(h.pool),
 		Clock: h.o.Clock, Logger: h.log, Metrics: h.metrics, ShutdownWait: h.o.ShutdownWait,
-		Schedules: jobstore.NewSchedules(h.pool), Offset: h.clockOffset,
+		Schedules: jobstore.NewSchedules(h.pool), Offset: h.clockOffset, Backfills: jobstore.NewBackfills(h.pool, h.o.ID),
 		PerJobMetrics: h.o.MetricsPerJob, PerJobMetricsLimit: h.o.MetricsPerJobLimit, MaxConcurrentRuns: h.o.MaxConcurrentRuns,
 		Secrets: h.secrets(), // from the URLs, PGPASSWORD or the passfile
 	})
@@ -596,6 +596,8 @@ func (h *Host) onMessage(m bus.Message) {
 		h.req.wantDrain()
 	case m.Kind == bus.KindJobTrigger:
 		h.req.wantJob(m.Key)
+	case m.Kind == jobstore.KindJobBackfill:
+		h.req.wantBackfill() // backfill.go
 	case m.Kind == bus.KindJobSettings && h.runner != nil:
 		h.runner.SettingsChanged(m.Key)
 	case m.Kind == bus.KindLeasesRebalance && h.leases != nil:

@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sort"
@@ -41,6 +42,8 @@ type requests struct {
 	drain bool            // a replica.drain signal for this id arrived
 	jobs  map[string]bool // job.trigger signals for these jobs arrived
 	all   bool            // poll everything (start, bus resync, retry)
+	// backfill: look for pending backfill occurrences (backfill.go).
+	backfill bool
 
 	kick chan struct{}
 	deps requestDeps // set before Start
@@ -134,11 +137,21 @@ func (q *requests) Start(ctx context.Context) error {
 
 func (q *requests) loop(ctx context.Context, d requestDeps) {
 	var retry <-chan time.Time
+	poll := time.NewTicker(backfillPollEvery) // backfill.go
+	defer poll.Stop()
+	var soon <-chan time.Time // backfill.go: again soon while one is pending
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-q.kick:
+		case <-poll.C:
+			q.wantBackfill()
+			continue
+		case <-soon:
+			soon = nil
+			q.wantBackfill()
+			continue
 		case <-retry:
 			retry = nil
 			q.wantAll()
@@ -150,10 +163,21 @@ func (q *requests) loop(ctx context.Context, d requestDeps) {
 			continue
 		}
 		q.mu.Lock()
-		drain, all, signalled := q.drain, q.all, q.jobs
-		q.drain, q.all, q.jobs = false, false, map[string]bool{}
+		drain, all, signalled, backfill := q.drain, q.all, q.jobs, q.backfill || q.all
+		q.drain, q.all, q.jobs, q.backfill = false, false, map[string]bool{}, false
 		q.mu.Unlock()
-		if err := q.claim(ctx, d, drain, all, signalled); err != nil {
+		var err error
+		if drain || all || len(signalled) > 0 { // not for a backfill's look alone
+			err = q.claim(ctx, d, drain, all, signalled)
+		}
+		if backfill {
+			pending, berr := q.claimBackfills(ctx, d) // backfill.go
+			err = errors.Join(err, berr)
+			if pending && soon == nil {
+				soon = time.After(backfillBusyEvery)
+			}
+		}
+		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}

@@ -21,10 +21,12 @@ type Run struct {
 	// writes). ScopeKey is the occurrence's scope key ("" for an
 	// installation job, the replica id for an instance job, the cluster
 	// for a per-cluster duty). Triggered: a `jobs trigger` run, whose
-	// nominal time is the trigger's.
+	// nominal time is the trigger's. Backfill: a run of a `jobs backfill`
+	// occurrence, whose nominal time is that past occurrence's.
 	NominalAt time.Time
 	ScopeKey  string
 	Triggered bool
+	Backfill  bool
 }
 
 // Setting is an operator override (a studio_job_setting row).

@@ -48,7 +48,9 @@ type OccurrenceView struct {
 	Count           int     // missed/down: due times in the stretch; else 1
 	LastNominalAt   *time.Time
 	Triggered       bool
-	RecordedAt      time.Time
+	// Backfill: a run of a jobs backfill occurrence (migrations/00016).
+	Backfill   bool
+	RecordedAt time.Time
 }
 
 // Last is the last due time the occurrence stands for: LastNominalAt of a
@@ -66,13 +68,13 @@ func (o OccurrenceView) Key() string { return jobs.OccurrenceKey(o.JobID, o.Scop
 // occurrenceColumnsSQL are the view's columns, in scanOccurrence's order.
 const occurrenceColumnsSQL = `job_id, scope_key, nominal_at, outcome, coalesce(reason, ''), coalesce(replica_id, ''), seq,
   coalesce(run_outcome, ''), started_at, finished_at, lateness_seconds, holder, holder_known, paused_by, count,
-  last_nominal_at, triggered, recorded_at`
+  last_nominal_at, triggered, recorded_at, backfill`
 
 func scanOccurrence(row pgx.Row) (OccurrenceView, error) {
 	var o OccurrenceView
 	err := row.Scan(&o.JobID, &o.ScopeKey, &o.NominalAt, &o.Outcome, &o.Reason, &o.ReplicaID, &o.Seq,
 		&o.RunOutcome, &o.StartedAt, &o.FinishedAt, &o.LatenessSeconds, &o.Holder, &o.HolderKnown, &o.PausedBy, &o.Count,
-		&o.LastNominalAt, &o.Triggered, &o.RecordedAt)
+		&o.LastNominalAt, &o.Triggered, &o.RecordedAt, &o.Backfill)
 	if err != nil {
 		return OccurrenceView{}, err
 	}

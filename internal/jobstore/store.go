@@ -331,11 +331,11 @@ func (s *Store) Flush(ctx context.Context) error {
 }
 
 const upsertRunsSQL = `
-INSERT INTO studio_job_run (seq, job_id, replica_id, cluster, started_at, finished_at, outcome, error, output_tail, nominal_at, scope_key, triggered)
-SELECT seq, job_id, replica_id, NULLIF(cluster, ''), started_at, finished_at, outcome, NULLIF(error, ''), NULLIF(output_tail, ''), nominal_at, scope_key, triggered
+INSERT INTO studio_job_run (seq, job_id, replica_id, cluster, started_at, finished_at, outcome, error, output_tail, nominal_at, scope_key, triggered, backfill)
+SELECT seq, job_id, replica_id, NULLIF(cluster, ''), started_at, finished_at, outcome, NULLIF(error, ''), NULLIF(output_tail, ''), nominal_at, scope_key, triggered, backfill
 FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::timestamptz[], $7::text[], $8::text[], $9::text[],
-            $10::timestamptz[], $11::text[], $12::boolean[])
-  AS t(seq, job_id, replica_id, cluster, started_at, finished_at, outcome, error, output_tail, nominal_at, scope_key, triggered)
+            $10::timestamptz[], $11::text[], $12::boolean[], $13::boolean[])
+  AS t(seq, job_id, replica_id, cluster, started_at, finished_at, outcome, error, output_tail, nominal_at, scope_key, triggered, backfill)
 ON CONFLICT (seq) DO UPDATE SET finished_at = EXCLUDED.finished_at, outcome = EXCLUDED.outcome,
   error = EXCLUDED.error, output_tail = EXCLUDED.output_tail
 WHERE studio_job_run.outcome = 'running'
@@ -474,7 +474,7 @@ func (s *Store) write(ctx context.Context, runs map[int64]jobs.Run, status map[s
 		job, rep, cl, out, errs, tail := make(pgArray[pgText], 0, n), make(pgArray[pgText], 0, n), make(pgArray[pgText], 0, n),
 			make(pgArray[pgText], 0, n), make(pgArray[pgText], 0, n), make(pgArray[pgText], 0, n)
 		started, finished, nominal := make(pgArray[pgTime], 0, n), make(pgArray[pgTime], 0, n), make(pgArray[pgTime], 0, n)
-		scope, triggered := make(pgArray[pgText], 0, n), make(pgArray[pgBool], 0, n)
+		scope, triggered, backfill := make(pgArray[pgText], 0, n), make(pgArray[pgBool], 0, n), make(pgArray[pgBool], 0, n)
 		q := upsertRunsSQL
 		for _, r := range runs {
 			if r.Cluster != "" && r.FinishedAt != nil {
@@ -486,8 +486,9 @@ func (s *Store) write(ctx context.Context, runs map[int64]jobs.Run, status map[s
 			out, errs, tail = append(out, pgText(r.Outcome)), append(errs, pgText(r.Error)), append(tail, pgText(r.OutputTail))
 			nominal = append(nominal, pgTime{t: r.NominalAt, null: r.NominalAt.IsZero()})
 			scope, triggered = append(scope, pgText(r.ScopeKey)), append(triggered, pgBool(r.Triggered))
+			backfill = append(backfill, pgBool(r.Backfill))
 		}
-		args := []any{seq, job, rep, cl, started, finished, out, errs, tail, nominal, scope, triggered}
+		args := []any{seq, job, rep, cl, started, finished, out, errs, tail, nominal, scope, triggered, backfill}
 		if s.execMode {
 			args = plainArgs(args)
 		}

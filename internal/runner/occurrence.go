@@ -125,6 +125,7 @@ func (r *Runner) scopeKey(js *jobState) string {
 type occurrence struct {
 	nominal   time.Time
 	triggered bool
+	backfill  bool // a jobs backfill occurrence (backfill.go)
 	// startNominal: the nominal time of the run at start after a missed
 	// stretch (the first tick's only).
 	startNominal time.Time

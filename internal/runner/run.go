@@ -185,7 +185,8 @@ func (r *Runner) begin(js *jobState, sched jobs.Schedule, occ occurrence) (run j
 	}
 	started := r.now()
 	run = jobs.Run{Seq: seq, JobID: js.job.ID, ReplicaID: r.o.ReplicaID, Cluster: js.duty.cluster(), StartedAt: started,
-		Outcome: jobs.OutcomeRunning, NominalAt: jobs.Nominal(occ.nominal), ScopeKey: r.scopeKey(js), Triggered: occ.triggered}
+		Outcome: jobs.OutcomeRunning, NominalAt: jobs.Nominal(occ.nominal), ScopeKey: r.scopeKey(js), Triggered: occ.triggered,
+		Backfill: occ.backfill}
 	r.o.Store.PutRun(run)
 	r.mu.Lock()
 	js.status.LastStartedAt = &started
@@ -195,7 +196,9 @@ func (r *Runner) begin(js *jobState, sched jobs.Schedule, occ occurrence) (run j
 	js.status.NextFireAt = &nextAtLatest
 	r.putStatusAtLocked(js, started)
 	r.mu.Unlock()
-	r.metrics.observeLateness(js.job.ID, started.Sub(occ.nominal))
+	if !occ.backfill { // a backfill occurrence is late by design
+		r.metrics.observeLateness(js.job.ID, started.Sub(occ.nominal))
+	}
 	return run, true
 }
 

@@ -97,6 +97,9 @@ type Options struct {
 	// configuration's default is DefaultMaxConcurrentRuns. Built-in jobs
 	// (studio-housekeeping) are not counted.
 	MaxConcurrentRuns int
+	// Backfills are the backfill occurrences of installation jobs
+	// (jobstore.Backfills; backfill.go). Nil: no backfill runs here.
+	Backfills Backfills
 	// DutySpread is the delay of a new duty's first fire after its cluster
 	// is acquired, from its key, its interval and the number of duties
 	// hosted here (default dutySpread; slots.go). Cron duties fire at their
@@ -184,6 +187,10 @@ type jobState struct {
 	shared bool
 	// forced: this fire is a trigger; it runs whatever the shared schedule says.
 	forced bool
+	// backfill: this fire runs a backfill occurrence, and liveDue is the
+	// live due time it took the place of (backfill.go); r.mu.
+	backfill bool
+	liveDue  time.Time
 	// accounted is the latest nominal time this replica recorded for the
 	// job (a run, a skip or a miss); startNominal, the nominal time of the
 	// run at start after a missed stretch (occurrence.go). The tick
@@ -571,7 +578,7 @@ func (r *Runner) Trigger(id string) bool {
 		return fired
 	}
 	js, ok := r.jobs[id]
-	if !ok || js.running || r.stopping || !js.queued {
+	if !ok || js.running || js.backfill || r.stopping || !js.queued {
 		return false
 	}
 	js.forced = true
@@ -675,7 +682,7 @@ func (r *Runner) applySettingsTo(js *jobState) {
 	}
 	js.sched = sched
 	js.status.Schedule, js.status.Paused, js.status.InvalidSchedule = sched.String(), paused, invalid
-	if js.queued && !js.running && !js.forced {
+	if js.queued && !js.running && !js.forced && !js.backfill {
 		base := js.lastEnd
 		if sharedOK {
 			base = sharedEnd
@@ -732,7 +739,7 @@ func (r *Runner) ScheduleChanged(id string) {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		r.resolveHeldLocked(js, end, started)
-		if !js.queued || js.running || js.forced || r.stopping || end.IsZero() {
+		if !js.queued || js.running || js.forced || js.backfill || r.stopping || end.IsZero() {
 			return
 		}
 		// The due time as this replica's timers count, from the database's
@@ -923,6 +930,10 @@ func (r *Runner) Stop() {
 
 // tick is one firing of js: settings, lock, run, record, reschedule.
 func (r *Runner) tick(js *jobState, fire time.Time, forced bool) {
+	if r.takeBackfill(js) { // backfill.go
+		r.runBackfill(js)
+		return
+	}
 	ctx := newLazyTimeout(r.runsCtx, settingsTimeout) // the settings cache answers from memory nearly always
 	sched, paused, invalid, pausedBy, err := r.settings(ctx, js)
 	ctx.release()
