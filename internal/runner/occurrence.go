@@ -128,9 +128,12 @@ type occurrence struct {
 	// startNominal: the nominal time of the run at start after a missed
 	// stretch (the first tick's only).
 	startNominal time.Time
-	end          time.Time // zero: never ran, or not read
-	dbNow        time.Time
-	readNow      time.Time // r.now() at the read
+	// retry: the nominal time a retry of a held lock tries again
+	// (deadline_skip.go).
+	retry   time.Time
+	end     time.Time // zero: never ran, or not read
+	dbNow   time.Time
+	readNow time.Time // r.now() at the read
 	// prevEnd: for a triggered run, the end its job's due times counted
 	// from before the trigger (a shared job's last end anywhere, another
 	// job's last end here; zero: none), so that the due times the run
@@ -167,6 +170,9 @@ func (r *Runner) nominalFor(js *jobState, sched jobs.Schedule, fire time.Time, o
 		return
 	case !o.startNominal.IsZero():
 		o.nominal = o.startNominal
+		return
+	case !o.retry.IsZero():
+		o.nominal = o.retry
 		return
 	case js.shared && o.onGrid():
 		if c := sched.Next(o.end); c.After(js.accounted) {
@@ -535,7 +541,7 @@ func (r *Runner) missedDutiesLocked(cluster string, now time.Time) {
 			if tr.Anchor.IsZero() {
 				continue
 			}
-			recs, _, _ := stretchRecords(j.Schedule, tr.Anchor, now.Add(-time.Nanosecond), tr, true, false)
+			recs, _, _ := stretchRecords(j.Schedule.ForScope(j.ID, cluster), tr.Anchor, now.Add(-time.Nanosecond), tr, true, false)
 			for _, rec := range recs {
 				rec.JobID, rec.ScopeKey, rec.ReplicaID = j.ID, cluster, r.o.ReplicaID
 				or.PutOccurrence(rec)
