@@ -80,13 +80,14 @@ type jobConf struct {
 	TZ      string  `yaml:"tz,omitempty"`
 	Timeout string  `yaml:"timeout,omitempty"`
 	Missed  string  `yaml:"missed,omitempty"`
-	// Jitter and Deadline are jitter: and deadline: (jitter_test.go).
-	Jitter   string `yaml:"jitter,omitempty"`
-	Deadline string `yaml:"deadline,omitempty"`
 	Run     runConf `yaml:"run"`
 	// Env is the job's env: (set by newFixture: a command gets a clean
 	// environment).
 	Env map[string]string `yaml:"env,omitempty"`
+
+	// Jitter and Deadline are jitter: and deadline: (jitter_test.go).
+	Jitter   string `yaml:"jitter,omitempty"`
+	Deadline string `yaml:"deadline,omitempty"`
 }
 
 type runConf struct {
