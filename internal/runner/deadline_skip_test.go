@@ -166,3 +166,33 @@ func TestALockHeldPastTheDeadlineIsSkippedAndOneFreedBeforeItRuns(t *testing.T) 
 		}
 	})
 }
+
+// A timer that fires later than the deadline (a stalled or loaded
+// replica: here the clock jumps past the due time) skips the occurrence;
+// one late within the deadline runs.
+func TestATimerThatFiresPastTheDeadlineSkipsItsOccurrence(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ft := e.task()
+	ft.auto = true
+	j := e.job("late", jobs.ScopeInstance, 10*time.Second, ft)
+	j.Schedule = withDeadline(j.Schedule, 2*time.Second)
+	o := e.options(j)
+	o.InitialDelay = func(jobs.Job) time.Duration { return 10 * time.Second }
+	e.start(o)
+	e.waitIdle("late", t0.Add(10*time.Second))
+	e.clk.Advance(15 * time.Second) // fires 5 s after its due time
+	e.waitIdle("late", t0.Add(20*time.Second))
+	if n := ft.startCount(); n != 0 {
+		t.Fatalf("%d runs; want none", n)
+	}
+	got := e.occurrences("late")
+	if len(got) != 1 || got[0].Reason != "deadline" || !got[0].Nominal.Equal(t0.Add(10*time.Second)) {
+		t.Fatalf("occurrences %+v; want t0+10s skipped/deadline", got)
+	}
+	e.clk.Advance(6 * time.Second) // 1 s late: within the deadline
+	ft.waitEnds(t, 1)
+	if runs := e.runNominals("late"); len(runs) != 1 || !runs[0].nominal.Equal(t0.Add(20*time.Second)) {
+		t.Fatalf("runs %+v; want one of nominal time t0+20s", runs)
+	}
+}
