@@ -55,11 +55,11 @@ func jitterStart(s jobs.Schedule, due, now time.Time) time.Time {
 }
 
 // initialDelay is the first fire's delay of a job with no run to follow:
-// its jitter offset when it has one (deterministic), else
-// Options.InitialDelay.
+// its jitter offset when it has a jitter (deterministic, even when the
+// offset is 0), else Options.InitialDelay.
 func (r *Runner) initialDelay(js *jobState) time.Duration {
-	if off := js.sched.Offset(); off > 0 && !js.sched.IsCron() {
-		return off
+	if js.sched.Jitter() > 0 && !js.sched.IsCron() {
+		return js.sched.Offset()
 	}
 	return r.o.InitialDelay(js.job.Job)
 }
