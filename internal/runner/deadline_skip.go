@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"context"
 	"time"
 
 	"github.com/studioctl/studioctl/internal/jobs"
@@ -117,4 +118,26 @@ func (r *Runner) takeRetry(js *jobState, fire time.Time) time.Time {
 	}
 	js.retryAt, js.retryNominal = time.Time{}, time.Time{}
 	return n
+}
+
+// retryServed is for a retry of a held lock that has just taken the lock
+// l: when a run ended anywhere since the tick read the shared schedule (the
+// holder's run of this occurrence ended, and its end was recorded after
+// its unlock), the occurrence was served: l is given back (its minimum gap
+// kept, shorter than the delay to the next due time), js waits for the
+// due time after that end, and it returns true. Without a retry, or when
+// the read fails, false: the lock decides, as at any tick.
+func (r *Runner) retryServed(js *jobState, sched jobs.Schedule, occ occurrence, l Lock) bool {
+	if occ.retry.IsZero() || !js.shared || occ.dbNow.IsZero() {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(r.runsCtx, settingsTimeout)
+	end, dbNow, err := r.loadEnd(ctx, js)
+	cancel()
+	if err != nil || !end.After(occ.end) {
+		return false
+	}
+	r.unlock(l, js)
+	r.finish(js, jobs.LocalDue(jobs.DueAfter(sched, end, dbNow, jobs.MissedRunOnce), dbNow, r.now()))
+	return true
 }

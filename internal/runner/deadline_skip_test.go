@@ -1,10 +1,15 @@
 package runner_test
 
 import (
+	"context"
+	"errors"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/studioctl/studioctl/internal/jobs"
+	"github.com/studioctl/studioctl/internal/locks"
+	"github.com/studioctl/studioctl/internal/runner"
 	"github.com/studioctl/studioctl/internal/tasks"
 )
 
@@ -194,5 +199,62 @@ func TestATimerThatFiresPastTheDeadlineSkipsItsOccurrence(t *testing.T) {
 	ft.waitEnds(t, 1)
 	if runs := e.runNominals("late"); len(runs) != 1 || !runs[0].nominal.Equal(t0.Add(20*time.Second)) {
 		t.Fatalf("runs %+v; want one of nominal time t0+20s", runs)
+	}
+}
+
+// heldThenFreed is a Locker whose lock is held at the first attempt; at
+// the second the holder's run has ended (its end recorded in the shared
+// schedule just after its unlock) and the lock is free.
+type heldThenFreed struct {
+	sch      *fakeSchedules
+	mu       sync.Mutex
+	attempts int
+	unlocked int
+}
+
+func (h *heldThenFreed) TryLock(context.Context, string, time.Duration, time.Duration) (runner.Lock, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.attempts++
+	if h.attempts == 1 {
+		return nil, locks.ErrHeldElsewhere
+	}
+	h.sch.set("shared", h.sch.clk.Now()) // the holder's end, recorded after its unlock
+	return countedLock{h}, nil
+}
+
+type countedLock struct{ h *heldThenFreed }
+
+func (countedLock) Extend(context.Context, time.Duration, time.Duration) (runner.Lock, error) {
+	return nil, errors.New("not extended in this test")
+}
+func (c countedLock) Unlock(context.Context) error {
+	c.h.mu.Lock()
+	defer c.h.mu.Unlock()
+	c.h.unlocked++
+	return nil
+}
+
+// A retry that takes the lock after the holder's run of the occurrence
+// ended, whose end the tick had not read yet, does not run the occurrence
+// again: it gives the lock back and waits for the due time after that end.
+func TestARetryThatFindsTheOccurrenceServedGivesTheLockBack(t *testing.T) {
+	t.Parallel()
+	e, sch, _, ft, o := sharedEnv(t, jobs.MissedRunOnce, t0.Add(-10*time.Second))
+	lk := &heldThenFreed{sch: sch}
+	o.Locks = lk
+	o.Jobs[0].Schedule = withDeadline(o.Jobs[0].Schedule, 5*time.Second)
+	e.start(o)
+	// Due at t0 (the last end + 10s): held, so a retry a second later.
+	e.waitIdle("shared", t0.Add(1250*time.Millisecond))
+	e.clk.Advance(1250 * time.Millisecond)
+	e.waitIdle("shared", t0.Add(11250*time.Millisecond)) // the end (t0+1.25s) + every
+	if n := ft.startCount(); n != 0 {
+		t.Fatalf("%d runs; want none: the holder ran the occurrence", n)
+	}
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	if lk.attempts != 2 || lk.unlocked != 1 {
+		t.Fatalf("%d lock attempts, %d unlocks; want 2 and 1", lk.attempts, lk.unlocked)
 	}
 }

@@ -96,6 +96,9 @@ func (r *Runner) acquire(js *jobState, sched jobs.Schedule, occ occurrence) (hel
 		r.recordNoRun(js, sched, now, err)
 		return nil, false
 	}
+	if r.retryServed(js, sched, occ, l) { // deadline_skip.go
+		return nil, false
+	}
 	return &runLock{lock: l, end: newLockDeadline(lockFrom, jobs.LockAtMostFor(sched))}, true
 }
 
