@@ -739,6 +739,7 @@ func (r *Runner) ScheduleChanged(id string) {
 		// The due time as this replica's timers count, from the database's
 		// now of the same read.
 		due := jobs.LocalDue(jobs.DueAfter(js.sched, end, dbNow, jobs.MissedRunOnce), dbNow, r.now())
+		due = jitterStart(js.sched, due, r.now()) // a fixed delay's jitter delays a run at once (jitter.go)
 		if d := due.Sub(js.due); d > -time.Millisecond && d < time.Millisecond {
 			return
 		}
