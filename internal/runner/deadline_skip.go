@@ -64,7 +64,14 @@ func (r *Runner) skipPastDeadline(js *jobState, sched jobs.Schedule, occ occurre
 	if !now.After(occ.nominal.Add(d)) {
 		return false
 	}
-	r.recordOccurrence(js, jobs.OccurrenceRecord{NominalAt: occ.nominal, Outcome: jobs.OccurrenceSkipped, Reason: jobs.ReasonDeadline})
+	rec := jobs.OccurrenceRecord{NominalAt: occ.nominal, Outcome: jobs.OccurrenceSkipped, Reason: jobs.ReasonDeadline}
+	if !occ.retry.IsZero() {
+		// A retry of a held lock whose timer fired past the deadline: the
+		// skip is the held lock's, written as one (not when a live replica
+		// holds it or a run carries this due time: that replica runs it).
+		rec.LockName = js.job.LockName()
+	}
+	r.recordOccurrence(js, rec)
 	r.log.Info("runner: an occurrence could not start within its deadline; skipped", "job_id", js.key(),
 		"nominal_at", jobs.FormatNominal(occ.nominal), "late", now.Sub(occ.nominal).String(), "deadline", d.String())
 	r.finish(js, nextAfterDeadline(sched, occ, now))
