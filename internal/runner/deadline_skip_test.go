@@ -258,3 +258,25 @@ func TestARetryThatFindsTheOccurrenceServedGivesTheLockBack(t *testing.T) {
 		t.Fatalf("%d lock attempts, %d unlocks; want 2 and 1", lk.attempts, lk.unlocked)
 	}
 }
+
+// A retry whose timer fires past the deadline while a live replica holds
+// the lock (it runs the occurrence) records nothing, like a held-elsewhere
+// skip.
+func TestALateRetryWhileALiveReplicaHoldsTheLockRecordsNoSkip(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ft := e.task()
+	e.exec(`INSERT INTO studio_replica (id, incarnation, host, pid, version, state) VALUES ('replica-b', gen_random_uuid(), 'h', 1, 'dev', 'ready')`)
+	if _, err := e.otherHolder("replica-b").TryLock(t.Context(), "held", time.Hour, 0); err != nil {
+		t.Fatal(err)
+	}
+	j := e.job("held", jobs.ScopeInstallation, 10*time.Second, ft)
+	j.Schedule = withDeadline(j.Schedule, 3*time.Second)
+	e.start(e.options(j))
+	e.waitIdle("held", t0.Add(time.Second))
+	e.clk.Advance(5 * time.Second) // the retry fires 2 s past the deadline
+	e.waitIdle("held", t0.Add(10*time.Second)) // its next due time on its grid
+	if got := e.occurrences("held"); len(got) != 0 {
+		t.Fatalf("occurrences %+v; want none: replica-b runs the occurrence", got)
+	}
+}
