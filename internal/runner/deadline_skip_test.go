@@ -274,7 +274,7 @@ func TestALateRetryWhileALiveReplicaHoldsTheLockRecordsNoSkip(t *testing.T) {
 	j.Schedule = withDeadline(j.Schedule, 3*time.Second)
 	e.start(e.options(j))
 	e.waitIdle("held", t0.Add(time.Second))
-	e.clk.Advance(5 * time.Second) // the retry fires 2 s past the deadline
+	e.clk.Advance(5 * time.Second)             // the retry fires 2 s past the deadline
 	e.waitIdle("held", t0.Add(10*time.Second)) // its next due time on its grid
 	if got := e.occurrences("held"); len(got) != 0 {
 		t.Fatalf("occurrences %+v; want none: replica-b runs the occurrence", got)
