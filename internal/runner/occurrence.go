@@ -128,12 +128,12 @@ type occurrence struct {
 	// startNominal: the nominal time of the run at start after a missed
 	// stretch (the first tick's only).
 	startNominal time.Time
+	end          time.Time // zero: never ran, or not read
+	dbNow        time.Time
+	readNow      time.Time // r.now() at the read
 	// retry: the nominal time a retry of a held lock tries again
 	// (deadline_skip.go).
-	retry   time.Time
-	end     time.Time // zero: never ran, or not read
-	dbNow   time.Time
-	readNow time.Time // r.now() at the read
+	retry time.Time
 	// prevEnd: for a triggered run, the end its job's due times counted
 	// from before the trigger (a shared job's last end anywhere, another
 	// job's last end here; zero: none), so that the due times the run
