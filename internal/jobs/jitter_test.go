@@ -186,3 +186,33 @@ func TestJitterAndDeadlineAreReadFromTheConfiguration(t *testing.T) {
 		t.Error("a jitter of 23h30m on a daily cron in Berlin was accepted")
 	}
 }
+
+// A jittered fixed delay is due every + offset after an end; its grid of
+// due times without a run (paused, missed) is end + offset + k × every,
+// which DueAfter's missed: skip follows.
+func TestAJitteredFixedDelayIsDueEveryPlusItsOffsetAfterAnEnd(t *testing.T) {
+	t.Parallel()
+	e, _ := jobs.Every(time.Hour)
+	s := e.WithJitter(10*time.Minute).ForScope("billing", "")
+	off := s.Offset()
+	if off == 0 {
+		t.Fatal("offset 0: pick another id")
+	}
+	end := time.Date(2026, 12, 6, 1, 0, 0, 0, time.UTC)
+	if n := s.Next(end); !n.Equal(end.Add(time.Hour + off)) {
+		t.Errorf("Next = %s, want end + 1h + %s", n, off)
+	}
+	if d := jobs.DueAfter(s, end, end.Add(30*time.Minute), jobs.MissedRunOnce); !d.Equal(end.Add(time.Hour + off)) {
+		t.Errorf("DueAfter ahead = %s", d)
+	}
+	now := end.Add(5*time.Hour + 30*time.Minute)
+	if d := jobs.DueAfter(s, end, now, jobs.MissedSkip); !d.Equal(end.Add(off).Add(6 * time.Hour)) {
+		t.Errorf("DueAfter skip = %s, want end + offset + 6h", d)
+	}
+	if d := jobs.DueAfter(s, end, now, jobs.MissedRunOnce); !d.Equal(now) {
+		t.Errorf("DueAfter run-once = %s, want now", d)
+	}
+	if d := jobs.DueAfter(s, time.Time{}, now, jobs.MissedRunOnce); !d.Equal(now) {
+		t.Errorf("DueAfter never ran = %s, want now (the runner delays it)", d)
+	}
+}

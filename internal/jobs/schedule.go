@@ -137,12 +137,12 @@ func (s Schedule) IsZero() bool { return s.Every == 0 && s.Cron == "" }
 // (docs/schedules.md, "Time zones"): a local time that occurs twice (the
 // clocks go back) at its first occurrence, and one that does not exist
 // (the clocks go forward) at the first instant after the gap. The result
-// is in UTC; zero when the expression never fires again. A cron with a
-// jitter offset (ForScope) is the cron shifted by it: each cron time plus
-// the offset (jitter.go).
+// is in UTC; zero when the expression never fires again. A jitter offset
+// (ForScope, jitter.go) delays each: a fixed delay is end + every +
+// offset, a cron each cron time plus the offset.
 func (s Schedule) Next(end time.Time) time.Time {
 	if !s.IsCron() {
-		return end.Add(s.Every)
+		return end.Add(s.Every + s.offset)
 	}
 	if s.offset > 0 {
 		n := s.next(end.Add(-s.offset))
@@ -366,8 +366,9 @@ func DueAfter(s Schedule, lastEnd, now time.Time, missed Missed) time.Time {
 	if s.IsCron() {
 		return s.Next(now)
 	}
-	k := (now.Sub(lastEnd) + s.Every - 1) / s.Every // the least k with lastEnd + k × every >= now
-	return lastEnd.Add(k * s.Every)
+	a := lastEnd.Add(s.offset)                // a jitter offset shifts the grid (jitter.go)
+	k := (now.Sub(a) + s.Every - 1) / s.Every // the least k with a + k × every >= now
+	return a.Add(k * s.Every)
 }
 
 // DueSnap is how far a replica's estimate of database time may stand from

@@ -95,7 +95,11 @@ func nextAfterDeadline(sched jobs.Schedule, occ occurrence, now time.Time) time.
 // short, held-elsewhere otherwise).
 func (r *Runner) retryHeld(js *jobState, sched jobs.Schedule, occ occurrence, now time.Time) (retried bool, reason string) {
 	d := startDeadline(sched, occ)
-	if d == 0 || occ.nominal.Add(d).After(sched.Next(occ.nominal)) {
+	next := sched.Next(occ.nominal)
+	if occ.onGrid() {
+		next = gridNext(sched, occ.end, occ.nominal)
+	}
+	if d == 0 || occ.nominal.Add(d).After(next) {
 		return false, jobs.ReasonHeldElsewhere
 	}
 	last := occ.nominal.Add(d - heldRetryMargin)

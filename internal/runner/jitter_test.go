@@ -103,10 +103,11 @@ func TestAJitteredCronRunsAtItsShiftedTimeAndThatIsItsNominalTime(t *testing.T) 
 	}
 }
 
-// A fixed-delay job keeps end + every; its jitter delays the run that would
-// start at once: a shared job never run anywhere, the run after a missed
-// stretch, and an instance job's first run (in place of the initial delay).
-func TestAJitteredFixedDelayDelaysOnlyTheRunThatWouldStartAtOnce(t *testing.T) {
+// A fixed-delay job is due at end + every + its offset, the same on every
+// replica; a run that would start at once is delayed by the offset: a
+// shared job never run anywhere, the run after a missed stretch, and an
+// instance job's first run (in place of the initial delay).
+func TestAJitteredFixedDelayIsDueItsOffsetLater(t *testing.T) {
 	t.Parallel()
 	withJitter := func(j jobtask.Job) jobtask.Job {
 		j.Schedule = j.Schedule.WithJitter(5 * time.Second)
@@ -121,7 +122,7 @@ func TestAJitteredFixedDelayDelaysOnlyTheRunThatWouldStartAtOnce(t *testing.T) {
 		e.waitIdle("shared", t0.Add(off))
 		e.clk.Advance(off)
 		ft.waitEnds(t, 1)
-		e.waitIdle("shared", t0.Add(off+10*time.Second)) // end + every: no offset again
+		e.waitIdle("shared", t0.Add(off+10*time.Second+off)) // end + every + offset
 	})
 	t.Run("a missed stretch", func(t *testing.T) {
 		t.Parallel()
@@ -139,7 +140,7 @@ func TestAJitteredFixedDelayDelaysOnlyTheRunThatWouldStartAtOnce(t *testing.T) {
 		e, _, _, _, o := sharedEnv(t, jobs.MissedRunOnce, t0.Add(-3*time.Second))
 		o.Jobs[0] = withJitter(o.Jobs[0])
 		e.start(o)
-		e.waitIdle("shared", t0.Add(7*time.Second)) // end + every, as without a jitter
+		e.waitIdle("shared", t0.Add(7*time.Second+jobs.JitterOffset(5*time.Second, "shared", ""))) // end + every + offset
 	})
 	t.Run("an instance job's first run", func(t *testing.T) {
 		t.Parallel()

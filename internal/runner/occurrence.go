@@ -40,7 +40,8 @@ func nominalSlack(s jobs.Schedule, t time.Time) time.Duration {
 
 // The due times ("grid") of an installation job on the shared schedule,
 // after the end of its last run: end + k × every (k >= 1), or the cron
-// times after end. Every replica computes the same from the same end.
+// times after end; with a jitter offset (jitter.go), end + offset + k ×
+// every, or the shifted cron times. Every replica computes the same from the same end.
 
 // gridLast is the latest due time after end that is at or before t (zero:
 // none).
@@ -50,8 +51,9 @@ func gridLast(s jobs.Schedule, end, t time.Time) time.Time {
 		return time.Time{}
 	}
 	if !s.IsCron() {
-		k := t.Sub(end) / s.Every
-		return end.Add(k * s.Every)
+		a := end.Add(s.Offset()) // a jittered fixed delay's grid (jitter.go)
+		k := t.Sub(a) / s.Every
+		return a.Add(k * s.Every)
 	}
 	d := first
 	for i := 0; i < maxGridSteps; i++ {
@@ -70,8 +72,12 @@ func gridNext(s jobs.Schedule, end, t time.Time) time.Time {
 		return s.Next(end)
 	}
 	if !s.IsCron() {
-		k := t.Sub(end)/s.Every + 1
-		return end.Add(k * s.Every)
+		a := end.Add(s.Offset()) // a jittered fixed delay's grid (jitter.go)
+		if t.Before(a) {
+			return s.Next(end)
+		}
+		k := t.Sub(a)/s.Every + 1
+		return a.Add(k * s.Every)
 	}
 	return s.Next(t)
 }
