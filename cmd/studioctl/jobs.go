@@ -44,7 +44,7 @@ Jobs are declared in the config file:
       every: 30s                # fixed delay from the END of a run ... or
       # cron: "0 2 * * *"       # ... a cron expression, always UTC
       timeout: 10m              # optional; default max(5m, 3 intervals), 1h for cron
-      # jitter: 5m              # optional: a fixed offset in [0, 5m) per job (a cron runs that much later; every: delays a run that would start at once)
+      # jitter: 5m              # optional: a fixed offset in [0, 5m) per job that delays each due time (docs/schedules.md)
       # deadline: 2m            # optional: an occurrence that cannot start within 2m of its time is skipped (skipped/deadline)
       # lock: nightlyReport     # optional, installation only: the ShedLock lock name (<= 64 characters); default the id
       run:

@@ -20,12 +20,13 @@ import (
 //     the shared schedule's grid, its nominal times (STUDIO_SCHEDULED_AT)
 //     and its occurrence keys all come from the shifted schedule
 //     (jobs.Schedule.Next), so replicas agree.
-//   - A fixed-delay job keeps its times (end + every); the offset delays a
-//     run that would start at once at start: a job never run anywhere, the
-//     run after a missed stretch (missed: run-once), an instance job's
-//     first run (in place of the random initial delay), a duty's first
-//     fire after its cluster is acquired. So jobs started by one deploy
-//     spread out and stay apart.
+//   - A fixed-delay job is due at end + every + offset (its grid without
+//     runs, end + offset + k × every: gridLast, gridNext); a run that
+//     would start at once is delayed by the offset as well: a job never
+//     run anywhere, the run after a missed stretch (missed: run-once), an
+//     instance job's first run (in place of the random initial delay), a
+//     duty's first fire after its cluster is acquired. So jobs started by
+//     one deploy, or ending together, move apart and stay apart.
 
 // scopedJob returns j with its schedule's jitter offset for scope key.
 func scopedJob(j jobtask.Job, scopeKey string) jobtask.Job {
@@ -42,11 +43,11 @@ func jobScopeKey(j jobtask.Job, replicaID string) string {
 	return ""
 }
 
-// jitterStart delays a fixed-delay job's due time at start by its jitter
-// offset when it is due at once (at or before now); a cron's due times are
-// shifted already, and a run at start after a missed stretch of a cron
-// stays at once (its nominal time is the stretch's last shifted cron time;
-// delaying it could pass the next).
+// jitterStart delays a fixed-delay job's due time by its jitter offset when
+// it is due at once (at or before now); a cron's due times are shifted
+// already, and a run at start after a missed stretch of a cron stays at
+// once (its nominal time is the stretch's last shifted cron time; delaying
+// it could pass the next).
 func jitterStart(s jobs.Schedule, due, now time.Time) time.Time {
 	if s.IsCron() || s.Offset() == 0 || due.After(now) {
 		return due
