@@ -15,7 +15,7 @@ func TestTheGridOfAJitteredScheduleIsShiftedByItsOffset(t *testing.T) {
 	e, _ := jobs.Every(10 * time.Second)
 	c, _ := jobs.ParseCron("* * * * *")
 	end := time.Date(2026, 12, 6, 1, 0, 0, 0, time.UTC)
-	for _, s := range []jobs.Schedule{e.WithJitter(5 * time.Second).ForScope("billing", ""), c.WithJitter(30 * time.Second).ForScope("billing", "")} {
+	for _, s := range []jobs.Schedule{e.WithJitter(5*time.Second).ForScope("billing", ""), c.WithJitter(30*time.Second).ForScope("billing", "")} {
 		off := s.Offset()
 		step := 10 * time.Second
 		if s.IsCron() {
