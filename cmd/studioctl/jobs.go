@@ -44,6 +44,8 @@ Jobs are declared in the config file:
       every: 30s                # fixed delay from the END of a run ... or
       # cron: "0 2 * * *"       # ... a cron expression, always UTC
       timeout: 10m              # optional; default max(5m, 3 intervals), 1h for cron
+      # jitter: 5m              # optional: a fixed offset in [0, 5m) per job that delays each due time (docs/schedules.md)
+      # deadline: 2m            # optional: an occurrence that cannot start within 2m of its time is skipped (skipped/deadline)
       # lock: nightlyReport     # optional, installation only: the ShedLock lock name (<= 64 characters); default the id
       run:
         command: ["./bin/report", "--day", "yesterday"]
@@ -59,7 +61,7 @@ Jobs are declared in the config file:
 }
 
 var jobColumns = []output.Column{
-	{Header: "ID"}, {Header: "SCOPE"}, {Header: "SCHEDULE"}, {Header: "HEALTH"}, {Header: "LAST RUN"}, {Header: "OUTCOME"},
+	{Header: "ID"}, {Header: "SCOPE"}, {Header: "SCHEDULE"}, {Header: "JITTER", Wide: true}, {Header: "DEADLINE", Wide: true}, {Header: "HEALTH"}, {Header: "LAST RUN"}, {Header: "OUTCOME"},
 	{Header: "WHERE"}, {Header: "NEXT FIRE"}, {Header: "RUNS"}, {Header: "FAILURES"},
 	{Header: "LAST DUE"}, {Header: "SKIP 24H"}, {Header: "MISS 24H"}, {Header: "LAST DUE AT", Wide: true},
 	{Header: "TIMEOUTS", Wide: true}, {Header: "LOCK LOST", Wide: true}, {Header: "OVERRUNS", Wide: true}, {Header: "SKIPPED", Wide: true},
@@ -97,14 +99,25 @@ func jobRow(p *output.Printer, v jobstore.View) []output.Cell {
 		errText = v.InvalidSchedule
 	}
 	lastDue, skips, misses, lastDueAt := occurrenceCells(p, v.Occurrences)
+	sched, jitter, deadline := jobs.SplitOptions(v.Schedule)
 	return []output.Cell{
-		{Text: v.ID}, {Text: string(v.Scope)}, {Text: v.Schedule}, {Text: string(v.Health), Tone: healthTone(v.Health)},
+		{Text: v.ID}, {Text: string(v.Scope)}, {Text: sched}, {Text: durationCell(jitter)}, {Text: durationCell(deadline)},
+		{Text: string(v.Health), Tone: healthTone(v.Health)},
 		{Text: p.TimePtr(v.LastStartedAt)}, {Text: string(v.LastOutcome), Tone: outcomeTone(v.LastOutcome)}, {Text: v.LastReplica},
 		{Text: p.TimePtr(v.NextFireAt)}, {Text: strconv.FormatInt(v.Runs, 10)}, {Text: strconv.FormatInt(v.Failures, 10)},
 		lastDue, skips, misses, lastDueAt,
 		{Text: strconv.FormatInt(v.Timeouts, 10)}, {Text: strconv.FormatInt(v.LockLost, 10)}, {Text: strconv.FormatInt(v.Overruns, 10)},
 		{Text: strconv.FormatInt(v.SkippedElsewhere, 10)}, {Text: errorCell(errText)},
 	}
+}
+
+// durationCell is a configured duration as the config file writes it
+// (5m, 1m30s); "" when not set.
+func durationCell(d time.Duration) string {
+	if d <= 0 {
+		return ""
+	}
+	return jobs.FormatDuration(d)
 }
 
 // errorCellWidth bounds the ERROR column of the tables, in display columns.

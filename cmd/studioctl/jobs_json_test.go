@@ -16,7 +16,7 @@ import (
 func TestJobsListJSONHasEveryColumnOfTheTable(t *testing.T) {
 	t.Parallel()
 	keyOf := map[string]string{
-		"ID": "id", "SCOPE": "scope", "SCHEDULE": "schedule", "HEALTH": "health", "LAST RUN": "last_started_at",
+		"ID": "id", "SCOPE": "scope", "SCHEDULE": "schedule", "JITTER": "jitter_seconds", "DEADLINE": "deadline_seconds", "HEALTH": "health", "LAST RUN": "last_started_at",
 		"OUTCOME": "last_outcome", "WHERE": "last_replica", "NEXT FIRE": "next_fire_at", "RUNS": "runs",
 		"FAILURES": "failures", "LAST DUE": "last_occurrence", "SKIP 24H": "skipped_24h", "MISS 24H": "missed_24h",
 		"LAST DUE AT": "last_occurrence", "TIMEOUTS": "timeouts", "LOCK LOST": "lock_lost", "OVERRUNS": "overruns",

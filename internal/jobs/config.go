@@ -170,7 +170,7 @@ func parseJob(file string, n *yaml.Node) (Job, error) {
 			}
 		}
 	}
-	f, err := mapping(file, named, "", n, "id", "scope", "every", "cron", "timeout", "clusters", "run", "lock", "env", "missed", "catch_up", "tz")
+	f, err := mapping(file, named, "", n, "id", "scope", "every", "cron", "timeout", "clusters", "run", "lock", "env", "missed", "catch_up", "tz", "jitter", "deadline")
 	if err != nil {
 		return j, err
 	}
@@ -251,6 +251,9 @@ func parseJob(file string, n *yaml.Node) (Job, error) {
 		}
 		// An every: schedule ignores its zone (docs/schedules.md).
 		j.Schedule = j.Schedule.InZone(loc)
+	}
+	if err := parseJitterDeadline(file, &j, f); err != nil {
+		return j, err
 	}
 	if tn, ok := f["timeout"]; ok {
 		v, err := scalar(file, j.ID, "timeout", tn)
@@ -505,6 +508,65 @@ func parseRun(file, job string, n *yaml.Node) (TaskSpec, error) {
 		t.HTTP = &ht
 	}
 	return t, nil
+}
+
+// parseJitterDeadline reads a job's jitter: and deadline: keys (after its
+// schedule and zone) into j.Schedule. A jitter must be shorter than the
+// shortest time between two of the schedule's fires (ShortestGap), so a
+// shifted cron time never comes after the next cron time.
+func parseJitterDeadline(file string, j *Job, f fields) error {
+	duration := func(field, example string) (time.Duration, *yaml.Node, bool, error) {
+		n, ok := f[field]
+		if !ok {
+			return 0, nil, false, nil
+		}
+		v, err := scalar(file, j.ID, field, n)
+		if err != nil {
+			return 0, n, true, err
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return 0, n, true, &ConfigError{File: file, Line: n.Line, Job: j.ID, Field: field, Msg: fmt.Sprintf("%q is not a duration (for example %s)", v, example)}
+		}
+		if d < 0 {
+			return 0, n, true, &ConfigError{File: file, Line: n.Line, Job: j.ID, Field: field, Msg: fmt.Sprintf("must not be negative, got %s", v)}
+		}
+		return d, n, true, nil
+	}
+	bad := func(n *yaml.Node, field, format string, args ...any) error {
+		return &ConfigError{File: file, Line: n.Line, Job: j.ID, Field: field, Msg: fmt.Sprintf(format, args...)}
+	}
+	jitter, jn, ok, err := duration("jitter", "30s, 5m")
+	if err != nil {
+		return err
+	}
+	if ok && jitter > 0 {
+		if jitter > MaxJitter {
+			return bad(jn, "jitter", "%s is longer than the maximum %s", jn.Value, MaxJitter)
+		}
+		if gap := j.Schedule.ShortestGap(); gap > 0 && jitter >= gap {
+			what := "every"
+			if j.Schedule.IsCron() {
+				what = "the shortest time between two cron times"
+			}
+			return bad(jn, "jitter", "%s is not shorter than %s (%s): a jitter delays each run by less than one period", jn.Value, what, FormatDuration(gap))
+		}
+		j.Schedule = j.Schedule.WithJitter(jitter)
+	}
+	deadline, dn, ok, err := duration("deadline", "30s, 10m")
+	if err != nil {
+		return err
+	}
+	if ok && deadline > 0 {
+		if deadline < MinDeadline {
+			return bad(dn, "deadline", "%s is shorter than the minimum %s", dn.Value, MinDeadline)
+		}
+		if deadline > MaxDeadline {
+			return bad(dn, "deadline", "%s is longer than the maximum %s", dn.Value, MaxDeadline)
+		}
+		j.Schedule = j.Schedule.WithDeadline(deadline)
+	}
+	return nil
 }
 
 // Bounds of the configured durations (MinEvery is in job.go). A fixed delay

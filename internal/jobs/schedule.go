@@ -17,6 +17,11 @@ type Schedule struct {
 	Cron  string
 	cron  cron.Schedule
 	loc   *time.Location // nil: UTC
+	// jitter (key jitter:) is the bound of the fixed offset that delays
+	// each cron time, and offset that offset for one scope (ForScope,
+	// jitter.go); deadline (key deadline:) is how late after its nominal
+	// time an occurrence may still start. Zero: none.
+	jitter, offset, deadline time.Duration
 }
 
 // ErrSchedule marks a malformed schedule.
@@ -113,9 +118,11 @@ func (s Schedule) Zone() string {
 	return s.Location().String()
 }
 
-// Equal reports whether s and o fire at the same times.
+// Equal reports whether s and o fire at the same times (and have the same
+// jitter and deadline).
 func (s Schedule) Equal(o Schedule) bool {
-	return s.Every == o.Every && s.Cron == o.Cron && s.Location().String() == o.Location().String()
+	return s.Every == o.Every && s.Cron == o.Cron && s.Location().String() == o.Location().String() &&
+		s.jitter == o.jitter && s.offset == o.offset && s.deadline == o.deadline
 }
 
 // IsCron reports whether the schedule is a cron expression.
@@ -130,11 +137,25 @@ func (s Schedule) IsZero() bool { return s.Every == 0 && s.Cron == "" }
 // (docs/schedules.md, "Time zones"): a local time that occurs twice (the
 // clocks go back) at its first occurrence, and one that does not exist
 // (the clocks go forward) at the first instant after the gap. The result
-// is in UTC; zero when the expression never fires again.
+// is in UTC; zero when the expression never fires again. A jitter offset
+// (ForScope, jitter.go) delays each: a fixed delay is end + every +
+// offset, a cron each cron time plus the offset.
 func (s Schedule) Next(end time.Time) time.Time {
 	if !s.IsCron() {
-		return end.Add(s.Every)
+		return end.Add(s.Every + s.offset)
 	}
+	if s.offset > 0 {
+		n := s.next(end.Add(-s.offset))
+		if n.IsZero() {
+			return n
+		}
+		return n.Add(s.offset)
+	}
+	return s.next(end)
+}
+
+// next is Next of the cron without its jitter offset.
+func (s Schedule) next(end time.Time) time.Time {
 	if s.loc == nil {
 		return s.cron.Next(end.UTC())
 	}
@@ -225,27 +246,39 @@ func (s Schedule) Interval(t time.Time) time.Duration {
 }
 
 // String is the stored form: "every 30s", "cron 0 2 * * *", or for a
-// cron read in a zone other than UTC "cron 0 2 * * * tz Europe/Berlin".
+// cron read in a zone other than UTC "cron 0 2 * * * tz Europe/Berlin";
+// then " jitter D" and " deadline D" when set (jitter.go).
 func (s Schedule) String() string {
-	if s.IsCron() {
-		if s.loc != nil {
-			return "cron " + s.Cron + zoneSep + s.loc.String()
-		}
-		return "cron " + s.Cron
+	t := ""
+	switch {
+	case s.IsCron() && s.loc != nil:
+		t = "cron " + s.Cron + zoneSep + s.loc.String()
+	case s.IsCron():
+		t = "cron " + s.Cron
+	case s.Every > 0:
+		t = "every " + FormatDuration(s.Every)
 	}
-	if s.Every > 0 {
-		return "every " + FormatDuration(s.Every)
+	if t == "" {
+		return t
 	}
-	return ""
+	return t + s.optionsText()
 }
 
 // ParseSchedule reads the stored form written by String (a zone is also
 // read after "every D": it is ignored).
 func ParseSchedule(text string) (Schedule, error) {
+	text, jitter, deadline, err := cutOptions(text)
+	if err != nil {
+		return Schedule{}, err
+	}
 	body, zone, hasZone := cutZone(text)
 	s, err := parseBody(body)
-	if err != nil || !hasZone {
+	if err != nil {
 		return s, err
+	}
+	s.jitter, s.deadline = jitter, deadline
+	if !hasZone {
+		return s, nil
 	}
 	loc, err := LoadZone(zone)
 	if err != nil {
@@ -256,8 +289,10 @@ func ParseSchedule(text string) (Schedule, error) {
 
 // SplitZone splits a stored form (as a status row keeps it) into the
 // schedule and the name of the zone its cron fields are read in: "UTC"
-// when it names none.
+// when it names none. A jitter and a deadline are left out (SplitOptions
+// reads them).
 func SplitZone(text string) (schedule, zone string) {
+	text, _, _ = SplitOptions(text)
 	body, zone, ok := cutZone(text)
 	if !ok || zone == "" {
 		zone = "UTC"
@@ -331,8 +366,9 @@ func DueAfter(s Schedule, lastEnd, now time.Time, missed Missed) time.Time {
 	if s.IsCron() {
 		return s.Next(now)
 	}
-	k := (now.Sub(lastEnd) + s.Every - 1) / s.Every // the least k with lastEnd + k × every >= now
-	return lastEnd.Add(k * s.Every)
+	a := lastEnd.Add(s.offset)                // a jitter offset shifts the grid (jitter.go)
+	k := (now.Sub(a) + s.Every - 1) / s.Every // the least k with a + k × every >= now
+	return a.Add(k * s.Every)
 }
 
 // DueSnap is how far a replica's estimate of database time may stand from
@@ -414,6 +450,9 @@ func (o Override) Apply(configured Schedule) Schedule {
 	s := configured
 	if !o.Schedule.IsZero() {
 		s = o.Schedule.InZone(configured.loc)
+		// The jitter (and its offset) and the deadline are the
+		// configuration's: an override replaces the times only.
+		s.jitter, s.offset, s.deadline = configured.jitter, configured.offset, configured.deadline
 	}
 	if o.Zone != nil {
 		s = s.InZone(o.Zone)

@@ -211,7 +211,12 @@ type ViewJSON struct {
 	Schedule string `json:"schedule" yaml:"schedule"`
 	// TZ is the zone the cron fields are read in: "UTC" by default, and
 	// for a fixed delay, which ignores zones (docs/schedules.md).
-	TZ               string     `json:"tz" yaml:"tz"`
+	TZ string `json:"tz" yaml:"tz"`
+	// JitterSeconds and DeadlineSeconds are the job's jitter: and
+	// deadline: in seconds, 0 when not set (docs/schedules.md, "Jitter and
+	// the start deadline").
+	JitterSeconds    float64    `json:"jitter_seconds" yaml:"jitter_seconds"`
+	DeadlineSeconds  float64    `json:"deadline_seconds" yaml:"deadline_seconds"`
 	Health           string     `json:"health" yaml:"health"`
 	LastOutcome      *string    `json:"last_outcome" yaml:"last_outcome"`
 	LastStartedAt    *time.Time `json:"last_started_at" yaml:"last_started_at"`
@@ -272,6 +277,8 @@ func (v View) JSON() ViewJSON {
 		SkippedElsewhere: v.SkippedElsewhere, LastError: optString(v.LastError), InvalidSchedule: optString(v.InvalidSchedule), Paused: v.Paused,
 	}
 	j.Schedule, j.TZ = jobs.SplitZone(v.Schedule)
+	_, jitter, deadline := jobs.SplitOptions(v.Schedule)
+	j.JitterSeconds, j.DeadlineSeconds = jitter.Seconds(), deadline.Seconds()
 	if o := v.Occurrences; o != nil {
 		j.Skipped24h, j.Missed24h = o.Skipped24h, o.Missed24h
 		if o.Last != nil {

@@ -276,7 +276,7 @@ func TestViewJSONHasStableKeysAndUTCTimes(t *testing.T) {
 		Overruns: 5, SkippedElsewhere: 6, InvalidSchedule: "bad", Paused: true, Replicas: 2,
 		Occurrences: &jobstore.OccurrenceSummary{Last: &jobstore.LastOccurrence{Outcome: "skipped", Reason: "paused",
 			NominalAt: time.Date(2026, 11, 30, 1, 0, 0, 500e6, la)}, Skipped24h: 7, Missed24h: 8}}
-	wantKeys := []string{"failures", "health", "id", "invalid_schedule", "last_error", "last_finished_at", "last_occurrence", "last_outcome", "last_replica",
+	wantKeys := []string{"deadline_seconds", "failures", "health", "id", "invalid_schedule", "jitter_seconds", "last_error", "last_finished_at", "last_occurrence", "last_outcome", "last_replica",
 		"last_started_at", "lock_lost", "missed_24h", "next_fire_at", "overruns", "paused", "runs", "schedule", "scope", "skipped_24h",
 		"skipped_elsewhere", "timeouts", "tz"}
 
@@ -305,7 +305,7 @@ func TestViewJSONHasStableKeysAndUTCTimes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `{"id":"report","scope":"installation","schedule":"every 1m","tz":"UTC","health":"failing","last_outcome":"failed",` +
+	want := `{"id":"report","scope":"installation","schedule":"every 1m","tz":"UTC","jitter_seconds":0,"deadline_seconds":0,"health":"failing","last_outcome":"failed",` +
 		`"last_started_at":"2026-11-30T09:00:00Z","last_finished_at":"2026-11-30T09:00:01Z","last_replica":"replica-1",` +
 		`"next_fire_at":"2026-11-30T09:01:00Z","runs":1,"failures":2,"timeouts":3,"lock_lost":4,"overruns":5,"skipped_elsewhere":6,` +
 		`"last_error":"exit status 1","invalid_schedule":"bad","paused":true,` +
@@ -320,6 +320,12 @@ func TestViewJSONHasStableKeysAndUTCTimes(t *testing.T) {
 	zoned := jobstore.View{ID: "berlin", Scope: jobs.ScopeInstallation, Schedule: "cron 30 2 * * * tz Europe/Berlin"}.JSON()
 	if zoned.Schedule != "cron 30 2 * * *" || zoned.TZ != "Europe/Berlin" {
 		t.Errorf("zoned JSON: schedule %q, tz %q; want cron 30 2 * * * and Europe/Berlin", zoned.Schedule, zoned.TZ)
+	}
+	// A jitter and a deadline: their own keys, in seconds; the schedule
+	// and the zone without them.
+	opts := jobstore.View{ID: "billing", Scope: jobs.ScopeInstallation, Schedule: "cron 0 * * * * tz Europe/Berlin jitter 1m30s deadline 10m"}.JSON()
+	if opts.Schedule != "cron 0 * * * *" || opts.TZ != "Europe/Berlin" || opts.JitterSeconds != 90 || opts.DeadlineSeconds != 600 {
+		t.Errorf("JSON with options: schedule %q, tz %q, jitter_seconds %v, deadline_seconds %v", opts.Schedule, opts.TZ, opts.JitterSeconds, opts.DeadlineSeconds)
 	}
 	// JSON does not change the view it renders.
 	if full.LastStartedAt.Location() != la {

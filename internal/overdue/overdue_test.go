@@ -588,6 +588,10 @@ func TestScheduleNextIsNullForWhatItCannotRead(t *testing.T) {
 		{"cron 61 * * * *", time.Hour}, {"cron * * *", time.Hour}, {"cron JUNK * * * *", time.Hour}, {"cron 5-1 * * * *", time.Hour},
 		{"cron 0 0 * * 7", time.Hour}, {"cron */0 * * * *", time.Hour}, {"cron 999999999999 * * * *", time.Hour},
 		{"cron 0 2 * * *", time.Hour}, // due after until
+		// A jitter or a deadline after the schedule (issue 24): no due time
+		// rather than one before the jittered one (docs/schedules.md).
+		{"every 1h jitter 5m", time.Hour}, {"cron * * * * * jitter 30s", time.Hour}, {"every 1m deadline 10s", time.Hour},
+		{"cron * * * * * tz Europe/Berlin jitter 30s deadline 1m", time.Hour},
 	} {
 		var got *time.Time
 		if err := pool.QueryRow(context.Background(), `SELECT studio_schedule_next($1::text, $2::timestamptz, $2::timestamptz + make_interval(secs => $3))`, c.text, end, c.until.Seconds()).Scan(&got); err != nil {

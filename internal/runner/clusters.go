@@ -143,6 +143,7 @@ func (r *Runner) AddCluster(cluster string, ctx context.Context) {
 	r.clusters.owned[cluster] = ctx
 	now := r.o.Clock.Now()
 	for _, j := range r.clusters.templates {
+		j := scopedJob(j, cluster) // jitter.go
 		d := newDuty(j.ID, cluster, ctx)
 		key := d.id
 		js := &jobState{job: j, sched: j.Schedule, duty: d}
@@ -158,7 +159,7 @@ func (r *Runner) AddCluster(cluster string, ctx context.Context) {
 		js.status.Since = now
 		// A fixed-delay duty's first fire is spread (slots.go): nearly at
 		// once for a few clusters, over up to its interval for many.
-		due := now.Add(r.o.DutySpread(key, js.sched.Every, len(r.clusters.owned)*len(r.clusters.templates)))
+		due := now.Add(r.o.DutySpread(key, js.sched.Every, len(r.clusters.owned)*len(r.clusters.templates)) + js.sched.Offset())
 		if js.sched.IsCron() {
 			due = js.sched.Next(now)
 		}

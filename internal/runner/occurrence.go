@@ -40,7 +40,8 @@ func nominalSlack(s jobs.Schedule, t time.Time) time.Duration {
 
 // The due times ("grid") of an installation job on the shared schedule,
 // after the end of its last run: end + k × every (k >= 1), or the cron
-// times after end. Every replica computes the same from the same end.
+// times after end; with a jitter offset (jitter.go), end + offset + k ×
+// every, or the shifted cron times. Every replica computes the same from the same end.
 
 // gridLast is the latest due time after end that is at or before t (zero:
 // none).
@@ -50,8 +51,9 @@ func gridLast(s jobs.Schedule, end, t time.Time) time.Time {
 		return time.Time{}
 	}
 	if !s.IsCron() {
-		k := t.Sub(end) / s.Every
-		return end.Add(k * s.Every)
+		a := end.Add(s.Offset()) // a jittered fixed delay's grid (jitter.go)
+		k := t.Sub(a) / s.Every
+		return a.Add(k * s.Every)
 	}
 	d := first
 	for i := 0; i < maxGridSteps; i++ {
@@ -70,8 +72,12 @@ func gridNext(s jobs.Schedule, end, t time.Time) time.Time {
 		return s.Next(end)
 	}
 	if !s.IsCron() {
-		k := t.Sub(end)/s.Every + 1
-		return end.Add(k * s.Every)
+		a := end.Add(s.Offset()) // a jittered fixed delay's grid (jitter.go)
+		if t.Before(a) {
+			return s.Next(end)
+		}
+		k := t.Sub(a)/s.Every + 1
+		return a.Add(k * s.Every)
 	}
 	return s.Next(t)
 }
@@ -132,6 +138,9 @@ type occurrence struct {
 	end          time.Time // zero: never ran, or not read
 	dbNow        time.Time
 	readNow      time.Time // r.now() at the read
+	// retry: the nominal time a retry of a held lock tries again
+	// (deadline_skip.go).
+	retry time.Time
 	// prevEnd: for a triggered run, the end its job's due times counted
 	// from before the trigger (a shared job's last end anywhere, another
 	// job's last end here; zero: none), so that the due times the run
@@ -173,6 +182,9 @@ func (r *Runner) nominalFor(js *jobState, sched jobs.Schedule, fire time.Time, o
 		return
 	case !o.startNominal.IsZero():
 		o.nominal = o.startNominal
+		return
+	case !o.retry.IsZero():
+		o.nominal = o.retry
 		return
 	case js.shared && o.onGrid():
 		if c := sched.Next(o.end); c.After(js.accounted) {
@@ -547,7 +559,7 @@ func (r *Runner) missedDutiesLocked(cluster string, now time.Time) {
 			if tr.Anchor.IsZero() {
 				continue
 			}
-			recs, _, _ := stretchRecords(j.Schedule, tr.Anchor, now.Add(-time.Nanosecond), tr, true, false)
+			recs, _, _ := stretchRecords(j.Schedule.ForScope(j.ID, cluster), tr.Anchor, now.Add(-time.Nanosecond), tr, true, false)
 			for _, rec := range recs {
 				rec.JobID, rec.ScopeKey, rec.ReplicaID = j.ID, cluster, r.o.ReplicaID
 				or.PutOccurrence(rec)

@@ -151,6 +151,10 @@ func (r *Runner) giveBack(l Lock, js *jobState, sched jobs.Schedule) {
 // skipHeldElsewhere records a tick whose lock another holder has, and
 // reschedules js.
 func (r *Runner) skipHeldElsewhere(js *jobState, sched jobs.Schedule, occ occurrence, now time.Time) {
+	retried, reason := r.retryHeld(js, sched, occ, now) // a start deadline tries again before it (deadline_skip.go)
+	if retried {
+		return
+	}
 	r.mu.Lock()
 	js.status.SkippedElsewhere++
 	js.status.LastSkippedElsewhereAt = &now
@@ -160,7 +164,7 @@ func (r *Runner) skipHeldElsewhere(js *jobState, sched jobs.Schedule, occ occurr
 	// Written unless the holder is a live replica (the store reads
 	// the holder): a Java node's tick, or a dead replica's lock.
 	r.skipHeld(js, sched, occ, jobs.OccurrenceRecord{NominalAt: occ.nominal, Outcome: jobs.OccurrenceSkipped,
-		Reason: jobs.ReasonHeldElsewhere, LockName: js.job.LockName()})
+		Reason: reason, LockName: js.job.LockName()})
 	next := sched.Next(now)
 	if js.shared && occ.onGrid() {
 		// The fallback stays on the installation's due times, so

@@ -204,6 +204,9 @@ type jobState struct {
 	// that started before heldBefore ended meanwhile (occurrence.go); r.mu.
 	heldSkip   *jobs.OccurrenceRecord
 	heldBefore time.Time
+	// retryAt and retryNominal: the next try of a held lock before the
+	// start deadline, and the nominal time it tries (deadline_skip.go); r.mu.
+	retryAt, retryNominal time.Time
 	// staleLock is a lock whose unlock failed after its run ended (the
 	// database was read-only or unreachable, as in a failover): the next
 	// tick releases it before it takes the lock again, so the job does not
@@ -266,6 +269,7 @@ func New(o Options) (*Runner, error) {
 			}
 			lockOwner[j.LockName()] = j.ID
 		}
+		j = scopedJob(j, jobScopeKey(j, o.ReplicaID)) // jitter.go
 		r.jobs[j.ID] = &jobState{job: j, sched: j.Schedule,
 			shared: j.Scope == jobs.ScopeInstallation && o.Schedules != nil}
 	}
@@ -403,9 +407,9 @@ func (r *Runner) Start(ctx context.Context) error {
 		case js.sched.IsCron():
 			due = js.sched.Next(now)
 		default:
-			due = now.Add(r.o.InitialDelay(js.job.Job))
+			due = now.Add(r.initialDelay(js))
 		}
-		r.push(js, due)
+		r.push(js, jitterStart(js.sched, due, now)) // jitter.go
 		r.putStatusLocked(js)
 	}
 	r.mu.Unlock()
@@ -745,6 +749,7 @@ func (r *Runner) ScheduleChanged(id string) {
 		// The due time as this replica's timers count, from the database's
 		// now of the same read.
 		due := jobs.LocalDue(jobs.DueAfter(js.sched, end, dbNow, jobs.MissedRunOnce), dbNow, r.now())
+		due = jitterStart(js.sched, due, r.now()) // a fixed delay's jitter delays a run at once (jitter.go)
 		if d := due.Sub(js.due); d > -time.Millisecond && d < time.Millisecond {
 			return
 		}
@@ -941,6 +946,7 @@ func (r *Runner) tick(js *jobState, fire time.Time, forced bool) {
 	// that does not run (paused, moved by the shared schedule) drops it.
 	startNominal := js.startNominal
 	js.startNominal = time.Time{}
+	retry := r.takeRetry(js, fire) // deadline_skip.go
 	if err != nil {
 		r.log.Warn("runner: read job setting; using the last known", "job_id", js.job.ID, "error", err)
 	}
@@ -973,7 +979,7 @@ func (r *Runner) tick(js *jobState, fire time.Time, forced bool) {
 	// since this timer was set (its bus signal lost or late) moves the due
 	// time, and this replica does not even try the lock. A read that fails
 	// leaves the decision to the lock, as without a shared schedule.
-	occ := occurrence{triggered: forced, startNominal: startNominal}
+	occ := occurrence{triggered: forced, startNominal: startNominal, retry: retry}
 	if js.shared && !forced {
 		ctx, cancel := context.WithTimeout(r.runsCtx, settingsTimeout)
 		end, started, dbNow, err := r.loadRun(ctx, js)
@@ -1001,6 +1007,9 @@ func (r *Runner) tick(js *jobState, fire time.Time, forced bool) {
 		return
 	}
 	r.nominalFor(js, sched, fire, &occ)
+	if r.skipPastDeadline(js, sched, occ) { // deadline_skip.go
+		return
+	}
 	r.run(js, sched, fire, occ)
 }
 

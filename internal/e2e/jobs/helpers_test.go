@@ -86,6 +86,10 @@ type jobConf struct {
 	Env map[string]string `yaml:"env,omitempty"`
 	// CatchUp is catch_up: {max, within} (missed: catch-up).
 	CatchUp map[string]string `yaml:"catch_up,omitempty"`
+
+	// Jitter and Deadline are jitter: and deadline: (jitter_test.go).
+	Jitter   string `yaml:"jitter,omitempty"`
+	Deadline string `yaml:"deadline,omitempty"`
 }
 
 type runConf struct {
