@@ -29,7 +29,7 @@ func checkConfigDrift(ctx context.Context, e *env) Result {
 	}
 	return Result{Status: Warn,
 		Detail: fmt.Sprintf("%s with live replicas that disagree: %s", plural(len(ds), "job", "jobs"), list(items)),
-		Hint: fmt.Sprintf("studioctl jobs diff %s shows the values; give every replica the same configuration and restart those that differ", ds[0].Job)}
+		Hint:   fmt.Sprintf("studioctl jobs diff %s shows the values; give every replica the same configuration and restart those that differ", ds[0].Job)}
 }
 
 // driftSummary says how the replicas of one job disagree: "defined on a,
