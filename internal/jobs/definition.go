@@ -18,6 +18,14 @@ import (
 // changes the digest of no job that does not use it.
 type Definition map[string]string
 
+// PublishedDefinition is one job's definition as a replica publishes it
+// (internal/jobstore's PublishDefinitions).
+type PublishedDefinition struct {
+	JobID      string // a per-cluster job's own id, never a duty's key
+	Definition Definition
+	Builtin    bool // declared in code (studio-housekeeping): not compared
+}
+
 // DefinitionField is one field of a definition: its name (the key in the
 // published JSON and the FIELD of jobs diff), the value shown when a
 // definition leaves it out, and how it is read from a job.

@@ -29,13 +29,6 @@ import (
 	"github.com/studioctl/studioctl/internal/liveness"
 )
 
-// PublishedDefinition is one job's definition as a replica publishes it.
-type PublishedDefinition struct {
-	JobID      string // a per-cluster job's own id, never a duty's key
-	Definition jobs.Definition
-	Builtin    bool
-}
-
 // publishDefinitionsSQL replaces replica $1's definitions with the jobs
 // $2, digests $3, definitions $4 (JSON text) and built-in flags $5, in one
 // statement.
@@ -49,12 +42,12 @@ ON CONFLICT (replica_id, job_id) DO UPDATE SET digest = EXCLUDED.digest, definit
 
 // PublishDefinitions replaces this replica's published definitions with
 // defs (its configuration's jobs).
-func (s *Store) PublishDefinitions(ctx context.Context, defs []PublishedDefinition) error {
+func (s *Store) PublishDefinitions(ctx context.Context, defs []jobs.PublishedDefinition) error {
 	return PublishDefinitions(ctx, s.q, s.replicaID, defs)
 }
 
 // PublishDefinitions is Store.PublishDefinitions for replica.
-func PublishDefinitions(ctx context.Context, q Querier, replica string, defs []PublishedDefinition) error {
+func PublishDefinitions(ctx context.Context, q Querier, replica string, defs []jobs.PublishedDefinition) error {
 	ids, digests, texts, builtin := make([]string, 0, len(defs)), make([]string, 0, len(defs)), make([]string, 0, len(defs)), make([]bool, 0, len(defs))
 	for _, d := range defs {
 		ids, digests = append(ids, d.JobID), append(digests, d.Definition.Digest())

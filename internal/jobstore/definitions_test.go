@@ -19,7 +19,7 @@ func def(fields ...string) jobs.Definition {
 	return d
 }
 
-func publish(t testing.TB, pool *pgxpool.Pool, replica string, defs ...jobstore.PublishedDefinition) {
+func publish(t testing.TB, pool *pgxpool.Pool, replica string, defs ...jobs.PublishedDefinition) {
 	t.Helper()
 	if err := jobstore.PublishDefinitions(t.Context(), pool, replica, defs); err != nil {
 		t.Fatal(err)
@@ -49,11 +49,11 @@ func TestLiveReplicasThatPublishTheSameDefinitionsAgree(t *testing.T) {
 	pool, _ := newPool(t)
 	insertReplica(t, pool, "a", "ready", 0)
 	insertReplica(t, pool, "b", "ready", 0)
-	hk := jobstore.PublishedDefinition{JobID: jobs.HousekeepingID, Definition: def("schedule", "every 1m"), Builtin: true}
-	publish(t, pool, "a", jobstore.PublishedDefinition{JobID: "nightly", Definition: def()}, hk)
+	hk := jobs.PublishedDefinition{JobID: jobs.HousekeepingID, Definition: def("schedule", "every 1m"), Builtin: true}
+	publish(t, pool, "a", jobs.PublishedDefinition{JobID: "nightly", Definition: def()}, hk)
 	// b is another version: its built-in job differs, which is not drift.
 	hk.Definition = def("schedule", "every 2m")
-	publish(t, pool, "b", jobstore.PublishedDefinition{JobID: "nightly", Definition: def()}, hk)
+	publish(t, pool, "b", jobs.PublishedDefinition{JobID: "nightly", Definition: def()}, hk)
 	if got := drifted(t, pool); len(got) != 0 {
 		t.Fatalf("drifted %v, want none", got)
 	}
@@ -71,9 +71,9 @@ func TestReplicasThatDisagreeShowTheFieldsThatDiffer(t *testing.T) {
 	insertReplica(t, pool, "a", "ready", 0)
 	insertReplica(t, pool, "b", "draining", 0) // still live: it still runs its jobs
 	insertReplica(t, pool, "c", "ready", 0)
-	publish(t, pool, "a", jobstore.PublishedDefinition{JobID: "nightly", Definition: def()})
-	publish(t, pool, "b", jobstore.PublishedDefinition{JobID: "nightly", Definition: def("schedule", "every 1h", "timeout", "3h")})
-	publish(t, pool, "c", jobstore.PublishedDefinition{JobID: "nightly", Definition: def()})
+	publish(t, pool, "a", jobs.PublishedDefinition{JobID: "nightly", Definition: def()})
+	publish(t, pool, "b", jobs.PublishedDefinition{JobID: "nightly", Definition: def("schedule", "every 1h", "timeout", "3h")})
+	publish(t, pool, "c", jobs.PublishedDefinition{JobID: "nightly", Definition: def()})
 	if got := drifted(t, pool); !reflect.DeepEqual(got, []string{"nightly"}) {
 		t.Fatalf("drifted %v, want [nightly]", got)
 	}
@@ -97,7 +97,7 @@ func TestReplicasThatDisagreeShowTheFieldsThatDiffer(t *testing.T) {
 	if _, err := pool.Exec(t.Context(), `UPDATE studio_replica SET state = 'ready', heartbeat_at = now() WHERE id = 'b'`); err != nil {
 		t.Fatal(err)
 	}
-	publish(t, pool, "b", jobstore.PublishedDefinition{JobID: "nightly", Definition: def()})
+	publish(t, pool, "b", jobs.PublishedDefinition{JobID: "nightly", Definition: def()})
 	if got := drifted(t, pool); len(got) != 0 {
 		t.Fatalf("drifted %v after b published the same definition, want none", got)
 	}
@@ -109,9 +109,9 @@ func TestAJobGoneFromOneLiveReplicasConfigurationIsDrift(t *testing.T) {
 	insertReplica(t, pool, "a", "ready", 0)
 	insertReplica(t, pool, "b", "ready", 0)
 	insertReplica(t, pool, "gone", "stopped", time.Minute)
-	publish(t, pool, "a", jobstore.PublishedDefinition{JobID: "nightly", Definition: def()}, jobstore.PublishedDefinition{JobID: "old", Definition: def()})
-	publish(t, pool, "b", jobstore.PublishedDefinition{JobID: "nightly", Definition: def()})
-	publish(t, pool, "gone", jobstore.PublishedDefinition{JobID: "nightly", Definition: def("schedule", "every 5m")})
+	publish(t, pool, "a", jobs.PublishedDefinition{JobID: "nightly", Definition: def()}, jobs.PublishedDefinition{JobID: "old", Definition: def()})
+	publish(t, pool, "b", jobs.PublishedDefinition{JobID: "nightly", Definition: def()})
+	publish(t, pool, "gone", jobs.PublishedDefinition{JobID: "nightly", Definition: def("schedule", "every 5m")})
 	if got := drifted(t, pool); !reflect.DeepEqual(got, []string{"old"}) {
 		t.Fatalf("drifted %v, want [old] (a stopped replica is not compared)", got)
 	}
@@ -131,7 +131,7 @@ func TestAReplicaThatPublishesNoDefinitionIsUnknownNotDrift(t *testing.T) {
 	pool, _ := newPool(t)
 	insertReplica(t, pool, "new", "ready", 0)
 	insertReplica(t, pool, "old", "ready", 0) // a version before migration 00015
-	publish(t, pool, "new", jobstore.PublishedDefinition{JobID: "nightly", Definition: def()})
+	publish(t, pool, "new", jobs.PublishedDefinition{JobID: "nightly", Definition: def()})
 	statusOf(t, pool, "new", "nightly")
 	statusOf(t, pool, "old", "nightly", "legacy")
 	if got := drifted(t, pool); len(got) != 0 {
@@ -161,8 +161,8 @@ func TestAPerClusterJobIsComparedByItsDefinitionNotByWhoOwnsTheCluster(t *testin
 	statusOf(t, pool, "a", "sync@c1")
 	duty := def("scope", "instance", "clusters", "owned")
 	delete(duty, "lock")
-	publish(t, pool, "a", jobstore.PublishedDefinition{JobID: "sync", Definition: duty})
-	publish(t, pool, "b", jobstore.PublishedDefinition{JobID: "sync", Definition: duty})
+	publish(t, pool, "a", jobs.PublishedDefinition{JobID: "sync", Definition: duty})
+	publish(t, pool, "b", jobs.PublishedDefinition{JobID: "sync", Definition: duty})
 	if got := drifted(t, pool); len(got) != 0 {
 		t.Fatalf("drifted %v, want none", got)
 	}
@@ -171,7 +171,7 @@ func TestAPerClusterJobIsComparedByItsDefinitionNotByWhoOwnsTheCluster(t *testin
 		t.Fatalf("AddDrift: %v, %+v", err, views)
 	}
 	// b's definition changes: the duty's view says drift.
-	publish(t, pool, "b", jobstore.PublishedDefinition{JobID: "sync", Definition: def("scope", "instance", "clusters", "owned", "timeout", "1m")})
+	publish(t, pool, "b", jobs.PublishedDefinition{JobID: "sync", Definition: def("scope", "instance", "clusters", "owned", "timeout", "1m")})
 	if err := jobstore.AddDrift(t.Context(), pool, views); err != nil || !views[0].Drift || views[1].Drift {
 		t.Fatalf("AddDrift: %v, %+v; want sync@c1 drifted", err, views)
 	}
@@ -185,8 +185,8 @@ func TestHousekeepingDropsTheDefinitionsOfLongGoneReplicas(t *testing.T) {
 	pool, _ := newPool(t)
 	insertReplica(t, pool, "a", "ready", 0)
 	insertReplica(t, pool, "old", "stopped", jobstore.ForgetStoppedAfter+time.Hour)
-	publish(t, pool, "a", jobstore.PublishedDefinition{JobID: "nightly", Definition: def()})
-	publish(t, pool, "old", jobstore.PublishedDefinition{JobID: "nightly", Definition: def()})
+	publish(t, pool, "a", jobs.PublishedDefinition{JobID: "nightly", Definition: def()})
+	publish(t, pool, "old", jobs.PublishedDefinition{JobID: "nightly", Definition: def()})
 	if _, _, _, err := jobstore.Housekeep(t.Context(), pool); err != nil {
 		t.Fatal(err)
 	}

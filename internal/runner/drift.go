@@ -7,7 +7,6 @@ import (
 
 	"github.com/studioctl/studioctl/internal/db"
 	"github.com/studioctl/studioctl/internal/jobs"
-	"github.com/studioctl/studioctl/internal/jobstore"
 )
 
 // DefinitionPublisher is what a Recorder may also do (jobstore.Store
@@ -15,7 +14,7 @@ import (
 // declares, replacing what its replica id published before (issue 24
 // part 7, configuration drift between replicas).
 type DefinitionPublisher interface {
-	PublishDefinitions(ctx context.Context, defs []jobstore.PublishedDefinition) error
+	PublishDefinitions(ctx context.Context, defs []jobs.PublishedDefinition) error
 }
 
 // definitions are the effective definitions of the jobs this runner
@@ -23,18 +22,18 @@ type DefinitionPublisher interface {
 // owns), by id, with secrets scrubbed as in a run's output
 // (Options.Secrets, db.ScrubText). The configuration does not change
 // while the runner runs, so they are computed and published once.
-func (r *Runner) definitions() []jobstore.PublishedDefinition {
+func (r *Runner) definitions() []jobs.PublishedDefinition {
 	scrub := func(s string) string { return db.ScrubText(s, r.o.Secrets...) }
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make([]jobstore.PublishedDefinition, 0, len(r.jobs)+len(r.clusters.templates))
+	out := make([]jobs.PublishedDefinition, 0, len(r.jobs)+len(r.clusters.templates))
 	for _, js := range r.jobs {
-		out = append(out, jobstore.PublishedDefinition{JobID: js.job.ID, Definition: jobs.DefinitionOf(js.job.Job, scrub), Builtin: js.job.Builtin})
+		out = append(out, jobs.PublishedDefinition{JobID: js.job.ID, Definition: jobs.DefinitionOf(js.job.Job, scrub), Builtin: js.job.Builtin})
 	}
 	for _, j := range r.clusters.templates {
-		out = append(out, jobstore.PublishedDefinition{JobID: j.ID, Definition: jobs.DefinitionOf(j.Job, scrub), Builtin: j.Builtin})
+		out = append(out, jobs.PublishedDefinition{JobID: j.ID, Definition: jobs.DefinitionOf(j.Job, scrub), Builtin: j.Builtin})
 	}
-	slices.SortFunc(out, func(a, b jobstore.PublishedDefinition) int { return strings.Compare(a.JobID, b.JobID) })
+	slices.SortFunc(out, func(a, b jobs.PublishedDefinition) int { return strings.Compare(a.JobID, b.JobID) })
 	return out
 }
 
