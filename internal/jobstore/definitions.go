@@ -31,14 +31,19 @@ import (
 
 // publishDefinitionsSQL replaces replica $1's definitions with the jobs
 // $2, digests $3, definitions $4 (JSON text) and built-in flags $5, in one
-// statement.
+// statement. A row whose digest did not change is not written again (a
+// restart with the same configuration writes nothing): published_at is
+// when the definition was first published as it is. NOT IN over the
+// unnested ids is a hashed anti-join; "<> ALL($2)" compared every row with
+// every id (1 s for 10,000 jobs).
 const publishDefinitionsSQL = `
-WITH gone AS (DELETE FROM studio_job_definition WHERE replica_id = $1 AND NOT (job_id = ANY($2::text[])))
+WITH gone AS (DELETE FROM studio_job_definition WHERE replica_id = $1 AND job_id NOT IN (SELECT unnest($2::text[])))
 INSERT INTO studio_job_definition (replica_id, job_id, digest, definition, builtin, published_at)
 SELECT $1, t.job_id, t.digest, t.definition::jsonb, t.builtin, now()
 FROM unnest($2::text[], $3::text[], $4::text[], $5::boolean[]) AS t(job_id, digest, definition, builtin)
 ON CONFLICT (replica_id, job_id) DO UPDATE SET digest = EXCLUDED.digest, definition = EXCLUDED.definition,
-  builtin = EXCLUDED.builtin, published_at = EXCLUDED.published_at`
+  builtin = EXCLUDED.builtin, published_at = EXCLUDED.published_at
+WHERE (studio_job_definition.digest, studio_job_definition.builtin) IS DISTINCT FROM (EXCLUDED.digest, EXCLUDED.builtin)`
 
 // PublishDefinitions replaces this replica's published definitions with
 // defs (its configuration's jobs).
