@@ -50,7 +50,7 @@ $$;
 -- The inspector: every list, show and status command, with SELECT only.
 GRANT SELECT ON shedlock, studio_replica, cluster_lease, studio_job_status, studio_job_run,
     studio_job_setting, studio_audit, studio_request, studio_job_schedule, studio_event, goose_db_version,
-    studio_occurrence, studio_occurrences, studio_duty_end, studio_fence, studio_backfill
+    studio_occurrence, studio_occurrences, studio_duty_end, studio_fence, studio_backfill, studio_job_definition
     TO studio_inspector;
 -- jobs overdue, doctor's overdue_jobs, a monitor's query (migration 00011):
 -- it runs with the caller's rights and reads only the tables above (so
@@ -113,6 +113,9 @@ GRANT SELECT, INSERT, UPDATE ON studio_duty_end TO studio_replica;
 -- each lock's fencing token (migration 00017), advanced in the statement
 -- that takes the lock.
 GRANT SELECT, INSERT, UPDATE ON studio_fence TO studio_replica;
+-- each replica's job definitions (migration 00015): replaced at each
+-- start; housekeeping removes those of gone replicas.
+GRANT SELECT, INSERT, UPDATE, DELETE ON studio_job_definition TO studio_replica;
 -- studio_job_overdue_seconds (/metrics): the overdue jobs, as the
 -- inspector reads them (its tables are granted above).
 GRANT EXECUTE ON FUNCTION studio_overdue_jobs(interval) TO studio_replica;

@@ -17,8 +17,8 @@ func TestDoctorHelpListsEveryCheck(t *testing.T) {
 	a := &app{stdin: strings.NewReader(""), stdout: &bytes.Buffer{}, stderr: &bytes.Buffer{}, getenv: func(string) string { return "" }, now: time.Now}
 	long := newDoctorCmd(a, nil).Long
 	names := doctor.Names()
-	if len(names) != 16 {
-		t.Errorf("doctor.Names() has %d checks, want 16", len(names))
+	if len(names) != 17 {
+		t.Errorf("doctor.Names() has %d checks, want 17", len(names))
 	}
 	flat := strings.Join(strings.Fields(long), " ")
 	for _, n := range names {

@@ -126,6 +126,7 @@ func TestJobsVerbsParseTheirFlags(t *testing.T) {
 	set, trigger, forget := verb(newJobsSetCmd), verb(newJobsTriggerCmd), verb(newJobsForgetCmd)
 	out, occ := verb(newJobsOutputCmd), verb(newJobsOccurrencesCmd)
 	why, overdueVerb := verb(newJobsWhyCmd), verb(newJobsOverdueCmd)
+	diff := verb(newJobsDiffCmd)
 	yes, no := true, false
 	cronSched, err := jobs.ParseCron("30 3 * * *")
 	if err != nil {
@@ -220,6 +221,10 @@ func TestJobsVerbsParseTheirFlags(t *testing.T) {
 		{name: "overdue --grace a word", parse: overdueVerb, args: []string{"--grace", "soon"}, wantErr: `--grace: "soon"`},
 		{name: "overdue --grace a number without a unit", parse: overdueVerb, args: []string{"--grace", "60"}, wantErr: "--grace"},
 		{name: "overdue takes no argument", parse: overdueVerb, args: []string{"report"}, wantErr: `unexpected argument "report"`},
+		{name: "diff of one job", parse: diff, args: []string{"report"}, want: &jobsDiffOptions{ID: "report"}},
+		{name: "diff needs an id", parse: diff, wantErr: "missing argument ID"},
+		{name: "diff takes one id", parse: diff, args: []string{"report", "sweep"}, wantErr: `unexpected argument "sweep"`},
+		{name: "diff of a duty's key", parse: diff, args: []string{"sync@eu-1"}, wantErr: `give the job's id`},
 	})
 }
 

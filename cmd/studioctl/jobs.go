@@ -57,6 +57,7 @@ Jobs are declared in the config file:
 	cmd.AddCommand(newJobsOutputCmd(a, nil))
 	cmd.AddCommand(newJobsOccurrencesCmd(a, nil), newJobsWhyCmd(a, nil), newJobsOverdueCmd(a, nil))
 	cmd.AddCommand(newJobsBackfillCmd(a, nil)) // jobs_backfill.go
+	cmd.AddCommand(newJobsDiffCmd(a, nil))
 	return cmd
 }
 
@@ -81,6 +82,15 @@ func healthTone(h jobs.Health) output.Tone {
 	}
 }
 
+// healthCell is the HEALTH column: the health, and " (drift)" when the
+// live replicas' definitions of the job disagree (jobs diff shows how).
+func healthCell(v jobstore.View) output.Cell {
+	if v.Drift {
+		return output.Cell{Text: string(v.Health) + " (drift)", Tone: output.Warn}
+	}
+	return output.Cell{Text: string(v.Health), Tone: healthTone(v.Health)}
+}
+
 func outcomeTone(o jobs.Outcome) output.Tone {
 	switch {
 	case o == jobs.OutcomeSucceeded:
@@ -101,9 +111,8 @@ func jobRow(p *output.Printer, v jobstore.View) []output.Cell {
 	lastDue, skips, misses, lastDueAt := occurrenceCells(p, v.Occurrences)
 	sched, jitter, deadline := jobs.SplitOptions(v.Schedule)
 	return []output.Cell{
-		{Text: v.ID}, {Text: string(v.Scope)}, {Text: sched}, {Text: durationCell(jitter)}, {Text: durationCell(deadline)},
-		{Text: string(v.Health), Tone: healthTone(v.Health)},
-		{Text: p.TimePtr(v.LastStartedAt)}, {Text: string(v.LastOutcome), Tone: outcomeTone(v.LastOutcome)}, {Text: v.LastReplica},
+		{Text: v.ID}, {Text: string(v.Scope)}, {Text: sched}, {Text: durationCell(jitter)}, {Text: durationCell(deadline)}, healthCell(v),
+				{Text: p.TimePtr(v.LastStartedAt)}, {Text: string(v.LastOutcome), Tone: outcomeTone(v.LastOutcome)}, {Text: v.LastReplica},
 		{Text: p.TimePtr(v.NextFireAt)}, {Text: strconv.FormatInt(v.Runs, 10)}, {Text: strconv.FormatInt(v.Failures, 10)},
 		lastDue, skips, misses, lastDueAt,
 		{Text: strconv.FormatInt(v.Timeouts, 10)}, {Text: strconv.FormatInt(v.LockLost, 10)}, {Text: strconv.FormatInt(v.Overruns, 10)},
@@ -154,6 +163,9 @@ func jobViews(ctx context.Context, d deps, id string) ([]jobstore.View, []jobsto
 	}
 	views := jobstore.Merge(rows, now)
 	if err := jobstore.AddOccurrenceSummaries(ctx, pool, views); err != nil {
+		return nil, nil, now, err
+	}
+	if err := jobstore.AddDrift(ctx, pool, views); err != nil {
 		return nil, nil, now, err
 	}
 	return views, rows, now, nil

@@ -49,6 +49,7 @@ const (
 	CheckStalledJobs      = "stalled_jobs"
 	CheckNearTimeout      = "near_timeout"
 	CheckOverdueJobs      = "overdue_jobs"
+	CheckConfigDrift      = "config_drift"
 )
 
 // Thresholds (docs/doctor.md says why each is what it is).
@@ -175,6 +176,7 @@ var checks = []check{
 	{name: CheckStalledJobs, tables: []string{"studio_job_status", "studio_job_run", "studio_replica"}, run: checkStalledJobs},
 	{name: CheckNearTimeout, tables: []string{"studio_job_status", "studio_job_run", "studio_replica"}, run: checkNearTimeout},
 	{name: CheckOverdueJobs, tables: []string{"studio_job_status", "studio_job_run", "studio_replica"}, run: checkOverdueJobs},
+	{name: CheckConfigDrift, tables: []string{"studio_job_definition", "studio_replica"}, run: checkConfigDrift},
 }
 
 // Names lists the check names in the order Run reports them.
@@ -187,7 +189,7 @@ func Names() []string {
 }
 
 // studioTables are the tables whose existence Run looks up once.
-var studioTables = []string{"studio_replica", "studio_job_run", "studio_job_status", "cluster_lease", "studio_job_schedule"}
+var studioTables = []string{"studio_replica", "studio_job_run", "studio_job_status", "cluster_lease", "studio_job_schedule", "studio_job_definition"}
 
 // Run runs every check and returns one result per check, in order. A
 // check that cannot run reports skip; one whose query fails reports fail.

@@ -123,7 +123,7 @@ func TestAHealthyDatabaseIsAllOK(t *testing.T) {
 		t.Error("Failed is not empty")
 	}
 	if !slices.Equal(Names(), []string{"database", "schema", "clock", "tls", "pooler", "bus", "shedlock_table", "stale_locks", "unknown_holders",
-		"crashed_replicas", "starting_replicas", "leases", "failing_jobs", "stalled_jobs", "near_timeout", "overdue_jobs"}) {
+		"crashed_replicas", "starting_replicas", "leases", "failing_jobs", "stalled_jobs", "near_timeout", "overdue_jobs", "config_drift"}) {
 		t.Errorf("check names changed: %v", Names())
 	}
 }
@@ -729,5 +729,42 @@ func TestOverdueJobsCheckWithoutTheFunction(t *testing.T) {
 	r := f.run()[CheckOverdueJobs]
 	if r.Status != Skip || !strings.Contains(r.Detail, "studio_overdue_jobs") || !strings.Contains(r.Hint, "migrate up") {
 		t.Fatalf("got %+v, want skip naming the function and migrate up", r)
+	}
+}
+
+// config_drift: live replicas that published different definitions of a
+// job, or one that no longer declares it (migration 00015); a stopped
+// replica and one that publishes nothing (an older version) are not
+// compared.
+func TestConfigDriftCheck(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, true)
+	f.exec(liveReplica, "web-1")
+	f.exec(liveReplica, "web-2")
+	f.exec(liveReplica, "web-old") // publishes nothing
+	f.exec(stoppedReplica, "web-gone")
+	const publish = `INSERT INTO studio_job_definition (replica_id, job_id, digest, definition) VALUES ($1, $2, $3, $4::jsonb)
+ON CONFLICT (replica_id, job_id) DO UPDATE SET digest = EXCLUDED.digest, definition = EXCLUDED.definition`
+	f.exec(publish, "web-1", "nightly", "d30", `{"schedule": "every 30m", "timeout": "1h30m"}`)
+	f.exec(publish, "web-2", "nightly", "d30", `{"schedule": "every 30m", "timeout": "1h30m"}`)
+	f.exec(publish, "web-gone", "nightly", "d5", `{"schedule": "every 5m", "timeout": "15m"}`)
+	f.expect(CheckConfigDrift, OK, "the live replicas agree on every job's definition")
+	f.exec(publish, "web-2", "nightly", "d1h", `{"schedule": "every 1h", "timeout": "3h"}`)
+	f.exec(publish, "web-1", "old", "x", `{"schedule": "every 1m"}`)
+	r := f.expect(CheckConfigDrift, Warn,
+		"2 jobs with live replicas that disagree: nightly: schedule, timeout differ between web-1, web-2; old: defined on web-1, absent on web-2")
+	if !strings.Contains(r.Hint, "studioctl jobs diff nightly") {
+		t.Errorf("hint %q does not name jobs diff", r.Hint)
+	}
+}
+
+// A database before migration 00015: config_drift says skip.
+func TestConfigDriftCheckWithoutTheTable(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, true)
+	f.exec(`DROP TABLE studio_job_definition`)
+	r := f.run()[CheckConfigDrift]
+	if r.Status != Skip || !strings.Contains(r.Detail, "studio_job_definition") || !strings.Contains(r.Hint, "migrate up") {
+		t.Fatalf("got %+v, want skip naming the table and migrate up", r)
 	}
 }

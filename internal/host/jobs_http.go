@@ -32,6 +32,7 @@ func (h *Host) serveJobs(w http.ResponseWriter, r *http.Request) {
 				views[i].Occurrences = nil
 			}
 		}
+		_ = jobstore.AddDrift(ctx, h.pool, views) // drift: the live replicas disagree (false when unread)
 		cancel()
 	}
 	out := make([]jobstore.ViewJSON, 0, len(views))

@@ -261,6 +261,8 @@ WITH gone AS (
   WHERE coalesce(r.stopped_at, r.heartbeat_at) < now() - make_interval(secs => $1) AND NOT `+liveness.LiveSQL("r")+`
   RETURNING r.id),
 status AS (DELETE FROM studio_job_status s USING gone WHERE s.replica_id = gone.id RETURNING 1)
+-- a gone replica's published job definitions (migration 00015, definitions.go)
+, defs AS (DELETE FROM studio_job_definition d USING gone WHERE d.replica_id = gone.id RETURNING 1)
 SELECT count(*) FROM gone`, ForgetStoppedAfter.Seconds()).Scan(&p.Dropped)
 	if err != nil {
 		return p, fmt.Errorf("drop long-stopped replicas: %w", err)
@@ -277,6 +279,11 @@ SELECT count(*) FROM gone`, ForgetStoppedAfter.Seconds()).Scan(&p.Dropped)
   AND NOT EXISTS (SELECT 1 FROM studio_replica r WHERE r.id = s.replica_id)`, ForgetStoppedAfter.Seconds())
 	if err != nil {
 		return p, fmt.Errorf("drop status of forgotten replicas: %w", err)
+	}
+	_, err = q.Exec(ctx, `DELETE FROM studio_job_definition d WHERE d.published_at < now() - make_interval(secs => $1)
+  AND NOT EXISTS (SELECT 1 FROM studio_replica r WHERE r.id = d.replica_id)`, ForgetStoppedAfter.Seconds())
+	if err != nil {
+		return p, fmt.Errorf("drop job definitions of forgotten replicas: %w", err)
 	}
 	// The event stream (studio_event, docs/events.md): a client replays at
 	// most 1,000 missed events, so the table needs only the recent ones.

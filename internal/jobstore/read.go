@@ -92,6 +92,9 @@ type View struct {
 	// Occurrences is the newest occurrence and the skips and misses of the
 	// last 24 h (AddOccurrenceSummaries); nil when not read.
 	Occurrences *OccurrenceSummary
+	// Drift: the live replicas' definitions of the job disagree (AddDrift,
+	// definitions.go); false when not read.
+	Drift bool
 }
 
 // Merge builds one View per job from status rows. Rows of replicas that are
@@ -241,6 +244,9 @@ type ViewJSON struct {
 	LastOccurrence *LastOccurrenceJSON `json:"last_occurrence" yaml:"last_occurrence"`
 	Skipped24h     int64               `json:"skipped_24h" yaml:"skipped_24h"`
 	Missed24h      int64               `json:"missed_24h" yaml:"missed_24h"`
+	// Drift: the live replicas' definitions of the job disagree (issue 24
+	// part 7, docs/schedules.md "Drift between replicas").
+	Drift bool `json:"drift" yaml:"drift"`
 }
 
 // LastOccurrenceJSON is the stable shape of a job's newest occurrence.
@@ -279,6 +285,7 @@ func (v View) JSON() ViewJSON {
 	j.Schedule, j.TZ = jobs.SplitZone(v.Schedule)
 	_, jitter, deadline := jobs.SplitOptions(v.Schedule)
 	j.JitterSeconds, j.DeadlineSeconds = jitter.Seconds(), deadline.Seconds()
+	j.Drift = v.Drift
 	if o := v.Occurrences; o != nil {
 		j.Skipped24h, j.Missed24h = o.Skipped24h, o.Missed24h
 		if o.Last != nil {

@@ -347,6 +347,7 @@ func (r *Runner) Start(ctx context.Context) error {
 	if len(removed) > 0 {
 		r.log.Info("runner: removed the status of jobs the configuration no longer declares", "jobs", removed)
 	}
+	r.publishDefinitions(ctx) // configuration drift between replicas (drift.go)
 	prior, err := r.o.Store.LoadStatus(ctx)
 	if err != nil {
 		r.StartFailed()
