@@ -106,6 +106,11 @@ func TestStopEndsTheFiresWaitingForASlot(t *testing.T) {
 	eventually(t, "one run waiting for a slot", func() bool { return gaugeValue(gather(t, e.reg), "studio_runner_runs_waiting") == 1 })
 	stopped := make(chan struct{})
 	go func() { r.Stop(); close(stopped) }()
+	// Stop ends the wait before the run in progress ends. Finishing the
+	// run first (before the goroutine above ran, on a loaded machine) let
+	// the waiting fire take the slot and start: then Stop rightly waited
+	// for it, and the test failed for its own race.
+	eventually(t, "Stop to end the wait for a slot", func() bool { return gaugeValue(gather(t, e.reg), "studio_runner_runs_waiting") == 0 })
 	ft.finish(t, tasks.Result{}) // the run in progress ends; the waiting fire must not start
 	select {
 	case <-stopped:
