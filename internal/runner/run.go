@@ -28,14 +28,16 @@ func (r *Runner) run(js *jobState, sched jobs.Schedule, fire time.Time, occ occu
 	r.mu.Lock()
 	stopping := r.stopping || js.duty.over() // a duty's lease may have ended meanwhile
 	r.mu.Unlock()
+	// Nothing ran on these two paths: the lock goes back at once, without
+	// the minimum gap that would keep the tick from every other replica.
 	if stopping {
-		r.unlock(held.current(), js)
+		r.giveBack(held.current(), js, sched)
 		r.finish(js, time.Time{})
 		return
 	}
 	run, ok := r.begin(js, sched, occ)
 	if !ok {
-		r.unlock(held.current(), js)
+		r.giveBack(held.current(), js, sched)
 		return
 	}
 	timeout := js.job.TimeoutFor(sched)
@@ -59,6 +61,12 @@ type runLock struct {
 	mu   sync.Mutex
 	lock Lock          // nil once lost
 	end  *lockDeadline // deadline.go: the job shim's deadline
+	// atLeast is the minimum gap the lock was taken with, which each
+	// extension keeps: a live run's (jobs.LockAtLeastFor); zero for a
+	// catch-up's or a backfill's, whose locks must not outlast their runs
+	// (an extension with the live gap held a backfill's lock up to 5 min
+	// past its end, and the live tick then found it held and was lost).
+	atLeast time.Duration
 }
 
 // current is the lock held now, or nil.
@@ -107,7 +115,7 @@ func (r *Runner) acquire(js *jobState, sched jobs.Schedule, occ occurrence) (hel
 			return nil, false
 		}
 	}
-	return &runLock{lock: l, end: newLockDeadline(lockFrom, jobs.LockAtMostFor(sched))}, true
+	return &runLock{lock: l, end: newLockDeadline(lockFrom, jobs.LockAtMostFor(sched)), atLeast: jobs.LockAtLeastFor(sched)}, true
 }
 
 // endedMeanwhile reads the shared schedule again once the lock is held.
@@ -136,6 +144,9 @@ func (r *Runner) endedMeanwhile(js *jobState, sched jobs.Schedule) (next time.Ti
 // statements; this happens only when two replicas' ticks cross). If it
 // fails, the lock expires at its lockAtMostFor, as after a crash.
 func (r *Runner) giveBack(l Lock, js *jobState, sched jobs.Schedule) {
+	if l == nil {
+		return // an instance job holds none
+	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.runsCtx), lockStatementTimeout)
 	defer cancel()
 	next, err := l.Extend(ctx, jobs.LockAtMostFor(sched), 0)
@@ -270,7 +281,7 @@ func (r *Runner) keepAlive(wg *sync.WaitGroup, stop <-chan struct{}, runCtx cont
 			}
 			ctx, cancel := context.WithTimeout(runCtx, lockStatementTimeout)
 			from := time.Now()
-			next, err := held.current().Extend(ctx, jobs.LockAtMostFor(sched), jobs.LockAtLeastFor(sched))
+			next, err := held.current().Extend(ctx, jobs.LockAtMostFor(sched), held.atLeast)
 			cancel()
 			if err != nil {
 				if runCtx.Err() != nil {
