@@ -1,0 +1,118 @@
+package runner
+
+import (
+	"context"
+	"time"
+
+	"github.com/studioctl/studioctl/internal/jobs"
+)
+
+// Pause with a reason and an end (issue 24, part 6; docs/schedules.md,
+// "Pause with a reason and an end").
+//
+// A pause whose end has passed is over for this runner at once (pausedNow),
+// whether or not a replica has written the resume: every replica may have
+// been down at the end. Besides, each runner watches the ends of the pauses
+// its settings cache holds (watchPauseEnds) and, at each end, writes the
+// resume with its audit row (jobstore.EndPauses: one statement, so of
+// several replicas at one end, one writes it). The resume's job.settings
+// signal makes every replica read the setting again.
+
+// PauseEnder is what a Settings may also do (jobstore.SettingsCache does):
+// write the resume of the pauses whose end passed, and say when the
+// earliest end it knows of is (ok false: none).
+type PauseEnder interface {
+	EndPauses(ctx context.Context, actor string) ([]string, error)
+	NextPauseEnd() (time.Time, bool)
+}
+
+const (
+	// pauseEndPollEvery is how long the pause watch waits at most without
+	// a known end: a pause set while the bus was down is seen by then (the
+	// settings poll reads it; its end is then watched).
+	pauseEndPollEvery = 10 * time.Second
+	// pauseEndRetry is the wait after a resume that failed, or that found
+	// nothing to resume while the cache still held the ended pause
+	// (another replica wrote it; the signal or the next poll reloads it).
+	pauseEndRetry = 2 * time.Second
+)
+
+// pausedNow is whether s pauses its job now, by the runner's clock
+// (database time as last measured).
+func (r *Runner) pausedNow(s jobs.Setting) bool { return s.PausedAt(r.now()) }
+
+// pauseEndOf is the end of js's pause (zero: none, or unknown), from the
+// settings cache.
+func (r *Runner) pauseEndOf(ctx context.Context, js *jobState) time.Time {
+	s, err := r.o.Settings.Get(ctx, js.job.ID)
+	if err != nil || !s.Paused {
+		return time.Time{}
+	}
+	return s.PausedUntil
+}
+
+// pausedLimit is the latest nominal time a paused tick may record as
+// skipped/paused: limit, or just before the pause's end when that comes
+// first (the due times from the end on are not paused).
+func pausedLimit(limit, end time.Time) time.Time {
+	if !end.IsZero() && !limit.Before(end) {
+		return end.Add(-time.Nanosecond)
+	}
+	return limit
+}
+
+// kickPauses wakes the pause watch (a setting changed: its end may have).
+func (r *Runner) kickPauses() {
+	select {
+	case r.pauseWake <- struct{}{}:
+	default:
+	}
+}
+
+// watchPauseEnds waits for the earliest pause end the settings know of and
+// writes the resume of every pause whose end passed. It ends with ctx.
+func (r *Runner) watchPauseEnds(ctx context.Context, pe PauseEnder) {
+	hold := time.Time{} // no resume before (after a failed or empty one)
+	for {
+		wait := pauseEndPollEvery
+		end, ok := pe.NextPauseEnd()
+		if ok {
+			at := end
+			if hold.After(at) {
+				at = hold
+			}
+			wait = min(wait, max(at.Sub(r.now()), 0))
+		}
+		t := r.o.Clock.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-r.pauseWake:
+			t.Stop()
+			continue
+		case <-t.C():
+		}
+		end, ok = pe.NextPauseEnd()
+		if now := r.now(); !ok || now.Before(end) || now.Before(hold) {
+			continue
+		}
+		ectx, cancel := context.WithTimeout(ctx, settingsTimeout)
+		ended, err := pe.EndPauses(ectx, jobs.PauseEndActor(r.o.ReplicaID))
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			r.log.Warn("runner: writing the resume of an ended pause failed; trying again", "error", err)
+		}
+		if err != nil || len(ended) == 0 {
+			hold = r.now().Add(pauseEndRetry)
+			continue
+		}
+		for _, id := range ended {
+			r.log.Info("runner: a job's pause ended; resumed it", "job_id", id)
+			r.SettingsChanged(id)
+		}
+	}
+}
