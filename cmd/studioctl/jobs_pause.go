@@ -95,8 +95,9 @@ func describePause(s jobs.Setting) string {
 	return "true until " + s.PausedUntil.UTC().Format(time.RFC3339)
 }
 
-// pauseCell is the PAUSED column of jobs list: who paused the job, until
-// when and why ("" when it is not paused by a setting).
+// pauseCell is the PAUSED column of jobs list: who paused the job, when
+// the pause ends and why ("alice, ends 2026-12-06T14:00:00Z: incident";
+// "" when no setting pauses it).
 func pauseCell(p *output.Printer, v jobstore.View) string {
 	if v.Pause == nil {
 		return ""
@@ -106,7 +107,7 @@ func pauseCell(p *output.Printer, v jobstore.View) string {
 		text = "?"
 	}
 	if v.Pause.Until != nil {
-		text += " until " + p.Time(*v.Pause.Until)
+		text += ", ends " + p.Time(*v.Pause.Until)
 	}
 	if v.Pause.Reason != "" {
 		text += ": " + v.Pause.Reason
