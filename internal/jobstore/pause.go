@@ -217,3 +217,33 @@ func AddPauses(ctx context.Context, q Querier, views []View, now time.Time) erro
 	}
 	return nil
 }
+
+// pauseNow fills what jobs why tells of the job's pause now: still paused
+// (and until when), resumed, and whether the resume came at the pause's
+// end (a pause whose end passed, its resume written or not, or the last
+// resume audited as its pause's end).
+func pauseNow(ctx context.Context, q Querier, job string, ev *OccurrenceEvidence) error {
+	all, err := loadSettings(ctx, q, " WHERE job_id = $1", []any{job})
+	if err != nil {
+		return err
+	}
+	s, ok := all[job]
+	if !ok {
+		return nil // no setting row: neither paused nor resumed
+	}
+	switch {
+	case s.PausedAt(ev.Now):
+		ev.StillPaused, ev.PausedUntil = true, optTime(s.PausedUntil)
+	case s.Paused:
+		ev.Resumed, ev.EndedByItself = true, true
+	default:
+		ev.Resumed = true
+		var ended *bool
+		if err := q.QueryRow(ctx, `SELECT (SELECT (detail->>'pause_ended')::boolean FROM studio_audit
+WHERE target = $1 AND action = 'jobs.resume' ORDER BY at DESC, seq DESC LIMIT 1)`, job).Scan(&ended); err != nil {
+			return fmt.Errorf("read resume of job %q: %w", job, err)
+		}
+		ev.EndedByItself = ended != nil && *ended
+	}
+	return nil
+}

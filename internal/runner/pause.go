@@ -38,8 +38,14 @@ const (
 )
 
 // pausedNow is whether s pauses its job now, by the runner's clock
-// (database time as last measured).
-func (r *Runner) pausedNow(s jobs.Setting) bool { return s.PausedAt(r.now()) }
+// (database time as last measured); the clock is read only for a pause
+// with an end.
+func (r *Runner) pausedNow(s jobs.Setting) bool {
+	if !s.Paused || s.PausedUntil.IsZero() {
+		return s.Paused
+	}
+	return s.PausedAt(r.now())
+}
 
 // pauseEndOf is the end of js's pause (zero: none, or unknown), from the
 // settings cache.
@@ -83,7 +89,10 @@ func (r *Runner) watchPauseEnds(ctx context.Context, pe PauseEnder) {
 			}
 			wait = min(wait, max(at.Sub(r.now()), 0))
 		}
-		t := r.o.Clock.NewTimer(wait)
+		// A real timer, as the settings poll's: the runner's clock counts
+		// the wait, and its timers are the heap's alone (the fake clock's
+		// tests count them; the pause tests run in a synctest bubble).
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -91,7 +100,7 @@ func (r *Runner) watchPauseEnds(ctx context.Context, pe PauseEnder) {
 		case <-r.pauseWake:
 			t.Stop()
 			continue
-		case <-t.C():
+		case <-t.C:
 		}
 		end, ok = pe.NextPauseEnd()
 		if now := r.now(); !ok || now.Before(end) || now.Before(hold) {
