@@ -316,3 +316,41 @@ func waitLocked(t testing.TB, q jobstore.Querier) {
 		time.Sleep(10 * time.Millisecond) // poll interval
 	}
 }
+
+// A pause's end reaches the start's trace (the stretch a start records
+// while every replica was down): from the end on, the job was not paused,
+// although no replica was up to write the resume.
+func TestOccurrenceStartKnowsAPausesEnd(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool, _ := newPool(t)
+	if _, err := pool.Exec(ctx, `INSERT INTO studio_job_status (replica_id, job_id, scope) VALUES ('web-2', 'report', 'installation')`); err != nil {
+		t.Fatal(err)
+	}
+	s, err := jobstore.ApplyChange(ctx, pool, "report", jobstore.Change{Pause: ptr(true), PauseFor: time.Hour, Actor: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, tr, err := jobstore.NewStore(pool, "web-1", nil).OccurrenceStart(ctx, []string{"report"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := tr["report"].Pauses
+	if len(p) != 1 || !p[0].Paused || p[0].By != "alice" || !p[0].Until.Equal(s.PausedUntil) {
+		t.Fatalf("pause changes %+v; want alice's pause until %s", p, s.PausedUntil)
+	}
+	if paused, _ := tr["report"].PausedAt(s.PausedUntil.Add(-time.Second)); !paused {
+		t.Error("not paused a second before the end")
+	}
+	if paused, by := tr["report"].PausedAt(s.PausedUntil); paused || by != "" {
+		t.Errorf("paused by %q at the end; want not paused", by)
+	}
+	// An audit row whose end is not a time (a hand-written row) reads as
+	// no end, and fails nothing.
+	if _, err := pool.Exec(ctx, `INSERT INTO studio_audit (actor, action, target, detail) VALUES ('mallory', 'jobs.pause', 'report', '{"paused_until_after": "soon"}')`); err != nil {
+		t.Fatal(err)
+	}
+	if _, tr, err = jobstore.NewStore(pool, "web-1", nil).OccurrenceStart(ctx, []string{"report"}); err != nil || len(tr["report"].Pauses) != 2 || !tr["report"].Pauses[1].Until.IsZero() {
+		t.Errorf("with a malformed end: %+v, %v", tr["report"].Pauses, err)
+	}
+}
