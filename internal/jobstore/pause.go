@@ -155,12 +155,17 @@ func (c *SettingsCache) EndPauses(ctx context.Context, actor string) ([]string, 
 
 // NextPauseEnd returns the earliest end of a pause among the cached
 // settings (ok false: none, or the cache is not loaded yet). It may have
-// passed: that pause's resume is not written yet.
+// passed: that pause's resume is not written yet. A setting marked for
+// reloading (a job.settings signal: another replica may have written the
+// resume) is left out until it is read again.
 func (c *SettingsCache) NextPauseEnd() (time.Time, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var next time.Time
-	for _, s := range c.all {
+	for id, s := range c.all {
+		if c.stale[id] {
+			continue
+		}
 		if s.Paused && !s.PausedUntil.IsZero() && (next.IsZero() || s.PausedUntil.Before(next)) {
 			next = s.PausedUntil
 		}
