@@ -47,6 +47,15 @@ func (r *Runner) pausedNow(s jobs.Setting) bool {
 	return s.PausedAt(r.now())
 }
 
+// pausedBy is who paused the job: the pause's author, else who changed
+// the setting last (a setting without one: written before migration 00014).
+func pausedBy(s jobs.Setting) string {
+	if s.PausedBy != "" {
+		return s.PausedBy
+	}
+	return s.UpdatedBy
+}
+
 // pauseEndOf is the end of js's pause (zero: none, or unknown), from the
 // settings cache.
 func (r *Runner) pauseEndOf(ctx context.Context, js *jobState) time.Time {

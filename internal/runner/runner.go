@@ -134,14 +134,12 @@ type Runner struct {
 	// reschedules) are counted in runWG, and their context is not the
 	// Base's, since Stop lets them finish within ShutdownWait.
 	startstop.Base
-	wake chan struct{}
-	// pauseWake wakes the pause watch (pause.go).
-	pauseWake chan struct{}
-	runWG     sync.WaitGroup
-	runsCtx   context.Context
-	cancel    context.CancelCauseFunc
-	started   time.Time
-	stopOnce  sync.Once
+	wake     chan struct{}
+	runWG    sync.WaitGroup
+	runsCtx  context.Context
+	cancel   context.CancelCauseFunc
+	started  time.Time
+	stopOnce sync.Once
 
 	// Run goroutines are reused (worker): fireDue hands a fire to an idle
 	// one through work, or starts one. idle counts those waiting;
@@ -155,6 +153,9 @@ type Runner struct {
 	// begins, so fires waiting for a slot give up.
 	slots *slots
 	quit  chan struct{}
+
+	// pauseWake wakes the pause watch (pause.go).
+	pauseWake chan struct{}
 }
 
 // fireWork is one fire handed to a run goroutine.
@@ -791,7 +792,7 @@ func (r *Runner) settings(ctx context.Context, js *jobState) (jobs.Schedule, boo
 		defer r.mu.Unlock()
 		return js.sched, js.status.Paused, js.status.InvalidSchedule, "", err
 	}
-	paused, by := r.pausedNow(s), s.PausedBy // pause.go: a pause whose end passed is over
+	paused, by := r.pausedNow(s), pausedBy(s) // pause.go: a pause whose end passed is over
 	if s.Schedule == "" {
 		return js.job.Schedule, paused, "", by, nil
 	}
