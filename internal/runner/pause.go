@@ -88,6 +88,7 @@ func (r *Runner) kickPauses() {
 // writes the resume of every pause whose end passed. It ends with ctx.
 func (r *Runner) watchPauseEnds(ctx context.Context, pe PauseEnder) {
 	hold := time.Time{} // no resume before (after a failed or empty one)
+	failing := false
 	for {
 		wait := pauseEndPollEvery
 		end, ok := pe.NextPauseEnd()
@@ -121,10 +122,22 @@ func (r *Runner) watchPauseEnds(ctx context.Context, pe PauseEnder) {
 		if ctx.Err() != nil {
 			return
 		}
-		if err != nil {
-			r.log.Warn("runner: writing the resume of an ended pause failed; trying again", "error", err)
+		switch {
+		case err != nil:
+			// Once per failing streak (a role without EXECUTE on
+			// studio_end_pauses, the database down): the pause is over
+			// for the runner anyway (pausedNow).
+			if !failing {
+				r.log.Warn("runner: writing the resume of an ended pause failed; trying again every 10s", "error", err)
+				failing = true
+			}
+			hold = r.now().Add(pauseEndPollEvery)
+			continue
+		case failing:
+			r.log.Info("runner: writing the resume of an ended pause recovered")
+			failing = false
 		}
-		if err != nil || len(ended) == 0 {
+		if len(ended) == 0 {
 			hold = r.now().Add(pauseEndRetry)
 			continue
 		}

@@ -3,6 +3,7 @@ package runner_test
 import (
 	"context"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -51,9 +52,19 @@ type pauseEnder struct {
 	calls  int
 	actors []string
 	ended  []string
+	err    error // EndPauses fails with it
+	// failedAt is when it failed (bubble time).
+	failedAt []string
 }
 
 func (p *pauseEnder) EndPauses(_ context.Context, actor string) ([]string, error) {
+	if p.err != nil {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.calls++
+		p.failedAt = append(p.failedAt, time.Now().Format(time.TimeOnly))
+		return nil, p.err
+	}
 	p.memStore.mu.Lock()
 	var ids []string
 	now := time.Now()
@@ -181,6 +192,40 @@ func TestThePauseWatchResumesAtTheEndOnce(t *testing.T) {
 		e.advance(10 * time.Minute)
 		if calls, _, _ := settings.counts(); calls != 1 {
 			t.Errorf("%d resumes tried in all; want 1", calls)
+		}
+	})
+}
+
+// A resume that cannot be written (a role without EXECUTE on
+// studio_end_pauses, the database down) is tried again every 10 s, with
+// one warning, and the job runs at the end anyway.
+func TestAResumeThatCannotBeWrittenIsRetriedQuietlyAndTheJobRunsAnyway(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		e := newBubbleEnv(t)
+		settings := &pauseEnder{memStore: e.mem, err: errBoom}
+		ft := e.task()
+		o := e.options(e.job("often", jobs.ScopeInstance, 10*time.Second, ft))
+		o.Settings = settings
+		start := time.Now()
+		e.mem.set(jobs.Setting{JobID: "often", Paused: true, PausedBy: "ana", PausedUntil: start.Add(15 * time.Second)})
+		e.start(o)
+		e.advance(15 * time.Second)
+		e.advance(5 * time.Second) // due at 20 s: after the end
+		if n := ft.startCount(); n != 1 {
+			t.Fatalf("%d runs after the end with the resume unwritten; want 1", n)
+		}
+		ft.finish(t, tasks.Result{})
+		e.advance(60 * time.Second) // to 80 s; the run due at 30 s is left going
+		calls, _, _ := settings.counts()
+		settings.mu.Lock()
+		at := slices.Clone(settings.failedAt)
+		settings.mu.Unlock()
+		if calls != 7 {
+			t.Errorf("%d resumes tried from the end at 15 s to 80 s (%v); want 7, one every 10 s", calls, at)
+		}
+		if n := strings.Count(e.logs.String(), "writing the resume of an ended pause failed"); n != 1 {
+			t.Errorf("%d warnings; want 1 for the failing streak:\n%s", n, e.logs.String())
 		}
 	})
 }
