@@ -123,6 +123,10 @@ GRANT EXECUTE ON FUNCTION studio_overdue_jobs(interval) TO studio_replica;
 -- it; the rows go with their request (housekeeping prunes requests).
 GRANT SELECT ON studio_backfill TO studio_replica;
 GRANT UPDATE (claimed_by, claimed_at, run_seq, done_at, outcome) ON studio_backfill TO studio_replica;
+-- a pause's end (migration 00014): a replica writes the resume of the
+-- pauses whose end passed, with their audit rows, through this function
+-- only (it runs as its owner; the role gets no UPDATE on the settings).
+GRANT EXECUTE ON FUNCTION studio_end_pauses(text) TO studio_replica;
 
 -- The role sql: jobs run as (database.sql_url, docs/jobs-sql.md): nothing
 -- of studioctl's. It cannot write run history or call the event writer,

@@ -64,7 +64,7 @@ Jobs are declared in the config file:
 var jobColumns = []output.Column{
 	{Header: "ID"}, {Header: "SCOPE"}, {Header: "SCHEDULE"}, {Header: "JITTER", Wide: true}, {Header: "DEADLINE", Wide: true}, {Header: "HEALTH"}, {Header: "LAST RUN"}, {Header: "OUTCOME"},
 	{Header: "WHERE"}, {Header: "NEXT FIRE"}, {Header: "RUNS"}, {Header: "FAILURES"},
-	{Header: "LAST DUE"}, {Header: "SKIP 24H"}, {Header: "MISS 24H"}, {Header: "LAST DUE AT", Wide: true},
+	{Header: "LAST DUE"}, {Header: "SKIP 24H"}, {Header: "MISS 24H"}, {Header: "PAUSED"}, {Header: "LAST DUE AT", Wide: true},
 	{Header: "TIMEOUTS", Wide: true}, {Header: "LOCK LOST", Wide: true}, {Header: "OVERRUNS", Wide: true}, {Header: "SKIPPED", Wide: true},
 	{Header: "ERROR", Wide: true},
 }
@@ -114,7 +114,7 @@ func jobRow(p *output.Printer, v jobstore.View) []output.Cell {
 		{Text: v.ID}, {Text: string(v.Scope)}, {Text: sched}, {Text: durationCell(jitter)}, {Text: durationCell(deadline)}, healthCell(v),
 				{Text: p.TimePtr(v.LastStartedAt)}, {Text: string(v.LastOutcome), Tone: outcomeTone(v.LastOutcome)}, {Text: v.LastReplica},
 		{Text: p.TimePtr(v.NextFireAt)}, {Text: strconv.FormatInt(v.Runs, 10)}, {Text: strconv.FormatInt(v.Failures, 10)},
-		lastDue, skips, misses, lastDueAt,
+		lastDue, skips, misses, {Text: pauseCell(p, v)}, lastDueAt,
 		{Text: strconv.FormatInt(v.Timeouts, 10)}, {Text: strconv.FormatInt(v.LockLost, 10)}, {Text: strconv.FormatInt(v.Overruns, 10)},
 		{Text: strconv.FormatInt(v.SkippedElsewhere, 10)}, {Text: errorCell(errText)},
 	}
@@ -166,6 +166,9 @@ func jobViews(ctx context.Context, d deps, id string) ([]jobstore.View, []jobsto
 		return nil, nil, now, err
 	}
 	if err := jobstore.AddDrift(ctx, pool, views); err != nil {
+		return nil, nil, now, err
+	}
+	if err := jobstore.AddPauses(ctx, pool, views, now); err != nil {
 		return nil, nil, now, err
 	}
 	return views, rows, now, nil
@@ -508,16 +511,20 @@ func jobChangeRun(ctx context.Context, o *jobChangeOptions) error {
 	c.Actor, c.Reason = o.Actor(), o.Reason
 	s, err := jobstore.ApplyChange(ctx, pool, o.ID, c)
 	unchanged := errors.Is(err, jobstore.ErrUnchanged)
-	if err != nil && !unchanged {
+	if err != nil && !unchanged && !errors.Is(err, jobstore.ErrPauseEndPassed) {
 		return err
 	}
+	if errors.Is(err, jobstore.ErrPauseEndPassed) {
+		return usageErrorf("%s: %v; nothing changed", pauseEndFlag(c), err)
+	}
 	sched := describeOverride(s.Schedule)
+	paused := describePause(s)
 	if unchanged {
 		// A repeat is not an error, and not audited: nothing changed (the
 		// replicas are still signalled to read the row again).
-		fmt.Fprintf(o.IO.Out, "job %q: already paused=%t, schedule %s; nothing changed\n", o.ID, s.Paused, sched)
+		fmt.Fprintf(o.IO.Out, "job %q: already paused=%s, schedule %s; nothing changed\n", o.ID, paused, sched)
 	} else {
-		fmt.Fprintf(o.IO.Out, "job %q: paused=%t, schedule %s (every replica applies it at its next fire)\n", o.ID, s.Paused, sched)
+		fmt.Fprintf(o.IO.Out, "job %q: paused=%s, schedule %s (every replica applies it at its next fire)\n", o.ID, paused, sched)
 	}
 	return warnNoLiveHost(ctx, o.deps, o.ID)
 }
@@ -559,14 +566,14 @@ func warnNoLiveHost(ctx context.Context, d deps, job string) error {
 }
 
 func newJobsPauseCmd(a *app, pause bool, runF func(context.Context, *jobChangeOptions) error) *cobra.Command {
-	o := &jobChangeOptions{deps: a.deps()}
-	verb, short := "pause", "Pause a job on every replica (its fires do nothing)"
-	if !pause {
-		verb, short = "resume", "Resume a paused job"
+	if pause {
+		return newJobsPauseEndCmd(a, runF)
 	}
+	o := &jobChangeOptions{deps: a.deps()}
+	verb := "resume"
 	cmd := &cobra.Command{
 		Use:     verb + " ID [--reason R] [--yes]",
-		Short:   short,
+		Short:   "Resume a paused job",
 		Example: fmt.Sprintf("  studioctl jobs %s nightly-report --reason \"incident 4521\"", verb),
 		Args:    exactArgs("id"),
 		RunE: func(cmd *cobra.Command, args []string) error {

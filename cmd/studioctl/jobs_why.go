@@ -190,14 +190,23 @@ func explainOccurrence(o jobstore.OccurrenceView, ev jobstore.OccurrenceEvidence
 				who = "it was paused by " + p.Actor
 			}
 			who += " at " + whenText(p.At)
+			if p.Until != nil {
+				who += " until " + whenText(*p.Until)
+			}
 			if p.Reason != "" {
 				who += " (reason: " + strconv.Quote(p.Reason) + ")"
 			}
 		}
 		switch {
+		case ev.StillPaused && ev.PausedUntil != nil:
+			return fmt.Sprintf("%s, was skipped%s: %s. It is still paused, until %s.", due, on, who, whenText(*ev.PausedUntil)),
+				"studioctl jobs resume " + o.JobID
 		case ev.StillPaused:
 			return fmt.Sprintf("%s, was skipped%s: %s. It is still paused.", due, on, who),
 				"studioctl jobs resume " + o.JobID
+		case ev.EndedByItself:
+			return fmt.Sprintf("%s, was skipped%s: %s. Its pause has ended since; it resumed by itself.", due, on, who),
+				"studioctl jobs occurrences " + o.JobID
 		case ev.Resumed:
 			return fmt.Sprintf("%s, was skipped%s: %s. It has been resumed since.", due, on, who),
 				"studioctl jobs occurrences " + o.JobID

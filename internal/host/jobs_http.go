@@ -17,7 +17,7 @@ const occurrencesReadTimeout = 2 * time.Second
 // `studioctl jobs status -o json`. last_occurrence, skipped_24h and
 // missed_24h are the job's across the installation, read from the
 // database; when it cannot be read they are null and 0, and the rest is
-// still served.
+// still served. So are paused_by, paused_reason and paused_until.
 func (h *Host) serveJobs(w http.ResponseWriter, r *http.Request) {
 	snap := h.runner.Snapshot()
 	rows := make([]jobstore.ReplicaStatus, 0, len(snap))
@@ -33,6 +33,12 @@ func (h *Host) serveJobs(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		_ = jobstore.AddDrift(ctx, h.pool, views) // drift: the live replicas disagree (false when unread)
+		// The pause's author, reason and end (null when unread).
+		if err := jobstore.AddPauses(ctx, h.pool, views, h.o.clock().Now()); err != nil {
+			for i := range views {
+				views[i].Pause = nil
+			}
+		}
 		cancel()
 	}
 	out := make([]jobstore.ViewJSON, 0, len(views))

@@ -36,6 +36,11 @@ type Setting struct {
 	Paused    bool
 	UpdatedAt time.Time
 	UpdatedBy string
+	// PausedBy, PausedReason and PausedUntil describe a pause (empty and
+	// zero when not paused; PausedUntil zero: no end). See PausedAt.
+	PausedBy     string
+	PausedReason string
+	PausedUntil  time.Time
 }
 
 // Storable makes text fit a text column: valid UTF-8, no NUL bytes.

@@ -26,14 +26,19 @@ type StartTrace struct {
 }
 
 // PauseChange is one `jobs pause` (Paused) or `jobs resume` at At by By.
+// Until is a pause's end (zero: none): from it on the job is not paused,
+// whether or not a resume was written (docs/schedules.md, "Pause with a
+// reason and an end").
 type PauseChange struct {
 	At     time.Time
 	Paused bool
 	By     string
+	Until  time.Time
 }
 
 // PausedAt reports whether the changes leave the job paused at t, and by
-// whom (the last change at or before t; none: not paused).
+// whom (the last change at or before t, unless it is a pause whose end
+// is at or before t; none: not paused).
 func (s StartTrace) PausedAt(t time.Time) (bool, string) {
 	paused, by := false, ""
 	for _, c := range s.Pauses {
@@ -41,6 +46,9 @@ func (s StartTrace) PausedAt(t time.Time) (bool, string) {
 			break
 		}
 		paused, by = c.Paused, c.By
+		if paused && !c.Until.IsZero() && !t.Before(c.Until) {
+			paused, by = false, ""
+		}
 	}
 	return paused, by
 }

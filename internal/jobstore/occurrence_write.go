@@ -160,13 +160,22 @@ func lostRunDeathSQL(n, p string) string {
   END`
 }
 
-// pauseChangesSQL reads, as three arrays, the pause and resume changes of
+// pauseUntilSQL is the end a jobs.pause audit row a gave its pause
+// (migration 00014: detail paused_until_after), NULL for none or for a
+// value that is not a time as studioctl writes it.
+func pauseUntilSQL(a string) string {
+	return `CASE WHEN ` + a + `.action = 'jobs.pause' AND ` + a + `.detail->>'paused_until_after' ~ '^\d{4}-\d\d-\d\dT[0-9:.]+(Z|[+-]\d\d:\d\d)$'
+     THEN (` + a + `.detail->>'paused_until_after')::timestamptz END`
+}
+
+// pauseChangesSQL reads, as four arrays (the fourth: each pause's end), the pause and resume changes of
 // job id (a column name) from the last one at or before since (an SQL
 // expression; NULL: all), oldest first, through studio_audit's target
 // index. The audit row is written with every change of the setting
 // (migration 00009) and no retention prunes it.
 func pauseChangesSQL(id, since string) string {
-	return `(SELECT array_agg(a.at ORDER BY a.at, a.seq), array_agg(a.action = 'jobs.pause' ORDER BY a.at, a.seq), array_agg(a.actor ORDER BY a.at, a.seq)
+	return `(SELECT array_agg(a.at ORDER BY a.at, a.seq), array_agg(a.action = 'jobs.pause' ORDER BY a.at, a.seq), array_agg(a.actor ORDER BY a.at, a.seq),
+     array_agg(` + pauseUntilSQL("a") + ` ORDER BY a.at, a.seq)
    FROM studio_audit a WHERE a.target = ` + id + ` AND a.action IN ('jobs.pause', 'jobs.resume')
      AND a.at >= coalesce((SELECT max(b.at) FROM studio_audit b WHERE b.target = ` + id + `
                              AND b.action IN ('jobs.pause', 'jobs.resume') AND b.at <= ` + since + `), '-infinity'))`
@@ -190,7 +199,7 @@ SELECT j.id,
      WHERE o.job_id = j.id AND o.scope_key IN ('', $2)),
     n.nominal_at),
   n.started_at, ` + lostRunDeathSQL("n", "p") + `,
-  pz.*, g.paused, g.updated_at, g.updated_by
+  pz.*, g.paused, g.updated_at, g.updated_by, CASE WHEN g.paused AND isfinite(g.paused_until) THEN g.paused_until END
 FROM unnest($1::text[]) AS j(id)
 LEFT JOIN studio_job_setting g ON g.job_id = j.id
 LEFT JOIN LATERAL (SELECT r.nominal_at, r.started_at, r.finished_at, r.outcome, r.replica_id FROM studio_job_run r
@@ -209,9 +218,11 @@ func scanStartTrace(rows pgx.Rows, dest ...any) (jobs.StartTrace, error) {
 	var at []time.Time
 	var paused []bool
 	var by []string
+	var until []*time.Time
 	var setPaused *bool
 	var setBy *string
-	if err := rows.Scan(append(dest, &rec, &lostStarted, &lostUntil, &at, &paused, &by, &setPaused, &setAt, &setBy)...); err != nil {
+	var setUntil *time.Time
+	if err := rows.Scan(append(dest, &rec, &lostStarted, &lostUntil, &at, &paused, &by, &until, &setPaused, &setAt, &setBy, &setUntil)...); err != nil {
 		return jobs.StartTrace{}, err
 	}
 	var tr jobs.StartTrace
@@ -221,15 +232,23 @@ func scanStartTrace(rows pgx.Rows, dest ...any) (jobs.StartTrace, error) {
 	if lostStarted != nil && lostUntil != nil {
 		tr.LostStarted, tr.LostUntil = *lostStarted, *lostUntil
 	}
-	if len(at) == len(paused) && len(at) == len(by) {
+	if len(at) == len(paused) && len(at) == len(by) && len(at) == len(until) {
 		for i := range at {
-			tr.Pauses = append(tr.Pauses, jobs.PauseChange{At: at[i], Paused: paused[i], By: by[i]})
+			c := jobs.PauseChange{At: at[i], Paused: paused[i], By: by[i]}
+			if until[i] != nil {
+				c.Until = until[i].UTC()
+			}
+			tr.Pauses = append(tr.Pauses, c)
 		}
 	}
 	if setPaused != nil && setAt != nil && setBy != nil {
 		last := len(tr.Pauses) - 1
 		if (last < 0 && *setPaused) || (last >= 0 && tr.Pauses[last].Paused != *setPaused && !setAt.Before(tr.Pauses[last].At)) {
-			tr.Pauses = append(tr.Pauses, jobs.PauseChange{At: *setAt, Paused: *setPaused, By: *setBy})
+			c := jobs.PauseChange{At: *setAt, Paused: *setPaused, By: *setBy}
+			if setUntil != nil {
+				c.Until = setUntil.UTC()
+			}
+			tr.Pauses = append(tr.Pauses, c)
 		}
 	}
 	return tr, nil
@@ -282,7 +301,7 @@ SELECT j.id, greatest(
   greatest((SELECT max(coalesce(o.last_nominal_at, o.nominal_at)) FROM studio_occurrence o WHERE o.job_id = j.id AND o.scope_key = $2),
     n.nominal_at),
   n.started_at, l.died,
-  pz.*, g.paused, g.updated_at, g.updated_by
+  pz.*, g.paused, g.updated_at, g.updated_by, CASE WHEN g.paused AND isfinite(g.paused_until) THEN g.paused_until END
 FROM unnest($1::text[]) AS j(id)
 LEFT JOIN studio_job_setting g ON g.job_id = j.id
 LEFT JOIN studio_duty_end d ON d.job_id = j.id AND d.cluster = $2

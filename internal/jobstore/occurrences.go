@@ -240,6 +240,9 @@ type PauseRecord struct {
 	Actor  string
 	At     time.Time
 	Reason string
+	// Until is the end the pause was given (jobs pause --for/--until;
+	// nil: none).
+	Until *time.Time
 }
 
 // OccurrenceEvidence is what `jobs why` tells besides the occurrence.
@@ -255,6 +258,11 @@ type OccurrenceEvidence struct {
 	Pause       *PauseRecord
 	StillPaused bool
 	Resumed     bool
+	// PausedUntil is the end of the pause in force now (StillPaused; nil:
+	// none). EndedByItself: the job is no longer paused because its
+	// pause's end passed (the resume written at the end, or not yet).
+	PausedUntil   *time.Time
+	EndedByItself bool
 	// Replicas are the registered replicas, those that host the job first
 	// (missed/down, missed/lost, held-elsewhere).
 	Replicas []ReplicaTrace
@@ -294,21 +302,21 @@ func OccurrenceWhy(ctx context.Context, q Querier, job string, scope *string, at
 	}
 	if o.Reason == jobs.ReasonPaused {
 		var p PauseRecord
-		err := q.QueryRow(ctx, `SELECT actor, at, reason FROM studio_audit
-WHERE target = $1 AND action = 'jobs.pause' AND at <= $2 ORDER BY at DESC, seq DESC LIMIT 1`, job, o.NominalAt).Scan(&p.Actor, &p.At, &p.Reason)
+		err := q.QueryRow(ctx, `SELECT actor, at, reason,
+  CASE WHEN detail->>'paused_until_after' IS NOT NULL THEN (detail->>'paused_until_after')::timestamptz END
+FROM studio_audit
+WHERE target = $1 AND action = 'jobs.pause' AND at <= $2 ORDER BY at DESC, seq DESC LIMIT 1`, job, o.NominalAt).Scan(&p.Actor, &p.At, &p.Reason, &p.Until)
 		switch {
 		case err == nil:
 			p.At = p.At.UTC()
+			p.Until = utcPtr(p.Until)
 			ev.Pause = &p
 		case !errors.Is(err, pgx.ErrNoRows):
 			return o, ev, fmt.Errorf("read pause of job %q: %w", job, err)
 		}
-		var paused *bool
-		if err := q.QueryRow(ctx, `SELECT (SELECT paused FROM studio_job_setting WHERE job_id = $1)`, job).Scan(&paused); err != nil {
-			return o, ev, fmt.Errorf("read setting of job %q: %w", job, err)
+		if err := pauseNow(ctx, q, job, &ev); err != nil {
+			return o, ev, err
 		}
-		ev.StillPaused = paused != nil && *paused
-		ev.Resumed = paused != nil && !*paused
 	}
 	rows, err := q.Query(ctx, `SELECT r.id, r.state, `+liveness.LiveSQL("r")+`,
   EXISTS (SELECT 1 FROM studio_job_status s WHERE s.replica_id = r.id AND `+jobRowsSQL("s", 1)+`),

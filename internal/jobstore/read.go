@@ -88,7 +88,10 @@ type View struct {
 	SkippedElsewhere int64
 	InvalidSchedule  string
 	Paused           bool
-	Replicas         int // live replicas reporting it
+	// Pause is who paused the job, why and until when, from its setting
+	// (AddPauses); nil when not read or not paused.
+	Pause    *PauseView
+	Replicas int // live replicas reporting it
 	// Occurrences is the newest occurrence and the skips and misses of the
 	// last 24 h (AddOccurrenceSummaries); nil when not read.
 	Occurrences *OccurrenceSummary
@@ -238,6 +241,12 @@ type ViewJSON struct {
 	LastError       *string `json:"last_error" yaml:"last_error"`
 	InvalidSchedule *string `json:"invalid_schedule" yaml:"invalid_schedule"`
 	Paused          bool    `json:"paused" yaml:"paused"`
+	// PausedBy, PausedReason and PausedUntil describe the pause in force
+	// (docs/schedules.md, "Pause with a reason and an end"): null when the
+	// job is not paused, or the pause has no reason or no end.
+	PausedBy     *string    `json:"paused_by" yaml:"paused_by"`
+	PausedReason *string    `json:"paused_reason" yaml:"paused_reason"`
+	PausedUntil  *time.Time `json:"paused_until" yaml:"paused_until"`
 	// LastOccurrence is the newest occurrence (null when none is
 	// recorded); Skipped24h and Missed24h count the skips and misses of
 	// the last 24 h (docs/occurrences.md).
@@ -286,6 +295,9 @@ func (v View) JSON() ViewJSON {
 	_, jitter, deadline := jobs.SplitOptions(v.Schedule)
 	j.JitterSeconds, j.DeadlineSeconds = jitter.Seconds(), deadline.Seconds()
 	j.Drift = v.Drift
+	if p := v.Pause; p != nil {
+		j.PausedBy, j.PausedReason, j.PausedUntil = optString(p.By), optString(p.Reason), utcPtr(p.Until)
+	}
 	if o := v.Occurrences; o != nil {
 		j.Skipped24h, j.Missed24h = o.Skipped24h, o.Missed24h
 		if o.Last != nil {

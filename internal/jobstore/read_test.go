@@ -275,9 +275,10 @@ func TestViewJSONHasStableKeysAndUTCTimes(t *testing.T) {
 		LastReplica: "replica-1", NextFireAt: ptr(started.Add(time.Minute)), Runs: 1, Failures: 2, Timeouts: 3, LockLost: 4,
 		Overruns: 5, SkippedElsewhere: 6, InvalidSchedule: "bad", Paused: true, Replicas: 2,
 		Occurrences: &jobstore.OccurrenceSummary{Last: &jobstore.LastOccurrence{Outcome: "skipped", Reason: "paused",
-			NominalAt: time.Date(2026, 11, 30, 1, 0, 0, 500e6, la)}, Skipped24h: 7, Missed24h: 8}, Drift: true}
+			NominalAt: time.Date(2026, 11, 30, 1, 0, 0, 500e6, la)}, Skipped24h: 7, Missed24h: 8}, Drift: true,
+		Pause: &jobstore.PauseView{By: "ana", Reason: "db", Until: ptr(started.Add(2 * time.Hour))}}
 	wantKeys := []string{"deadline_seconds", "drift", "failures", "health", "id", "invalid_schedule", "jitter_seconds", "last_error", "last_finished_at", "last_occurrence", "last_outcome", "last_replica",
-		"last_started_at", "lock_lost", "missed_24h", "next_fire_at", "overruns", "paused", "runs", "schedule", "scope", "skipped_24h",
+		"last_started_at", "lock_lost", "missed_24h", "next_fire_at", "overruns", "paused", "paused_by", "paused_reason", "paused_until", "runs", "schedule", "scope", "skipped_24h",
 		"skipped_elsewhere", "timeouts", "tz"}
 
 	for _, v := range []jobstore.View{full, {ID: "fresh", Scope: jobs.ScopeInstance, Schedule: "every 10s", Health: jobs.HealthOK}} {
@@ -293,7 +294,8 @@ func TestViewJSONHasStableKeysAndUTCTimes(t *testing.T) {
 			t.Errorf("JSON of %s has keys %v, want %v", v.ID, keys, wantKeys)
 		}
 		if v.ID == "fresh" {
-			for _, k := range []string{"last_outcome", "last_started_at", "last_finished_at", "last_replica", "next_fire_at", "last_error", "invalid_schedule", "last_occurrence"} {
+			for _, k := range []string{"last_outcome", "last_started_at", "last_finished_at", "last_replica", "next_fire_at", "last_error", "invalid_schedule", "last_occurrence",
+				"paused_by", "paused_reason", "paused_until"} {
 				if m[k] != nil {
 					t.Errorf("JSON of a job that never ran: %s = %v, want null", k, m[k])
 				}
@@ -308,7 +310,7 @@ func TestViewJSONHasStableKeysAndUTCTimes(t *testing.T) {
 	want := `{"id":"report","scope":"installation","schedule":"every 1m","tz":"UTC","jitter_seconds":0,"deadline_seconds":0,"health":"failing","last_outcome":"failed",` +
 		`"last_started_at":"2026-11-30T09:00:00Z","last_finished_at":"2026-11-30T09:00:01Z","last_replica":"replica-1",` +
 		`"next_fire_at":"2026-11-30T09:01:00Z","runs":1,"failures":2,"timeouts":3,"lock_lost":4,"overruns":5,"skipped_elsewhere":6,` +
-		`"last_error":"exit status 1","invalid_schedule":"bad","paused":true,` +
+		`"last_error":"exit status 1","invalid_schedule":"bad","paused":true,"paused_by":"ana","paused_reason":"db","paused_until":"2026-11-30T11:00:00Z",` +
 		`"last_occurrence":{"outcome":"skipped","reason":"paused","nominal_at":"2026-11-30T09:00:00.500Z"},"skipped_24h":7,"missed_24h":8,"drift":true}`
 	if string(b) != want {
 		t.Errorf("JSON =\n%s\nwant\n%s", b, want)

@@ -25,7 +25,13 @@ type Querier interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
-const settingsSQL = `SELECT job_id, coalesce(schedule, ''), paused, updated_at, updated_by FROM studio_job_setting`
+// settingsSQL reads the settings. A pause written before migration 00014,
+// or by an older studioctl, has no paused_by: its updated_by says who. An
+// infinite end is no end; a '-infinity' one has passed.
+const settingsSQL = `SELECT job_id, coalesce(schedule, ''), paused, updated_at, updated_by,
+  CASE WHEN paused THEN coalesce(paused_by, updated_by) ELSE '' END, coalesce(paused_reason, ''),
+  CASE WHEN isfinite(paused_until) THEN paused_until WHEN paused_until < now() THEN '1970-01-01Z'::timestamptz END
+FROM studio_job_setting`
 
 // SettingsCache holds every operator setting; the runner reads it at every
 // fire. The bus invalidates one job (job.settings) or all (on resync).
@@ -86,7 +92,7 @@ func (c *SettingsCache) Refresh(ctx context.Context) ([]string, error) {
 	if c.loaded {
 		// A job without a row has the zero setting.
 		for id, s := range all {
-			if old := c.all[id]; old.Schedule != s.Schedule || old.Paused != s.Paused {
+			if old := c.all[id]; old.Schedule != s.Schedule || !jobs.SamePause(old, s) {
 				changed = append(changed, id)
 			}
 		}
@@ -123,10 +129,14 @@ func loadSettings(ctx context.Context, q Querier, where string, args []any) (map
 	out := map[string]jobs.Setting{}
 	for rows.Next() {
 		var s jobs.Setting
-		if err := rows.Scan(&s.JobID, &s.Schedule, &s.Paused, &s.UpdatedAt, &s.UpdatedBy); err != nil {
+		var until *time.Time
+		if err := rows.Scan(&s.JobID, &s.Schedule, &s.Paused, &s.UpdatedAt, &s.UpdatedBy, &s.PausedBy, &s.PausedReason, &until); err != nil {
 			return nil, fmt.Errorf("read job settings: %w", err)
 		}
 		s.UpdatedAt = s.UpdatedAt.UTC()
+		if until != nil && s.Paused {
+			s.PausedUntil = until.UTC()
+		}
 		out[s.JobID] = s
 	}
 	return out, rows.Err()
@@ -182,6 +192,12 @@ type Change struct {
 	Zone   *string
 	Actor  string
 	Reason string
+	// PauseFor and PauseUntil give a pause (Pause true) its end: PauseFor
+	// after the database's now, or at PauseUntil; at most one of them, and
+	// neither means no end (docs/schedules.md, "Pause with a reason and an
+	// end"). An end not after now is ErrPauseEndPassed, nothing written.
+	PauseFor   time.Duration
+	PauseUntil time.Time
 }
 
 // ErrUnchanged: the setting already had the values asked for, so nothing
@@ -232,8 +248,11 @@ ON CONFLICT (job_id) DO NOTHING`, job); err != nil {
 	action := ""
 	detail := map[string]any{"schedule_before": s.Schedule, "paused_before": s.Paused}
 	if c.Pause != nil {
-		s.Paused = *c.Pause
+		if err := applyPause(ctx, tx, &s, c); err != nil {
+			return jobs.Setting{}, fmt.Errorf("change job %q: %w", job, err)
+		}
 		action = map[bool]string{true: "jobs.pause", false: "jobs.resume"}[*c.Pause]
+		addPauseDetail(detail, was, s)
 	}
 	if c.Schedule != nil || c.Zone != nil {
 		o, err := jobs.ParseOverride(s.Schedule)
@@ -257,7 +276,7 @@ ON CONFLICT (job_id) DO NOTHING`, job); err != nil {
 		s.Schedule = o.String()
 		action = "jobs.set"
 	}
-	if s.Schedule == was.Schedule && s.Paused == was.Paused {
+	if s.Schedule == was.Schedule && jobs.SamePause(s, was) {
 		if was.UpdatedBy == "" {
 			// The row was ours, just inserted: the default values.
 			was.UpdatedAt = time.Time{}
@@ -278,10 +297,12 @@ ON CONFLICT (job_id) DO NOTHING`, job); err != nil {
 	if s.Schedule != "" {
 		sched = s.Schedule
 	}
+	pausedBy, pausedReason, pausedUntil := pauseColumns(s)
 	err = tx.QueryRow(ctx, `
-UPDATE studio_job_setting SET schedule = $2, paused = $3, updated_at = now(), updated_by = $4
+UPDATE studio_job_setting SET schedule = $2, paused = $3, updated_at = now(), updated_by = $4,
+  paused_by = $5, paused_reason = $6, paused_until = $7
 WHERE job_id = $1
-RETURNING updated_at`, job, sched, s.Paused, c.Actor).Scan(&s.UpdatedAt)
+RETURNING updated_at`, job, sched, s.Paused, c.Actor, pausedBy, pausedReason, pausedUntil).Scan(&s.UpdatedAt)
 	if err != nil {
 		return jobs.Setting{}, fmt.Errorf("change job %q: %w", job, err)
 	}

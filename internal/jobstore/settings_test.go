@@ -178,11 +178,13 @@ func TestApplyChangeWritesTheSettingAnAuditRowAndASignal(t *testing.T) {
 		detail       map[string]any
 	}{
 		{"pause", jobstore.Change{Pause: ptr(true), Actor: "ana@ops", Reason: "incident 42"}, "", true, "jobs.pause",
-			map[string]any{"schedule_before": "", "paused_before": false, "schedule_after": "", "paused_after": true}},
+			withPause(map[string]any{"schedule_before": "", "paused_before": false, "schedule_after": "", "paused_after": true},
+				nil, nil, nil, "ana@ops", "incident 42", nil)},
 		{"set every 45s", jobstore.Change{Schedule: &every45, Actor: "ana@ops", Reason: "slower"}, "every 45s", true, "jobs.set",
 			map[string]any{"schedule_before": "", "paused_before": true, "schedule_after": "every 45s", "paused_after": true}},
 		{"resume", jobstore.Change{Pause: ptr(false), Actor: "bo@ops", Reason: "fixed"}, "every 45s", false, "jobs.resume",
-			map[string]any{"schedule_before": "every 45s", "paused_before": true, "schedule_after": "every 45s", "paused_after": false}},
+			withPause(map[string]any{"schedule_before": "every 45s", "paused_before": true, "schedule_after": "every 45s", "paused_after": false},
+				"ana@ops", "incident 42", nil, nil, nil, nil)},
 		{"set a cron", jobstore.Change{Schedule: &daily, Actor: "bo@ops"}, "cron 0 2 * * *", false, "jobs.set",
 			map[string]any{"schedule_before": "every 45s", "paused_before": false, "schedule_after": "cron 0 2 * * *", "paused_after": false}},
 		{"clear", jobstore.Change{Schedule: &jobs.Schedule{}, Actor: "bo@ops", Reason: "back to config"}, "", false, "jobs.set",

@@ -85,7 +85,9 @@ VALUES ('%s', '%s', now() - interval '10 minutes', now(), 1)`, cluster, owner)
 
 const (
 	paused = `INSERT INTO studio_job_setting (job_id, paused, updated_by) VALUES ('%s', true, 'alice')`
-	lease  = `INSERT INTO cluster_lease (cluster) VALUES ('%s')`
+	// pausedUntil: a pause with an end (an SQL expression; migration 00014).
+	pausedUntil = `INSERT INTO studio_job_setting (job_id, paused, updated_by, paused_by, paused_until) VALUES ('%s', true, 'alice', 'alice', %s)`
+	lease       = `INSERT INTO cluster_lease (cluster) VALUES ('%s')`
 )
 
 // exec runs stmts in one transaction: one now() for the whole fixture, as
@@ -155,6 +157,23 @@ func TestOverdueJobs(t *testing.T) {
 			rows: []string{replica("web-1", "ready", "1 second"), status("web-1", "sweep", "installation", "2 minutes", ""),
 				replica("web-2", "ready", "1 hour"), status("web-2", "sweep", "installation", "50 minutes", ""),
 				fmt.Sprintf(paused, "sweep")},
+		},
+		{
+			name: "a pause whose end has not come is not overdue",
+			rows: []string{replica("web-1", "ready", "1 second"), status("web-1", "sweep", "installation", "2 minutes", ""),
+				fmt.Sprintf(pausedUntil, "sweep", ago("+10 minutes"))},
+		},
+		{
+			name: "a pause whose end passed is over, its resume written or not: overdue from its end",
+			rows: []string{replica("web-1", "ready", "1 second"), status("web-1", "sweep", "installation", "10 minutes", ""),
+				fmt.Sprintf(pausedUntil, "sweep", ago("3 minutes"))},
+			want: []string{"sweep/ 3m"},
+		},
+		{
+			name: "a pause that ended before the due time: overdue from the due time",
+			rows: []string{replica("web-1", "ready", "1 second"), status("web-1", "sweep", "installation", "5 minutes", ""),
+				fmt.Sprintf(pausedUntil, "sweep", ago("20 minutes"))},
+			want: []string{"sweep/ 5m"},
 		},
 		{
 			name: "a live replica's fresh row wins over a dead replica's stale one",
@@ -357,6 +376,21 @@ func TestOverdueJobs(t *testing.T) {
 				fmt.Sprintf(paused, "vacuum")},
 		},
 		{
+			name: "such a duty whose pause ended is overdue from the pause's end",
+			rows: []string{
+				owned("eu-1", "web-2"), replica("web-2", "ready", "1 second"),
+				replica("web-1", "ready", "1 second"), dutyRow("web-1", "vacuum@eu-1", "every 1m", "10 minutes"),
+				fmt.Sprintf(pausedUntil, "vacuum", ago("2 minutes"))},
+			want: []string{"vacuum/eu-1 2m"},
+		},
+		{
+			name: "not such a duty while its pause has not ended",
+			rows: []string{
+				owned("eu-1", "web-2"), replica("web-2", "ready", "1 second"),
+				replica("web-1", "ready", "1 second"), dutyRow("web-1", "vacuum@eu-1", "every 1m", "10 minutes"),
+				fmt.Sprintf(pausedUntil, "vacuum", ago("+1 minute"))},
+		},
+		{
 			name: "not such a duty of a cluster removed from cluster_lease",
 			rows: []string{
 				replica("web-1", "ready", "1 second"), dutyRow("web-1", "vacuum@eu-1", "every 1m", "10 minutes")},
@@ -516,7 +550,7 @@ func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`)
 // liveness.LiveSQL): its numbers must be the rule's.
 func TestTheFunctionUsesTheLivenessRule(t *testing.T) {
 	t.Parallel()
-	for _, file := range []string{"00011_overdue.sql", "00013_overdue_duties.sql"} {
+	for _, file := range []string{"00011_overdue.sql", "00013_overdue_duties.sql", "00014_pause_end.sql"} {
 		b, err := os.ReadFile("../../migrations/" + file)
 		if err != nil {
 			t.Fatal(err)

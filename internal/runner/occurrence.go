@@ -239,9 +239,10 @@ func (r *Runner) skipPaused(js *jobState, sched jobs.Schedule, fire time.Time, p
 	if js.shared && r.o.Schedules != nil {
 		ctx, cancel := context.WithTimeout(r.runsCtx, settingsTimeout)
 		end, dbNow, err := r.loadEnd(ctx, js)
+		pauseEnd := r.pauseEndOf(ctx, js)
 		cancel()
 		if err == nil && !end.IsZero() {
-			g := gridLast(sched, end, dbNow.Add(nominalSlack(sched, dbNow)))
+			g := gridLast(sched, end, pausedLimit(dbNow.Add(nominalSlack(sched, dbNow)), pauseEnd))
 			if !g.IsZero() && g.After(js.accounted) {
 				r.recordPausedUpTo(js, sched, end, g, pausedBy)
 			}

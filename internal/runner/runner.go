@@ -156,6 +156,9 @@ type Runner struct {
 	// begins, so fires waiting for a slot give up.
 	slots *slots
 	quit  chan struct{}
+
+	// pauseWake wakes the pause watch (pause.go).
+	pauseWake chan struct{}
 }
 
 // fireWork is one fire handed to a run goroutine.
@@ -237,7 +240,7 @@ func New(o Options) (*Runner, error) {
 	if o.DutySpread == nil {
 		o.DutySpread = dutySpread(o.MaxConcurrentRuns)
 	}
-	r := &Runner{o: o, log: o.Logger, jobs: map[string]*jobState{}, wake: make(chan struct{}, 1),
+	r := &Runner{o: o, log: o.Logger, jobs: map[string]*jobState{}, wake: make(chan struct{}, 1), pauseWake: make(chan struct{}, 1),
 		work: make(chan fireWork), workersQuit: make(chan struct{}), resolution: o.TimerResolution,
 		slots: newSlots(o.MaxConcurrentRuns), quit: make(chan struct{})}
 	if o.TimerResolution == 0 && r.realClock() {
@@ -418,6 +421,9 @@ func (r *Runner) Start(ctx context.Context) error {
 		return fmt.Errorf("start runner: %w", startstop.ErrStopped)
 	}
 	if r.o.SettingsPollEvery > 0 && !r.Go(func() { r.pollSettings(baseCtx) }) {
+		return fmt.Errorf("start runner: %w", startstop.ErrStopped)
+	}
+	if pe, ok := r.o.Settings.(PauseEnder); ok && !r.Go(func() { r.watchPauseEnds(baseCtx, pe) }) {
 		return fmt.Errorf("start runner: %w", startstop.ErrStopped)
 	}
 	r.MarkStarted()
@@ -626,6 +632,9 @@ func (r *Runner) pollSettings(ctx context.Context) {
 			r.log.Info("runner: the settings poll found a job setting changed; applying it", "job_id", id)
 			r.applySettings(id)
 		}
+		if len(changed) > 0 {
+			r.kickPauses()
+		}
 	}
 }
 
@@ -635,6 +644,7 @@ func (r *Runner) pollSettings(ctx context.Context) {
 func (r *Runner) SettingsChanged(id string) {
 	r.o.Settings.Invalidate(id)
 	r.applySettings(id)
+	r.kickPauses()
 }
 
 // applySettings reads job id's setting (from the cache) and applies it to
@@ -798,14 +808,15 @@ func (r *Runner) settings(ctx context.Context, js *jobState) (jobs.Schedule, boo
 		defer r.mu.Unlock()
 		return js.sched, js.status.Paused, js.status.InvalidSchedule, "", err
 	}
+	paused, by := r.pausedNow(s), pausedBy(s) // pause.go: a pause whose end passed is over
 	if s.Schedule == "" {
-		return js.job.Schedule, s.Paused, "", s.UpdatedBy, nil
+		return js.job.Schedule, paused, "", by, nil
 	}
 	o := js.overrideOf(s.Schedule)
 	if o.invalid != "" {
-		return js.job.Schedule, s.Paused, o.invalid, s.UpdatedBy, nil
+		return js.job.Schedule, paused, o.invalid, by, nil
 	}
-	return o.sched, s.Paused, "", s.UpdatedBy, nil
+	return o.sched, paused, "", by, nil
 }
 
 // parsedOverride is an operator's schedule and zone override as stored
