@@ -112,7 +112,7 @@ func jobRow(p *output.Printer, v jobstore.View) []output.Cell {
 	sched, jitter, deadline := jobs.SplitOptions(v.Schedule)
 	return []output.Cell{
 		{Text: v.ID}, {Text: string(v.Scope)}, {Text: sched}, {Text: durationCell(jitter)}, {Text: durationCell(deadline)}, healthCell(v),
-				{Text: p.TimePtr(v.LastStartedAt)}, {Text: string(v.LastOutcome), Tone: outcomeTone(v.LastOutcome)}, {Text: v.LastReplica},
+		{Text: p.TimePtr(v.LastStartedAt)}, {Text: string(v.LastOutcome), Tone: outcomeTone(v.LastOutcome)}, {Text: v.LastReplica},
 		{Text: p.TimePtr(v.NextFireAt)}, {Text: strconv.FormatInt(v.Runs, 10)}, {Text: strconv.FormatInt(v.Failures, 10)},
 		lastDue, skips, misses, {Text: pauseCell(p, v)}, lastDueAt,
 		{Text: strconv.FormatInt(v.Timeouts, 10)}, {Text: strconv.FormatInt(v.LockLost, 10)}, {Text: strconv.FormatInt(v.Overruns, 10)},
