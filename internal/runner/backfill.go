@@ -122,7 +122,18 @@ func (r *Runner) runBackfill(js *jobState) {
 		r.unlock(held.current(), js)
 		if stopping {
 			r.finish(js, time.Time{})
+			return
 		}
+		// begin put the job back at its schedule's next time after now:
+		// the live due time, when sooner, is where it was (unless a
+		// trigger or another fire came meanwhile).
+		now := r.now()
+		r.mu.Lock()
+		if !r.stopping && js.queued && !js.running && !js.forced && !js.backfill && !liveDue.IsZero() && liveDue.Before(js.due) {
+			r.push(js, liveDue)
+			r.putStatusAtLocked(js, now)
+		}
+		r.mu.Unlock()
 		return
 	}
 	r.log.Info("runner: backfill occurrence started", "job_id", js.job.ID, "run_seq", run.Seq,

@@ -2,8 +2,10 @@ package runner_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 	"github.com/studioctl/studioctl/internal/jobstore"
 	"github.com/studioctl/studioctl/internal/jobtask"
 	"github.com/studioctl/studioctl/internal/locks"
+	"github.com/studioctl/studioctl/internal/runner"
 	"github.com/studioctl/studioctl/internal/tasks"
 )
 
@@ -258,5 +261,56 @@ VALUES ('bf', 'replica-b', now(), now(), 'succeeded', $1, '', false)`, at[0])
 	}
 	if outcome != "left_out" {
 		t.Errorf("01:00 ended %q, want left_out", outcome)
+	}
+}
+
+// failingSeq is the run store whose NextSeq fails while fail is set: a run
+// cannot begin.
+type failingSeq struct {
+	runner.Recorder
+	fail atomic.Bool
+}
+
+func (s *failingSeq) NextSeq(ctx context.Context) (int64, error) {
+	if s.fail.Load() {
+		return 0, errors.New("seq block: connection refused")
+	}
+	return s.Recorder.NextSeq(ctx)
+}
+
+// A backfill run that cannot begin gives its occurrence back and puts the
+// job back at its live due time, not at its schedule's next time after
+// now (an hour away here, past the live due time).
+func TestABackfillThatCannotBeginKeepsTheLiveDueTime(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	task := &bfEnvTask{}
+	o := e.options(jobtask.Job{Job: jobs.Job{ID: "bf", Scope: jobs.ScopeInstallation, Schedule: every(t, time.Hour)}, Task: task})
+	o.InitialDelay = func(jobs.Job) time.Duration { return 30 * time.Minute }
+	o.Backfills = jobstore.NewBackfills(e.pool, replicaID)
+	store := &failingSeq{Recorder: o.Store}
+	o.Store = store
+	e.start(o)
+	live := t0.Add(30 * time.Minute)
+	e.waitIdle("bf", live)
+	requestBackfill(t, e, time.Date(2026, 11, 30, 1, 0, 0, 0, time.UTC))
+	store.fail.Store(true)
+	if !e.r.Backfill("bf") {
+		t.Fatal("Backfill(bf) = false for an idle job")
+	}
+	eventually(t, "the occurrence given back after the failed start", func() bool {
+		st := status(t, e.r, "bf")
+		return st.Failures == 1 && !st.Running
+	})
+	e.waitIdle("bf", live)
+	var n int
+	if err := e.pool.QueryRow(t.Context(), `SELECT count(*) FROM studio_backfill WHERE done_at IS NULL AND claimed_at IS NULL`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 {
+		t.Errorf("%d occurrences pending and unclaimed, want 1 (given back)", n)
+	}
+	if n := len(task.runs()); n != 0 {
+		t.Errorf("%d runs", n)
 	}
 }
