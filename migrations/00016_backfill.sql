@@ -11,6 +11,11 @@
 --    written in the request's transaction (a guard checks it). A replica
 --    claims the oldest pending one only while it holds the job's lock, so
 --    they run one at a time, oldest first, and never beside a live run.
+--    Under the lock the claim also leaves out (outcome 'left_out') an
+--    occurrence asked for without --again (again false) that ran
+--    meanwhile: a run of the job (not a trigger's) with a nominal time in
+--    its slot [nominal_at, slot_until), or another backfill occurrence of
+--    it that ran. A nominal time in the future is refused.
 -- 3. A run of a backfill occurrence says so: studio_job_run.backfill, and
 --    the column backfill of studio_occurrences (jobs occurrences).
 
@@ -43,10 +48,17 @@ CREATE TABLE studio_backfill (
     request_seq bigint      NOT NULL REFERENCES studio_request (seq) ON DELETE CASCADE,
     job_id      text        NOT NULL,
     nominal_at  timestamptz NOT NULL,
+    -- The end of the occurrence's slot (the schedule's next nominal time;
+    -- NULL: the cron's last time ever, or not given): a run with a nominal
+    -- time in [nominal_at, slot_until) is a run of this occurrence.
+    slot_until  timestamptz NULL,
+    -- jobs backfill --again: run it even if it ran.
+    again       boolean     NOT NULL DEFAULT false,
     -- Set when a replica takes it (under the job's lock), and when its run
     -- ends: outcome is the run's, or 'abandoned' (claimed by a run that
     -- never ended: its replica died; found by the next claim, never run
-    -- again without --again).
+    -- again without --again), or 'left_out' (it ran elsewhere meanwhile,
+    -- found by the claim under the lock).
     claimed_by  text        NULL,
     claimed_at  timestamptz NULL,
     run_seq     bigint      NULL,
@@ -54,6 +66,7 @@ CREATE TABLE studio_backfill (
     outcome     text        NULL,
     PRIMARY KEY (request_seq, nominal_at),
     CHECK (isfinite(nominal_at)),
+    CHECK (slot_until IS NULL OR slot_until > nominal_at),
     CHECK ((claimed_by IS NULL) = (claimed_at IS NULL)),
     CHECK ((done_at IS NULL) = (outcome IS NULL))
 );
@@ -69,6 +82,11 @@ BEGIN
     THEN
         RAISE EXCEPTION 'studio_backfill: an occurrence of % needs its own job.backfill request, written in the same transaction (request %)',
             NEW.job_id, NEW.request_seq
+            USING ERRCODE = 'check_violation';
+    END IF;
+    IF NEW.nominal_at > now() THEN
+        RAISE EXCEPTION 'studio_backfill: occurrence % of % is in the future: a backfill runs past occurrences only',
+            NEW.nominal_at, NEW.job_id
             USING ERRCODE = 'check_violation';
     END IF;
     RETURN NEW;

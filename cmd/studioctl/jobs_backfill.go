@@ -116,15 +116,14 @@ type backfillPlan struct {
 	leftOut []string
 }
 
-// runs are the nominal times that run.
-func (b backfillPlan) runs(again bool) []time.Time {
-	var out []time.Time
+// runs are the nominal times that run, and the ends of their slots.
+func (b backfillPlan) runs(again bool) (at, until []time.Time) {
 	for i, o := range b.occ {
 		if again || b.leftOut[i] == "" {
-			out = append(out, o.At)
+			at, until = append(at, o.At), append(until, o.Until)
 		}
 	}
-	return out
+	return at, until
 }
 
 // jobsBackfillRun computes, prints and (without --dry-run) requests a
@@ -138,7 +137,7 @@ func jobsBackfillRun(ctx context.Context, o *jobsBackfillOptions) error {
 	if err != nil {
 		return err
 	}
-	runs := plan.runs(o.Again)
+	runs, slotUntil := plan.runs(o.Again)
 	if !o.DryRun && len(runs) > 0 {
 		// As a trigger, before anything is printed or asked: nothing is
 		// requested that no replica could run (a draining replica starts
@@ -174,7 +173,7 @@ func jobsBackfillRun(ctx context.Context, o *jobsBackfillOptions) error {
 		return err
 	}
 	seq, err := jobstore.RequestBackfill(ctx, pool, jobstore.BackfillRequest{Job: o.ID, Actor: o.Actor(), Reason: o.Reason,
-		From: o.From, To: o.To, Again: o.Again, NominalAt: runs})
+		From: o.From, To: o.To, Again: o.Again, NominalAt: runs, SlotUntil: slotUntil})
 	if err != nil {
 		return err
 	}

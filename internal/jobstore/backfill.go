@@ -85,6 +85,12 @@ type BackfillRequest struct {
 	From, To           time.Time
 	Again              bool
 	NominalAt          []time.Time // oldest first
+	// SlotUntil, when given, holds the end of each occurrence's slot (the
+	// schedule's next nominal time; zero for none), as BackfillLeftOut
+	// reads it: the claim leaves out an occurrence (without Again) that a
+	// run with a nominal time in its slot served meanwhile. Without it the
+	// slot is the nominal time alone.
+	SlotUntil []time.Time
 }
 
 // RequestBackfill writes, in one transaction, the audit row, the request
@@ -95,6 +101,15 @@ type BackfillRequest struct {
 func RequestBackfill(ctx context.Context, q Querier, r BackfillRequest) (int64, error) {
 	if len(r.NominalAt) == 0 {
 		return 0, fmt.Errorf("backfill job %q: no occurrence to run", r.Job)
+	}
+	if r.SlotUntil != nil && len(r.SlotUntil) != len(r.NominalAt) {
+		return 0, fmt.Errorf("backfill job %q: %d slot ends for %d occurrences", r.Job, len(r.SlotUntil), len(r.NominalAt))
+	}
+	until := make([]*time.Time, len(r.NominalAt))
+	for i := range r.SlotUntil {
+		if !r.SlotUntil[i].IsZero() {
+			until[i] = &r.SlotUntil[i]
+		}
 	}
 	tx, err := q.Begin(ctx)
 	if err != nil {
@@ -115,8 +130,8 @@ VALUES ($1, $2, $3, $4, $5, now() + make_interval(secs => $6::float8)) RETURNING
 		return 0, fmt.Errorf("backfill job %q: write request: %w", r.Job, err)
 	}
 	if _, err := tx.Exec(ctx, `
-INSERT INTO studio_backfill (request_seq, job_id, nominal_at)
-SELECT $1, $2, t FROM unnest($3::timestamptz[]) AS t`, seq, r.Job, r.NominalAt); err != nil {
+INSERT INTO studio_backfill (request_seq, job_id, nominal_at, slot_until, again)
+SELECT $1, $2, t, u, $5 FROM unnest($3::timestamptz[], $4::timestamptz[]) AS x(t, u)`, seq, r.Job, r.NominalAt, until, r.Again); err != nil {
 		return 0, fmt.Errorf("backfill job %q: write occurrences: %w", r.Job, err)
 	}
 	if err := bus.Notify(ctx, tx, bus.Signal(KindJobBackfill, r.Job)); err != nil {
@@ -161,30 +176,104 @@ type Backfills struct {
 // NewBackfills returns replica's side of the backfill occurrences.
 func NewBackfills(q Querier, replica string) *Backfills { return &Backfills{q: q, replica: replica} }
 
-// Claim takes the oldest pending occurrence of job. The caller holds the
-// job's lock, so no other replica claims or runs one meanwhile: an
-// occurrence claimed and not ended is one whose run never ended (its
-// replica died, or it lost the lock), and is ended as abandoned, never
-// run twice. ok is false when none is pending.
-func (b *Backfills) Claim(ctx context.Context, job string) (jobs.BackfillClaim, bool, error) {
-	var c jobs.BackfillClaim
-	err := b.q.QueryRow(ctx, `
-WITH abandoned AS (
-  UPDATE studio_backfill SET done_at = now(), outcome = 'abandoned'
-  WHERE job_id = $1 AND done_at IS NULL AND claimed_at IS NOT NULL
-), next AS (
-  SELECT b.request_seq, b.nominal_at FROM `+pendingBackfillSQL+` AND b.job_id = $1 AND b.claimed_at IS NULL
+// BackfillFlushWait bounds how long a claim waits for the run row of the
+// job's last run that ended (studio_job_schedule.last_seq) to be written:
+// the run store writes its rows in batches (FlushEvery), so the row of a
+// live run that ended just before the claim took the lock may not be in
+// studio_job_run yet, and its occurrence would look not run. Past the
+// bound the replica that ran it is taken to have died with the row.
+const BackfillFlushWait = 30 * time.Second
+
+// claimWaitSQL: the job's last run that ended (its end is written to the
+// shared schedule before its unlock, so it is there when the lock is
+// held) has no run row yet, and ended within BackfillFlushWait.
+const claimWaitSQL = `SELECT EXISTS (SELECT 1 FROM studio_job_schedule s
+WHERE s.job_id = $1 AND s.last_seq IS NOT NULL AND s.last_ended_at > now() - make_interval(secs => $2::float8)
+  AND NOT EXISTS (SELECT 1 FROM studio_job_run r WHERE r.seq = s.last_seq))`
+
+// claimNextSQL takes the oldest pending occurrence of a job, or ends it as
+// left out when it was asked for without --again and ran meanwhile: a
+// run of the job that is not a trigger's (a live run, a catch-up's, a
+// backfill's) with a nominal time in its slot, or another backfill
+// occurrence of it that ran (ended, not abandoned nor left out: its run
+// row may not be written yet). Runs start at or after their nominal time
+// (a minute's margin for the replicas' clocks), which bounds the scan to
+// the job's runs since the occurrence (studio_job_run_job_started).
+const claimNextSQL = `
+WITH next AS (
+  SELECT b.request_seq, b.nominal_at, NOT b.again AND (
+      EXISTS (SELECT 1 FROM studio_job_run r
+              WHERE r.job_id = $1 AND NOT r.triggered AND r.started_at >= b.nominal_at - interval '1 minute'
+                AND r.nominal_at >= b.nominal_at
+                AND r.nominal_at < coalesce(b.slot_until, b.nominal_at + interval '1 microsecond'))
+   OR EXISTS (SELECT 1 FROM studio_backfill o
+              WHERE o.job_id = $1 AND o.done_at IS NOT NULL AND o.outcome NOT IN ('abandoned', 'left_out')
+                AND o.nominal_at >= b.nominal_at
+                AND o.nominal_at < coalesce(b.slot_until, b.nominal_at + interval '1 microsecond'))) AS left_out
+  FROM ` + pendingBackfillSQL + ` AND b.job_id = $1 AND b.claimed_at IS NULL
   ORDER BY b.nominal_at, b.request_seq LIMIT 1
   FOR UPDATE OF b SKIP LOCKED
 )
-UPDATE studio_backfill b SET claimed_by = $2, claimed_at = now()
+UPDATE studio_backfill b SET claimed_by = $2, claimed_at = now(),
+  done_at = CASE WHEN next.left_out THEN now() END,
+  outcome = CASE WHEN next.left_out THEN 'left_out' END
 FROM next WHERE b.request_seq = next.request_seq AND b.nominal_at = next.nominal_at AND b.claimed_at IS NULL
-RETURNING b.request_seq, b.nominal_at`, job, b.replica).Scan(&c.RequestSeq, &c.NominalAt)
-	if err == pgx.ErrNoRows {
-		return jobs.BackfillClaim{}, false, nil
-	}
-	if err != nil {
+RETURNING b.request_seq, b.nominal_at, next.left_out`
+
+// closeRequestsSQL marks done the job's backfill requests with nothing
+// left to run (their last occurrences abandoned or left out by a claim).
+const closeRequestsSQL = `UPDATE studio_request q SET done_at = now(), done_by = $2
+WHERE q.kind = 'job.backfill' AND q.target = $1 AND q.done_at IS NULL
+  AND NOT EXISTS (SELECT 1 FROM studio_backfill o WHERE o.request_seq = q.seq AND o.done_at IS NULL)`
+
+// Claim takes the oldest pending occurrence of job. The caller holds the
+// job's lock, so no other replica claims or runs one meanwhile, nor a live
+// run: an occurrence claimed and not ended is one whose run never ended
+// (its replica died, or it lost the lock), and is ended as abandoned,
+// never run twice. An occurrence asked for without --again that ran since
+// the request (claimNextSQL) is ended as left out, and the next is taken.
+// While the row of the job's last run is not written yet (a live run
+// that ended just before, BackfillFlushWait) it claims nothing: the
+// caller asks again. A request left with nothing to run is marked done.
+// ok is false when nothing is claimed. One transaction.
+func (b *Backfills) Claim(ctx context.Context, job string) (jobs.BackfillClaim, bool, error) {
+	fail := func(err error) (jobs.BackfillClaim, bool, error) {
 		return jobs.BackfillClaim{}, false, fmt.Errorf("claim a backfill occurrence of job %q: %w", job, err)
+	}
+	tx, err := b.q.Begin(ctx)
+	if err != nil {
+		return fail(err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	if _, err := tx.Exec(ctx, `UPDATE studio_backfill SET done_at = now(), outcome = 'abandoned'
+WHERE job_id = $1 AND done_at IS NULL AND claimed_at IS NOT NULL`, job); err != nil {
+		return fail(err)
+	}
+	var wait bool
+	if err := tx.QueryRow(ctx, claimWaitSQL, job, BackfillFlushWait.Seconds()).Scan(&wait); err != nil {
+		return fail(err)
+	}
+	var c jobs.BackfillClaim
+	ok := false
+	for !wait && !ok {
+		var leftOut bool
+		err := tx.QueryRow(ctx, claimNextSQL, job, b.replica).Scan(&c.RequestSeq, &c.NominalAt, &leftOut)
+		if err == pgx.ErrNoRows {
+			break
+		}
+		if err != nil {
+			return fail(err)
+		}
+		ok = !leftOut
+	}
+	if _, err := tx.Exec(ctx, closeRequestsSQL, job, b.replica); err != nil {
+		return fail(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fail(err)
+	}
+	if !ok {
+		return jobs.BackfillClaim{}, false, nil
 	}
 	c.JobID, c.NominalAt = job, c.NominalAt.UTC()
 	return c, true, nil

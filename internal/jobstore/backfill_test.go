@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/studioctl/studioctl/internal/jobs"
@@ -271,5 +272,153 @@ func TestPendingBackfillsLeaveOutPausedJobs(t *testing.T) {
 	setSetting(t, pool, "billing", "", false)
 	if got, err := jobstore.PendingBackfills(t.Context(), pool, []string{"billing"}); err != nil || len(got) != 1 {
 		t.Errorf("PendingBackfills after resume = %v, %v; want [billing]", got, err)
+	}
+}
+
+// The claim, under the lock, leaves out an occurrence asked for without
+// --again that ran after the request: a run of the job in its slot (not a
+// trigger's), another backfill occurrence of it that ran (its run row not
+// yet written), or the job's last run whose row is not written yet (the
+// claim waits for it). --again runs it anyway. A request left with nothing
+// to run is done. (Review D1: the claim never looked at the runs.)
+func TestBackfillClaimLeavesOutWhatRanAfterTheRequest(t *testing.T) {
+	t.Parallel()
+	pool, _ := newPool(t)
+	reportJob(t, pool, "billing")
+	at := hours(t, "2026-11-30T00:00:00Z", 4)
+	until := make([]time.Time, len(at))
+	for i := range at {
+		until[i] = at[i].Add(time.Hour)
+	}
+	a, err := jobstore.RequestBackfill(t.Context(), pool, jobstore.BackfillRequest{Job: "billing", Actor: "ana", NominalAt: at, SlotUntil: until})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := jobstore.RequestBackfill(t.Context(), pool, jobstore.BackfillRequest{Job: "billing", Actor: "ana", Again: true,
+		NominalAt: at[:1], SlotUntil: until[:1]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := jobstore.RequestBackfill(t.Context(), pool, jobstore.BackfillRequest{Job: "billing", Actor: "ana", NominalAt: at[1:2], SlotUntil: until[1:2]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// After the requests: a live run of 00:00's slot (a fixed delay's
+	// nominal time, 7 s into it) and a trigger in 02:00's.
+	if _, err := pool.Exec(t.Context(), `
+INSERT INTO studio_job_run (seq, job_id, replica_id, started_at, finished_at, outcome, nominal_at, scope_key, triggered) VALUES
+  (1, 'billing', 'web-1', now(), now(), 'succeeded', '2026-11-30T00:00:07Z', '', false),
+  (2, 'billing', 'web-1', now(), now(), 'succeeded', '2026-11-30T02:05:00Z', '', true)`); err != nil {
+		t.Fatal(err)
+	}
+	w := jobstore.NewBackfills(pool, "web-1")
+	claim := func(want time.Time, seq int64) jobs.BackfillClaim {
+		t.Helper()
+		got, ok, err := w.Claim(t.Context(), "billing")
+		if err != nil || !ok || !got.NominalAt.Equal(want) || got.RequestSeq != seq {
+			t.Fatalf("claim = %+v, %t, %v; want %s of request %d", got, ok, err, want.Format(time.RFC3339), seq)
+		}
+		return got
+	}
+	// 00:00 of a ran: left out; 00:00 of b (--again) runs.
+	if _, err := w.End(t.Context(), claim(at[0], b), 10, jobs.OutcomeSucceeded); err != nil {
+		t.Fatal(err)
+	}
+	// 01:00 of a runs (no run row written yet); then 01:00 of c is left
+	// out for it, and request c is done; 02:00 of a runs (a trigger does
+	// not count).
+	if _, err := w.End(t.Context(), claim(at[1], a), 11, jobs.OutcomeSucceeded); err != nil {
+		t.Fatal(err)
+	}
+	c2 := claim(at[2], a)
+	if n := count(t, pool, `SELECT count(*) FROM studio_request WHERE seq = $1 AND done_at IS NOT NULL AND done_by = 'web-1'`, c); n != 1 {
+		t.Errorf("request %d, all left out, is not done", c)
+	}
+	if _, err := w.End(t.Context(), c2, 12, jobs.OutcomeSucceeded); err != nil {
+		t.Fatal(err)
+	}
+	// A live run of 03:00's slot ended just now elsewhere: its end is in
+	// the shared schedule, its run row not yet written. The claim waits.
+	if _, err := pool.Exec(t.Context(), `INSERT INTO studio_job_schedule (job_id, last_ended_at, last_started_at, last_replica_id, last_seq)
+VALUES ('billing', now(), now(), 'web-2', 99)`); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok, err := w.Claim(t.Context(), "billing"); err != nil || ok {
+		t.Fatalf("claim with the last run's row unwritten = %+v, %t, %v; want none (wait)", got, ok, err)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM studio_backfill WHERE nominal_at = $1 AND claimed_at IS NULL`, at[3]); n != 1 {
+		t.Errorf("03:00 was touched while the claim waited")
+	}
+	if _, err := pool.Exec(t.Context(), `INSERT INTO studio_job_run (seq, job_id, replica_id, started_at, finished_at, outcome, nominal_at, scope_key, triggered)
+VALUES (99, 'billing', 'web-2', now(), now(), 'succeeded', '2026-11-30T03:00:00Z', '', false)`); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok, err := w.Claim(t.Context(), "billing"); err != nil || ok {
+		t.Fatalf("claim after 03:00 ran = %+v, %t, %v; want none", got, ok, err)
+	}
+	rows, err := pool.Query(t.Context(), `SELECT request_seq, nominal_at, outcome FROM studio_backfill WHERE outcome = 'left_out' ORDER BY nominal_at, request_seq`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type left struct {
+		seq int64
+		at  time.Time
+	}
+	var got []left
+	var outcome string
+	var l left
+	if _, err := pgx.ForEachRow(rows, []any{&l.seq, &l.at, &outcome}, func() error { got = append(got, left{l.seq, l.at.UTC()}); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	want := []left{{a, at[0]}, {c, at[1]}, {a, at[3]}}
+	if len(got) != len(want) {
+		t.Fatalf("left out %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i].seq != want[i].seq || !got[i].at.Equal(want[i].at) {
+			t.Errorf("left out %v, want %v", got, want)
+			break
+		}
+	}
+	if n := count(t, pool, `SELECT count(*) FROM studio_request WHERE kind = 'job.backfill' AND done_at IS NULL`); n != 0 {
+		t.Errorf("%d backfill requests not done with nothing left to run", n)
+	}
+}
+
+// An occurrence claimed and never ended that was its request's last is
+// abandoned by the next claim, and the request is done. (Review D3.)
+func TestBackfillAbandonedLastOccurrenceEndsItsRequest(t *testing.T) {
+	t.Parallel()
+	pool, _ := newPool(t)
+	reportJob(t, pool, "billing")
+	seq, err := jobstore.RequestBackfill(t.Context(), pool, jobstore.BackfillRequest{Job: "billing", Actor: "ana", NominalAt: hours(t, "2026-11-30T00:00:00Z", 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := jobstore.NewBackfills(pool, "web-2").Claim(t.Context(), "billing"); err != nil || !ok {
+		t.Fatalf("claim = %t, %v", ok, err)
+	}
+	if _, ok, err := jobstore.NewBackfills(pool, "web-1").Claim(t.Context(), "billing"); err != nil || ok {
+		t.Fatalf("claim after the claimer died = %t, %v; want none", ok, err)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM studio_request q JOIN studio_backfill b ON b.request_seq = q.seq
+WHERE q.seq = $1 AND q.done_at IS NOT NULL AND b.outcome = 'abandoned'`, seq); n != 1 {
+		t.Errorf("the request of an abandoned last occurrence is not done")
+	}
+}
+
+// The database refuses a backfill occurrence in the future.
+func TestBackfillRefusesAFutureOccurrence(t *testing.T) {
+	t.Parallel()
+	pool, _ := newPool(t)
+	reportJob(t, pool, "billing")
+	_, err := jobstore.RequestBackfill(t.Context(), pool, jobstore.BackfillRequest{Job: "billing", Actor: "ana",
+		NominalAt: []time.Time{time.Now().Add(-time.Hour), time.Now().Add(time.Hour)}})
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "23514" {
+		t.Fatalf("a future occurrence: %v, want a check_violation", err)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM studio_request WHERE kind = 'job.backfill'`); n != 0 {
+		t.Errorf("%d requests written", n)
 	}
 }

@@ -122,7 +122,18 @@ func (r *Runner) runBackfill(js *jobState) {
 		r.unlock(held.current(), js)
 		if stopping {
 			r.finish(js, time.Time{})
+			return
 		}
+		// begin put the job back at its schedule's next time after now:
+		// the live due time, when sooner, is where it was (unless a
+		// trigger or another fire came meanwhile).
+		now := r.now()
+		r.mu.Lock()
+		if !r.stopping && js.queued && !js.running && !js.forced && !js.backfill && !liveDue.IsZero() && liveDue.Before(js.due) {
+			r.push(js, liveDue)
+			r.putStatusAtLocked(js, now)
+		}
+		r.mu.Unlock()
 		return
 	}
 	r.log.Info("runner: backfill occurrence started", "job_id", js.job.ID, "run_seq", run.Seq,
@@ -130,18 +141,21 @@ func (r *Runner) runBackfill(js *jobState) {
 	timeout := js.job.TimeoutFor(sched)
 	res, cause := r.execute(js, sched, run, occ, held, timeout)
 	v := r.classify(js, res, cause, timeout)
-	if v.outcome != jobs.OutcomeLockLost {
-		r.unlock(held.current(), js)
-	}
-	// Recorded as any run, without the due times a live run overran: a
-	// backfill run overruns none of its own (occurrence{}: no nominal).
-	ended := r.record(js, sched, run.StartedAt, occurrence{}, run, v)
+	// The occurrence's end is written before the lock is freed: a claim
+	// under the lock finds an occurrence claimed and not ended abandoned,
+	// so a replica that took the freed lock first would end this one so.
 	ctx, cancel = context.WithTimeout(context.WithoutCancel(r.runsCtx), lockStatementTimeout)
 	more, err := r.o.Backfills.End(ctx, claim, run.Seq, v.outcome)
 	cancel()
 	if err != nil {
 		r.log.Warn("runner: record the end of a backfill occurrence", "job_id", js.job.ID, "run_seq", run.Seq, "error", err)
 	}
+	if v.outcome != jobs.OutcomeLockLost {
+		r.unlock(held.current(), js)
+	}
+	// Recorded as any run, without the due times a live run overran: a
+	// backfill run overruns none of its own (occurrence{}: no nominal).
+	ended := r.record(js, sched, run.StartedAt, occurrence{}, run, v)
 	// A shared job's live due time as it is now: a run that ended
 	// elsewhere meanwhile moved it (its signal was left alone while this
 	// fire was pending), and a live due time that passed comes first.
