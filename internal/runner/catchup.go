@@ -59,13 +59,11 @@ func (r *Runner) catchUpTick(js *jobState, sched jobs.Schedule, occ occurrence) 
 	p := js.catchUp
 	if occ.triggered {
 		// A jobs trigger run before the catch-up replaces it: its end
-		// moves the schedule. The stretch is recorded, as missed: skip
-		// would, so that its due times are not left out.
-		js.catchUp = nil
-		recs, _, last := stretchRecords(sched, p.anchor, p.to, p.trace, !js.shared || sched.IsCron(), false)
-		r.recordStretch(js, recs)
-		if !last.IsZero() {
-			js.accounted = last
+		// moves the schedule. An installation job's stretch is settled
+		// once the trigger holds the lock (catchUpTriggered); without a
+		// lock it is this replica's, and recorded now.
+		if js.job.Scope != jobs.ScopeInstallation {
+			r.recordWholeStretch(js, sched, p)
 		}
 		return false
 	}
@@ -102,6 +100,46 @@ func (r *Runner) catchUpTick(js *jobState, sched jobs.Schedule, occ occurrence) 
 		"first_nominal_at", jobs.FormatNominal(plan.caught[0]), "last_nominal_at", jobs.FormatNominal(plan.caught[len(plan.caught)-1]))
 	r.runCatchUp(js, sched, plan, held)
 	return true
+}
+
+// recordWholeStretch records the whole stretch of p, as missed: skip would,
+// so that its due times are not left out, and drops the catch-up.
+func (r *Runner) recordWholeStretch(js *jobState, sched jobs.Schedule, p *catchUpPending) {
+	js.catchUp = nil
+	recs, _, last := stretchRecords(sched, p.anchor, p.to, p.trace, !js.shared || sched.IsCron(), false)
+	r.recordStretch(js, recs)
+	if !last.IsZero() {
+		js.accounted = last
+	}
+}
+
+// catchUpTriggered settles the pending catch-up of installation job js
+// when a jobs trigger's tick has taken the job's lock (acquire): the
+// trigger replaces the catch-up, and the stretch is recorded whole, but
+// only while the shared schedule still ends at the stretch's anchor. A
+// schedule that moved means another replica ran (or caught up) the
+// stretch, and recorded it: the catch-up is dropped. A trigger that does
+// not get the lock (another replica catching up holds it) never comes
+// here: the catch-up stays pending, and nothing of the stretch is
+// recorded by this replica while another runs it.
+func (r *Runner) catchUpTriggered(js *jobState, sched jobs.Schedule) {
+	p := js.catchUp
+	if p == nil {
+		return
+	}
+	if js.shared {
+		ctx, cancel := context.WithTimeout(r.runsCtx, settingsTimeout)
+		end, _, _, err := r.loadRun(ctx, js)
+		cancel()
+		if err == nil && !end.Equal(p.anchor) {
+			r.log.Debug("runner: the shared schedule moved before a trigger replaced the catch-up; dropping it", "job_id", js.job.ID)
+			js.catchUp = nil
+			return
+		}
+		// A read that fails records the stretch: the lock is held, so no
+		// catch-up runs elsewhere now, and a stretch left out is lost.
+	}
+	r.recordWholeStretch(js, sched, p)
 }
 
 // recordStretch records the rows of a stretch of js (stretchRecords).

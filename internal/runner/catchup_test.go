@@ -385,3 +385,90 @@ func TestATriggerBeforeTheCatchUpRecordsTheStretch(t *testing.T) {
 	e.waitIdle("shared", t0.Add(10*time.Second))
 	checkStretch(t, e.occurrences("shared"), []stretchRow{{"missed/down", -115 * time.Second, -5 * time.Second, 12, ""}})
 }
+
+// Issue 24 review D4: a jobs trigger while another replica holds the
+// job's lock (it catches the stretch up) records nothing of the stretch:
+// the trigger finds the lock held, and the catch-up stays pending. Once
+// the lock is free and the shared schedule has not moved, this replica
+// catches the stretch up as usual.
+func TestATriggerWhileAnotherReplicaCatchesUpRecordsNoStretch(t *testing.T) {
+	t.Parallel()
+	g := newGateTask(t)
+	e, _, o := catchUpEnv(t, jobs.CatchUp{Max: 3, Within: time.Hour}, t0.Add(-125*time.Second), g)
+	other, err := e.otherHolder("replica-z").TryLock(t.Context(), "shared", time.Minute, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := e.start(o)
+	e.waitIdle("shared", t0.Add(5*time.Second)) // the lock is held: it asks again in 5 s
+	if !r.Trigger("shared") {
+		t.Fatal("the trigger was not taken")
+	}
+	var next time.Time
+	eventually(t, "the trigger's tick to find the lock held", func() bool {
+		st := status(t, r, "shared")
+		if st.Running || st.SkippedElsewhere == 0 || st.NextFireAt == nil {
+			return false
+		}
+		next = *st.NextFireAt
+		return true
+	})
+	for _, row := range e.occurrences("shared") {
+		if row.Reason == jobs.ReasonDown {
+			t.Fatalf("the stretch was recorded (%s/%s from %v, count %d) while another replica held the lock", row.Outcome, row.Reason, row.Nominal.Sub(t0), row.Count)
+		}
+	}
+	if n := len(g.got()); n != 0 {
+		t.Fatalf("%d runs while another replica held the lock", n)
+	}
+	if err := other.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	e.clk.Advance(next.Sub(e.clk.Now()))
+	for i := range 3 {
+		g.waitStarts(t, i+1)
+		g.release(t)
+	}
+	if got, want := nominals(g.got()), []time.Duration{-25 * time.Second, -15 * time.Second, -5 * time.Second}; !sameDurations(got, want) {
+		t.Fatalf("caught up %v; want %v", got, want)
+	}
+	eventually(t, "the catch-up to end", func() bool { return !status(t, r, "shared").Running })
+	var down []occRow
+	for _, row := range e.occurrences("shared") {
+		if row.Reason == jobs.ReasonDown {
+			down = append(down, row)
+		}
+	}
+	checkStretch(t, down, []stretchRow{{"missed/down", -115 * time.Second, -35 * time.Second, 9, ""}})
+}
+
+// Issue 24 review D4: a jobs trigger that takes the lock after another
+// replica caught the stretch up (the shared schedule moved) drops the
+// catch-up and records nothing of the stretch: that replica recorded it.
+func TestATriggerAfterAnotherReplicaCaughtUpRecordsNoStretch(t *testing.T) {
+	t.Parallel()
+	g := newGateTask(t)
+	e, sch, o := catchUpEnv(t, jobs.CatchUp{Max: 3, Within: time.Hour}, t0.Add(-125*time.Second), g)
+	other, err := e.otherHolder("replica-z").TryLock(t.Context(), "shared", time.Minute, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := e.start(o)
+	e.waitIdle("shared", t0.Add(5*time.Second)) // the lock is held: it asks again in 5 s
+	sch.set("shared", t0)                       // replica-z's catch-up ended (its bus signal not seen here)
+	if err := other.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if !r.Trigger("shared") {
+		t.Fatal("the trigger was not taken")
+	}
+	g.waitStarts(t, 1)
+	if env := g.got()[0]; !env.Triggered {
+		t.Fatalf("the run is not the trigger's: %+v", env)
+	}
+	g.release(t)
+	eventually(t, "the trigger's run to end", func() bool { return !status(t, r, "shared").Running && len(g.got()) == 1 })
+	if rows := e.occurrences("shared"); len(rows) != 0 {
+		t.Fatalf("the stretch that replica-z caught up was recorded again here: %+v", rows)
+	}
+}

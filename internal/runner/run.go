@@ -107,6 +107,9 @@ func (r *Runner) acquire(js *jobState, sched jobs.Schedule, occ occurrence) (hel
 			return nil, false
 		}
 	}
+	if occ.triggered && js.catchUp != nil {
+		r.catchUpTriggered(js, sched) // catchup.go
+	}
 	return &runLock{lock: l, end: newLockDeadline(lockFrom, jobs.LockAtMostFor(sched))}, true
 }
 
