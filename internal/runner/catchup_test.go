@@ -2,6 +2,7 @@ package runner_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"sync"
@@ -471,4 +472,89 @@ func TestATriggerAfterAnotherReplicaCaughtUpRecordsNoStretch(t *testing.T) {
 	if rows := e.occurrences("shared"); len(rows) != 0 {
 		t.Fatalf("the stretch that replica-z caught up was recorded again here: %+v", rows)
 	}
+}
+
+// failingEnds is a fakeSchedules whose RecordEnd fails the first failures
+// times it is called.
+type failingEnds struct {
+	*fakeSchedules
+	mu       sync.Mutex
+	failures int
+	calls    int
+}
+
+func (f *failingEnds) RecordEnd(ctx context.Context, job, replica string, seq int64, started time.Time) (time.Time, error) {
+	f.mu.Lock()
+	f.calls++
+	fail := f.failures > 0
+	if fail {
+		f.failures--
+	}
+	f.mu.Unlock()
+	if fail {
+		return time.Time{}, errors.New("the shared schedule is unreachable")
+	}
+	return f.fakeSchedules.RecordEnd(ctx, job, replica, seq, started)
+}
+
+func (f *failingEnds) n() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls
+}
+
+// Issue 24 review D5: a caught-up run's end that cannot be written to the
+// shared schedule (after a few tries) ends the catch-up with the job's
+// lock kept: a replica that took a freed lock would find the shared
+// schedule still at the stretch's anchor and run the same due times
+// again. The due times left are recorded as missed/down.
+func TestACatchUpWhoseEndCannotBeWrittenKeepsTheLockAndStops(t *testing.T) {
+	t.Parallel()
+	g := newGateTask(t)
+	e, sch, o := catchUpEnv(t, jobs.CatchUp{Max: 3, Within: time.Hour}, t0.Add(-125*time.Second), g)
+	fe := &failingEnds{fakeSchedules: sch, failures: 1 << 20}
+	o.Schedules = fe
+	e.start(o)
+	g.waitStarts(t, 1)
+	g.release(t)
+	eventually(t, "the catch-up to end or go on", func() bool {
+		return len(g.got()) > 1 || strings.Contains(e.logs.String(), "the catch-up ends and the job's lock is kept")
+	})
+	if n := len(g.got()); n != 1 {
+		t.Fatalf("%d caught-up runs although the first one's end could not be recorded; want 1", n)
+	}
+	e.waitIdle("shared", t0.Add(10*time.Second))
+	if n := fe.n(); n != 3 {
+		t.Errorf("the end was tried %d times; want 3", n)
+	}
+	if l := e.lockRow("shared"); l.LockedBy != replicaID || e.lockFree("shared") {
+		t.Errorf("the lock was let go after an end that could not be recorded: %+v", l)
+	}
+	checkStretch(t, e.occurrences("shared"), []stretchRow{
+		{"missed/down", -115 * time.Second, -35 * time.Second, 9, ""},
+		{"missed/down", -15 * time.Second, -5 * time.Second, 2, ""},
+	})
+}
+
+// A caught-up run's end that fails once is tried again; the catch-up goes
+// on, and the lock is let go at its end.
+func TestACatchUpRetriesAnEndThatFailedOnce(t *testing.T) {
+	t.Parallel()
+	g := newGateTask(t)
+	e, sch, o := catchUpEnv(t, jobs.CatchUp{Max: 3, Within: time.Hour}, t0.Add(-125*time.Second), g)
+	fe := &failingEnds{fakeSchedules: sch, failures: 1}
+	o.Schedules = fe
+	e.start(o)
+	for i := range 3 {
+		g.waitStarts(t, i+1)
+		g.release(t)
+	}
+	e.waitIdle("shared", t0.Add(10*time.Second))
+	if n := fe.n(); n != 4 {
+		t.Errorf("%d end writes; want 4 (one tried again)", n)
+	}
+	if !e.lockFree("shared") {
+		t.Error("the lock is still held after the catch-up")
+	}
+	checkStretch(t, e.occurrences("shared"), []stretchRow{{"missed/down", -115 * time.Second, -35 * time.Second, 9, ""}})
 }
