@@ -558,3 +558,45 @@ func TestACatchUpRetriesAnEndThatFailedOnce(t *testing.T) {
 	}
 	checkStretch(t, e.occurrences("shared"), []stretchRow{{"missed/down", -115 * time.Second, -35 * time.Second, 9, ""}})
 }
+
+// latenessObservations counts the start-lateness histogram's observations.
+func latenessObservations(t *testing.T, e *env) uint64 {
+	t.Helper()
+	mfs, err := e.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := uint64(0)
+	for _, mf := range mfs {
+		if mf.GetName() == "studio_job_start_lateness_seconds" {
+			for _, m := range mf.GetMetric() {
+				n += m.GetHistogram().GetSampleCount()
+			}
+		}
+	}
+	return n
+}
+
+// Caught-up runs are late by design (by up to catch_up.within): they do
+// not feed the start-lateness histogram, whose p99 would otherwise jump
+// after every outage. The next live run does.
+func TestCaughtUpRunsAreNotCountedAsLate(t *testing.T) {
+	t.Parallel()
+	g := newGateTask(t)
+	e, _, o := catchUpEnv(t, jobs.CatchUp{Max: 3, Within: time.Hour}, t0.Add(-125*time.Second), g)
+	e.start(o)
+	for i := range 3 {
+		g.waitStarts(t, i+1)
+		g.release(t)
+	}
+	e.waitIdle("shared", t0.Add(10*time.Second))
+	if n := latenessObservations(t, e); n != 0 {
+		t.Errorf("%d lateness observations after a catch-up; want 0", n)
+	}
+	e.clk.Advance(10 * time.Second)
+	g.waitStarts(t, 4)
+	if n := latenessObservations(t, e); n != 1 {
+		t.Errorf("%d lateness observations after the live run started; want 1", n)
+	}
+	g.release(t)
+}
