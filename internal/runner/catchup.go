@@ -59,13 +59,11 @@ func (r *Runner) catchUpTick(js *jobState, sched jobs.Schedule, occ occurrence) 
 	p := js.catchUp
 	if occ.triggered {
 		// A jobs trigger run before the catch-up replaces it: its end
-		// moves the schedule. The stretch is recorded, as missed: skip
-		// would, so that its due times are not left out.
-		js.catchUp = nil
-		recs, _, last := stretchRecords(sched, p.anchor, p.to, p.trace, !js.shared || sched.IsCron(), false)
-		r.recordStretch(js, recs)
-		if !last.IsZero() {
-			js.accounted = last
+		// moves the schedule. An installation job's stretch is settled
+		// once the trigger holds the lock (catchUpTriggered); without a
+		// lock it is this replica's, and recorded now.
+		if js.job.Scope != jobs.ScopeInstallation {
+			r.recordWholeStretch(js, sched, p)
 		}
 		return false
 	}
@@ -102,6 +100,46 @@ func (r *Runner) catchUpTick(js *jobState, sched jobs.Schedule, occ occurrence) 
 		"first_nominal_at", jobs.FormatNominal(plan.caught[0]), "last_nominal_at", jobs.FormatNominal(plan.caught[len(plan.caught)-1]))
 	r.runCatchUp(js, sched, plan, held)
 	return true
+}
+
+// recordWholeStretch records the whole stretch of p, as missed: skip would,
+// so that its due times are not left out, and drops the catch-up.
+func (r *Runner) recordWholeStretch(js *jobState, sched jobs.Schedule, p *catchUpPending) {
+	js.catchUp = nil
+	recs, _, last := stretchRecords(sched, p.anchor, p.to, p.trace, !js.shared || sched.IsCron(), false)
+	r.recordStretch(js, recs)
+	if !last.IsZero() {
+		js.accounted = last
+	}
+}
+
+// catchUpTriggered settles the pending catch-up of installation job js
+// when a jobs trigger's tick has taken the job's lock (acquire): the
+// trigger replaces the catch-up, and the stretch is recorded whole, but
+// only while the shared schedule still ends at the stretch's anchor. A
+// schedule that moved means another replica ran (or caught up) the
+// stretch, and recorded it: the catch-up is dropped. A trigger that does
+// not get the lock (another replica catching up holds it) never comes
+// here: the catch-up stays pending, and nothing of the stretch is
+// recorded by this replica while another runs it.
+func (r *Runner) catchUpTriggered(js *jobState, sched jobs.Schedule) {
+	p := js.catchUp
+	if p == nil {
+		return
+	}
+	if js.shared {
+		ctx, cancel := context.WithTimeout(r.runsCtx, settingsTimeout)
+		end, _, _, err := r.loadRun(ctx, js)
+		cancel()
+		if err == nil && !end.Equal(p.anchor) {
+			r.log.Debug("runner: the shared schedule moved before a trigger replaced the catch-up; dropping it", "job_id", js.job.ID)
+			js.catchUp = nil
+			return
+		}
+		// A read that fails records the stretch: the lock is held, so no
+		// catch-up runs elsewhere now, and a stretch left out is lost.
+	}
+	r.recordWholeStretch(js, sched, p)
 }
 
 // recordStretch records the rows of a stretch of js (stretchRecords).
@@ -259,14 +297,16 @@ func gridTail(sched jobs.Schedule, anchor, first, last, from time.Time, n int) (
 // run with its own nominal time, under held (an installation job's lock,
 // kept from the first to the last: extended before each run after the
 // first). A shared job's end goes to the shared schedule after each run,
-// before the lock goes. A stop, a pause, a lost lock or a run that could
-// not start ends the catch-up early; the due times it did not run are
+// before the lock goes. A stop, a pause, a lost lock, a run that could not
+// start or an end that could not be written to the shared schedule (the
+// lock is then kept until it expires) ends the catch-up early; the due
+// times it did not run are
 // recorded (missed/down, or skipped/paused). The job then follows its
 // schedule from the last run's end.
 func (r *Runner) runCatchUp(js *jobState, sched jobs.Schedule, plan catchUpPlan, held *runLock) {
 	timeout := js.job.TimeoutFor(sched)
 	prevEnd, end, ended := plan.to, time.Time{}, time.Time{}
-	lost := false
+	keepLock := false // the lock may be another's, or must outlast this replica's say
 	for i, nominal := range plan.caught {
 		if i > 0 {
 			if !r.catchUpGoesOn(js, held, sched, plan.caught[i:]) {
@@ -288,19 +328,31 @@ func (r *Runner) runCatchUp(js *jobState, sched jobs.Schedule, plan catchUpPlan,
 		ended = r.record(js, sched, run.StartedAt, occ, run, v)
 		js.accounted, prevEnd, end = nominal, ended, ended
 		if v.outcome == jobs.OutcomeLockLost {
-			lost = true // another replica may hold it: no end, no unlock
+			keepLock = true // another replica may hold it: no end, no unlock
 			r.recordCatchUpRest(js, plan.caught[i+1:], "")
 			break
 		}
 		if js.shared {
-			end = r.recordCatchUpEnd(js, run, ended)
+			var recorded bool
+			if end, recorded = r.recordCatchUpEnd(js, run, ended); !recorded {
+				// The shared schedule still ends before this run (at the
+				// stretch's anchor, when it is the first): a replica that
+				// took a freed lock would run this due time again. The
+				// lock is kept (it expires at its lockAtMostFor), the
+				// catch-up ends and the due times left are recorded.
+				r.log.Error("runner: could not record the end of a caught-up run in the shared schedule; the catch-up ends and the job's lock is kept until it expires",
+					"job_id", js.job.ID, "run_seq", run.Seq)
+				keepLock = true
+				r.recordCatchUpRest(js, plan.caught[i+1:], "")
+				break
+			}
 		}
 		if v.outcome == jobs.OutcomeInterrupted {
 			r.recordCatchUpRest(js, plan.caught[i+1:], "")
 			break
 		}
 	}
-	if held != nil && !lost {
+	if held != nil && !keepLock {
 		r.unlock(held.current(), js)
 	}
 	if end.IsZero() {
@@ -372,17 +424,36 @@ func (r *Runner) recordCatchUpRest(js *jobState, rest []time.Time, pausedBy stri
 		"reason", rec.Reason, "count", rec.Count, "first_nominal_at", jobs.FormatNominal(rec.NominalAt))
 }
 
+// catchUpEndAttempts is how many times a catch-up tries to write a
+// caught-up run's end to the shared schedule before it gives up (and ends
+// the catch-up, keeping the lock); catchUpEndPause is the pause after the
+// first failure, doubled after each (real time: a short wait for the
+// database, not a schedule).
+const (
+	catchUpEndAttempts = 3
+	catchUpEndPause    = 100 * time.Millisecond
+)
+
 // recordCatchUpEnd writes the end of a caught-up run of shared job js to
-// the shared schedule (with its bus signal), while the lock is held, and
-// returns the end recorded (ended when it could not be written).
-func (r *Runner) recordCatchUpEnd(js *jobState, run jobs.Run, ended time.Time) time.Time {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.runsCtx), lockStatementTimeout)
-	defer cancel()
-	e, err := r.o.Schedules.RecordEnd(ctx, js.job.ID, r.o.ReplicaID, run.Seq, run.StartedAt)
-	if err != nil {
-		r.log.Warn("runner: could not record the end of a caught-up run in the shared schedule; other replicas rely on the lock",
-			"job_id", js.job.ID, "run_seq", run.Seq, "error", err)
-		return ended
+// the shared schedule (with its bus signal), while the lock is held,
+// trying catchUpEndAttempts times, and returns the end recorded. ok is
+// false when it could not be written (end is then ended).
+func (r *Runner) recordCatchUpEnd(js *jobState, run jobs.Run, ended time.Time) (end time.Time, ok bool) {
+	pause := catchUpEndPause
+	for attempt := 1; ; attempt++ {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.runsCtx), lockStatementTimeout)
+		e, err := r.o.Schedules.RecordEnd(ctx, js.job.ID, r.o.ReplicaID, run.Seq, run.StartedAt)
+		cancel()
+		if err == nil {
+			return e, true
+		}
+		r.log.Warn("runner: could not record the end of a caught-up run in the shared schedule",
+			"job_id", js.job.ID, "run_seq", run.Seq, "attempt", attempt, "error", err)
+		if attempt == catchUpEndAttempts {
+			return ended, false
+		}
+		t := time.NewTimer(pause)
+		<-t.C
+		pause *= 2
 	}
-	return e
 }

@@ -2,6 +2,7 @@ package runner_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"sync"
@@ -384,4 +385,218 @@ func TestATriggerBeforeTheCatchUpRecordsTheStretch(t *testing.T) {
 	g.release(t)
 	e.waitIdle("shared", t0.Add(10*time.Second))
 	checkStretch(t, e.occurrences("shared"), []stretchRow{{"missed/down", -115 * time.Second, -5 * time.Second, 12, ""}})
+}
+
+// Issue 24 review D4: a jobs trigger while another replica holds the
+// job's lock (it catches the stretch up) records nothing of the stretch:
+// the trigger finds the lock held, and the catch-up stays pending. Once
+// the lock is free and the shared schedule has not moved, this replica
+// catches the stretch up as usual.
+func TestATriggerWhileAnotherReplicaCatchesUpRecordsNoStretch(t *testing.T) {
+	t.Parallel()
+	g := newGateTask(t)
+	e, _, o := catchUpEnv(t, jobs.CatchUp{Max: 3, Within: time.Hour}, t0.Add(-125*time.Second), g)
+	other, err := e.otherHolder("replica-z").TryLock(t.Context(), "shared", time.Minute, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := e.start(o)
+	e.waitIdle("shared", t0.Add(5*time.Second)) // the lock is held: it asks again in 5 s
+	if !r.Trigger("shared") {
+		t.Fatal("the trigger was not taken")
+	}
+	var next time.Time
+	eventually(t, "the trigger's tick to find the lock held", func() bool {
+		st := status(t, r, "shared")
+		if st.Running || st.SkippedElsewhere == 0 || st.NextFireAt == nil {
+			return false
+		}
+		next = *st.NextFireAt
+		return true
+	})
+	for _, row := range e.occurrences("shared") {
+		if row.Reason == jobs.ReasonDown {
+			t.Fatalf("the stretch was recorded (%s/%s from %v, count %d) while another replica held the lock", row.Outcome, row.Reason, row.Nominal.Sub(t0), row.Count)
+		}
+	}
+	if n := len(g.got()); n != 0 {
+		t.Fatalf("%d runs while another replica held the lock", n)
+	}
+	if err := other.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	e.clk.Advance(next.Sub(e.clk.Now()))
+	for i := range 3 {
+		g.waitStarts(t, i+1)
+		g.release(t)
+	}
+	if got, want := nominals(g.got()), []time.Duration{-25 * time.Second, -15 * time.Second, -5 * time.Second}; !sameDurations(got, want) {
+		t.Fatalf("caught up %v; want %v", got, want)
+	}
+	eventually(t, "the catch-up to end", func() bool { return !status(t, r, "shared").Running })
+	var down []occRow
+	for _, row := range e.occurrences("shared") {
+		if row.Reason == jobs.ReasonDown {
+			down = append(down, row)
+		}
+	}
+	checkStretch(t, down, []stretchRow{{"missed/down", -115 * time.Second, -35 * time.Second, 9, ""}})
+}
+
+// Issue 24 review D4: a jobs trigger that takes the lock after another
+// replica caught the stretch up (the shared schedule moved) drops the
+// catch-up and records nothing of the stretch: that replica recorded it.
+func TestATriggerAfterAnotherReplicaCaughtUpRecordsNoStretch(t *testing.T) {
+	t.Parallel()
+	g := newGateTask(t)
+	e, sch, o := catchUpEnv(t, jobs.CatchUp{Max: 3, Within: time.Hour}, t0.Add(-125*time.Second), g)
+	other, err := e.otherHolder("replica-z").TryLock(t.Context(), "shared", time.Minute, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := e.start(o)
+	e.waitIdle("shared", t0.Add(5*time.Second)) // the lock is held: it asks again in 5 s
+	sch.set("shared", t0)                       // replica-z's catch-up ended (its bus signal not seen here)
+	if err := other.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if !r.Trigger("shared") {
+		t.Fatal("the trigger was not taken")
+	}
+	g.waitStarts(t, 1)
+	if env := g.got()[0]; !env.Triggered {
+		t.Fatalf("the run is not the trigger's: %+v", env)
+	}
+	g.release(t)
+	eventually(t, "the trigger's run to end", func() bool { return !status(t, r, "shared").Running && len(g.got()) == 1 })
+	if rows := e.occurrences("shared"); len(rows) != 0 {
+		t.Fatalf("the stretch that replica-z caught up was recorded again here: %+v", rows)
+	}
+}
+
+// failingEnds is a fakeSchedules whose RecordEnd fails the first failures
+// times it is called.
+type failingEnds struct {
+	*fakeSchedules
+	mu       sync.Mutex
+	failures int
+	calls    int
+}
+
+func (f *failingEnds) RecordEnd(ctx context.Context, job, replica string, seq int64, started time.Time) (time.Time, error) {
+	f.mu.Lock()
+	f.calls++
+	fail := f.failures > 0
+	if fail {
+		f.failures--
+	}
+	f.mu.Unlock()
+	if fail {
+		return time.Time{}, errors.New("the shared schedule is unreachable")
+	}
+	return f.fakeSchedules.RecordEnd(ctx, job, replica, seq, started)
+}
+
+func (f *failingEnds) n() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls
+}
+
+// Issue 24 review D5: a caught-up run's end that cannot be written to the
+// shared schedule (after a few tries) ends the catch-up with the job's
+// lock kept: a replica that took a freed lock would find the shared
+// schedule still at the stretch's anchor and run the same due times
+// again. The due times left are recorded as missed/down.
+func TestACatchUpWhoseEndCannotBeWrittenKeepsTheLockAndStops(t *testing.T) {
+	t.Parallel()
+	g := newGateTask(t)
+	e, sch, o := catchUpEnv(t, jobs.CatchUp{Max: 3, Within: time.Hour}, t0.Add(-125*time.Second), g)
+	fe := &failingEnds{fakeSchedules: sch, failures: 1 << 20}
+	o.Schedules = fe
+	e.start(o)
+	g.waitStarts(t, 1)
+	g.release(t)
+	eventually(t, "the catch-up to end or go on", func() bool {
+		return len(g.got()) > 1 || strings.Contains(e.logs.String(), "the catch-up ends and the job's lock is kept")
+	})
+	if n := len(g.got()); n != 1 {
+		t.Fatalf("%d caught-up runs although the first one's end could not be recorded; want 1", n)
+	}
+	e.waitIdle("shared", t0.Add(10*time.Second))
+	if n := fe.n(); n != 3 {
+		t.Errorf("the end was tried %d times; want 3", n)
+	}
+	if l := e.lockRow("shared"); l.LockedBy != replicaID || e.lockFree("shared") {
+		t.Errorf("the lock was let go after an end that could not be recorded: %+v", l)
+	}
+	checkStretch(t, e.occurrences("shared"), []stretchRow{
+		{"missed/down", -115 * time.Second, -35 * time.Second, 9, ""},
+		{"missed/down", -15 * time.Second, -5 * time.Second, 2, ""},
+	})
+}
+
+// A caught-up run's end that fails once is tried again; the catch-up goes
+// on, and the lock is let go at its end.
+func TestACatchUpRetriesAnEndThatFailedOnce(t *testing.T) {
+	t.Parallel()
+	g := newGateTask(t)
+	e, sch, o := catchUpEnv(t, jobs.CatchUp{Max: 3, Within: time.Hour}, t0.Add(-125*time.Second), g)
+	fe := &failingEnds{fakeSchedules: sch, failures: 1}
+	o.Schedules = fe
+	e.start(o)
+	for i := range 3 {
+		g.waitStarts(t, i+1)
+		g.release(t)
+	}
+	e.waitIdle("shared", t0.Add(10*time.Second))
+	if n := fe.n(); n != 4 {
+		t.Errorf("%d end writes; want 4 (one tried again)", n)
+	}
+	if !e.lockFree("shared") {
+		t.Error("the lock is still held after the catch-up")
+	}
+	checkStretch(t, e.occurrences("shared"), []stretchRow{{"missed/down", -115 * time.Second, -35 * time.Second, 9, ""}})
+}
+
+// latenessObservations counts the start-lateness histogram's observations.
+func latenessObservations(t *testing.T, e *env) uint64 {
+	t.Helper()
+	mfs, err := e.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := uint64(0)
+	for _, mf := range mfs {
+		if mf.GetName() == "studio_job_start_lateness_seconds" {
+			for _, m := range mf.GetMetric() {
+				n += m.GetHistogram().GetSampleCount()
+			}
+		}
+	}
+	return n
+}
+
+// Caught-up runs are late by design (by up to catch_up.within): they do
+// not feed the start-lateness histogram, whose p99 would otherwise jump
+// after every outage. The next live run does.
+func TestCaughtUpRunsAreNotCountedAsLate(t *testing.T) {
+	t.Parallel()
+	g := newGateTask(t)
+	e, _, o := catchUpEnv(t, jobs.CatchUp{Max: 3, Within: time.Hour}, t0.Add(-125*time.Second), g)
+	e.start(o)
+	for i := range 3 {
+		g.waitStarts(t, i+1)
+		g.release(t)
+	}
+	e.waitIdle("shared", t0.Add(10*time.Second))
+	if n := latenessObservations(t, e); n != 0 {
+		t.Errorf("%d lateness observations after a catch-up; want 0", n)
+	}
+	e.clk.Advance(10 * time.Second)
+	g.waitStarts(t, 4)
+	if n := latenessObservations(t, e); n != 1 {
+		t.Errorf("%d lateness observations after the live run started; want 1", n)
+	}
+	g.release(t)
 }

@@ -115,6 +115,9 @@ func (r *Runner) acquire(js *jobState, sched jobs.Schedule, occ occurrence) (hel
 			return nil, false
 		}
 	}
+	if occ.triggered && js.catchUp != nil {
+		r.catchUpTriggered(js, sched) // catchup.go
+	}
 	return &runLock{lock: l, end: newLockDeadline(lockFrom, jobs.LockAtMostFor(sched)), atLeast: jobs.LockAtLeastFor(sched)}, true
 }
 
@@ -211,7 +214,7 @@ func (r *Runner) begin(js *jobState, sched jobs.Schedule, occ occurrence) (run j
 	js.status.NextFireAt = &nextAtLatest
 	r.putStatusAtLocked(js, started)
 	r.mu.Unlock()
-	if !occ.backfill { // a backfill occurrence is late by design
+	if !occ.backfill && !occ.catchUp { // a backfill or caught-up occurrence is late by design
 		r.metrics.observeLateness(js.job.ID, started.Sub(occ.nominal))
 	}
 	return run, true
