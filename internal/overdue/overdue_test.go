@@ -572,9 +572,11 @@ func livenessRuleIn(t *testing.T, file, sql string) {
 	}
 }
 
-// studio_schedule_next (migration 00013) reads a stored schedule as the
-// replicas do (jobs.ParseSchedule, Schedule.Next): the due time after a
-// run that ended at end.
+// studio_schedule_next (migrations 00013, 00018) reads a stored schedule
+// as the replicas do (jobs.ParseSchedule, Schedule.Next): the due time
+// after a run that ended at end, with the options after the schedule: the
+// cron fields on the zone's wall clock, the whole jitter added (the latest
+// time any scope's offset gives), the deadline ignored.
 func TestScheduleNextFollowsTheRunner(t *testing.T) {
 	t.Parallel()
 	pool := newPool(t)
@@ -584,18 +586,41 @@ func TestScheduleNextFollowsTheRunner(t *testing.T) {
 		time.Date(2026, 12, 31, 23, 59, 59, 999e6, time.UTC),
 		time.Date(2027, 2, 28, 2, 0, 0, 1e6, time.UTC),
 	}
-	for _, text := range []string{
+	// Around each change of 2026 in the EU (01:00 UTC) and the US (2:00
+	// local): the day before, and before, in and after the changed hour.
+	for _, c := range []time.Time{
+		time.Date(2026, 3, 29, 1, 0, 0, 0, time.UTC), time.Date(2026, 10, 25, 1, 0, 0, 0, time.UTC),
+		time.Date(2026, 3, 8, 7, 0, 0, 0, time.UTC), time.Date(2026, 11, 1, 6, 0, 0, 0, time.UTC),
+	} {
+		for _, d := range []time.Duration{-20 * time.Hour, -150 * time.Minute, -90 * time.Minute, -61 * time.Minute,
+			-40 * time.Minute, -time.Second, 0, 10 * time.Minute, 59 * time.Minute, 70 * time.Minute, 3 * time.Hour} {
+			ends = append(ends, c.Add(d))
+		}
+	}
+	texts := []string{
 		"every 1m30s", "every 1h", "every 1.5s", "every 2h5m3.5s", "every 1h0m0.25s",
 		"cron */15 * * * *", "cron 0 2 * * *", "cron 5,35 1-3 * * *", "cron 0 9 * * MON-FRI",
 		"cron 0 0 13 * 5", "cron 0 0 13 * *", "cron 0 0 * * 5", "cron 30 6 1 JAN,jul ?", "cron 10-50/20 */6 * * *",
 		"cron 0 12 29 2 *", "cron @daily", "cron @hourly", "cron @weekly", "cron @monthly", "cron @yearly", "cron 7/10 * * * *",
-	} {
+		// Options (issue 24), as jobs.Schedule.String writes them.
+		"every 5m jitter 10s", "every 1h deadline 5m", "every 90s jitter 1m30s deadline 10s",
+		"cron 0 2 * * * jitter 10m deadline 5m", "cron */15 * * * * deadline 1m", "cron @hourly jitter 1h",
+		"every 1m tz Europe/Berlin", "cron 0 2 * * * tz UTC",
+	}
+	for _, zone := range []string{"Europe/Berlin", "America/New_York", "Australia/Lord_Howe"} {
+		for _, expr := range []string{"30 2 * * *", "30 1 * * *", "0 * * * *", "*/15 * * * *", "0 2,3 * * *", "45 0-4 * * SUN", "0 12 * * *"} {
+			texts = append(texts, "cron "+expr+" tz "+zone)
+		}
+		texts = append(texts, "cron 30 2 * * * tz "+zone+" jitter 10m deadline 5m", "cron 0 * * * * tz "+zone+" jitter 90s")
+	}
+	for _, text := range texts {
 		sched, err := jobs.ParseSchedule(text)
 		if err != nil {
 			t.Fatalf("%s: %v", text, err)
 		}
 		for _, end := range ends {
-			want := sched.Next(end)
+			// No scope: no offset; SQL adds the whole jitter.
+			want := sched.Next(end).Add(sched.Jitter())
 			var got *time.Time
 			if err := pool.QueryRow(context.Background(), `SELECT studio_schedule_next($1::text, $2::timestamptz, $2::timestamptz + interval '10 years')`, text, end).Scan(&got); err != nil {
 				t.Fatalf("%s after %s: %v", text, end, err)
@@ -603,6 +628,13 @@ func TestScheduleNextFollowsTheRunner(t *testing.T) {
 			// PostgreSQL keeps microseconds.
 			if got == nil || !got.Equal(want.Truncate(time.Microsecond)) {
 				t.Errorf("%s after %s: got %v, want %s", text, end.Format(time.RFC3339Nano), got, want.Format(time.RFC3339Nano))
+				continue
+			}
+			// Never before the time of any scope's offset.
+			for _, scope := range []string{"eu-1", "us-1", "ap-1"} {
+				if due := sched.ForScope("vacuum", scope).Next(end); got.Before(due.Truncate(time.Microsecond)) {
+					t.Errorf("%s after %s: got %s, before scope %s's %s", text, end.Format(time.RFC3339Nano), got, scope, due)
+				}
 			}
 		}
 	}
@@ -622,10 +654,15 @@ func TestScheduleNextIsNullForWhatItCannotRead(t *testing.T) {
 		{"cron 61 * * * *", time.Hour}, {"cron * * *", time.Hour}, {"cron JUNK * * * *", time.Hour}, {"cron 5-1 * * * *", time.Hour},
 		{"cron 0 0 * * 7", time.Hour}, {"cron */0 * * * *", time.Hour}, {"cron 999999999999 * * * *", time.Hour},
 		{"cron 0 2 * * *", time.Hour}, // due after until
-		// A jitter or a deadline after the schedule (issue 24): no due time
-		// rather than one before the jittered one (docs/schedules.md).
-		{"every 1h jitter 5m", time.Hour}, {"cron * * * * * jitter 30s", time.Hour}, {"every 1m deadline 10s", time.Hour},
-		{"cron * * * * * tz Europe/Berlin jitter 30s deadline 1m", time.Hour},
+		// Options it cannot read (migration 00018): an unknown zone, a
+		// duration that does not parse, an option given twice, an option
+		// with no schedule (an override's "tz ZONE" alone).
+		{"cron * * * * * tz Mars/Olympus", time.Hour}, {"every 1m tz Nowhere/Land", time.Hour},
+		{"every 1h jitter 5x", time.Hour}, {"cron * * * * * deadline soon", time.Hour}, {"every 1m jitter -5s", time.Hour},
+		{"every 1m jitter 5s jitter 5s", time.Hour}, {"cron * * * * * tz UTC tz Europe/Berlin", time.Hour},
+		{"tz Europe/Berlin", time.Hour}, {"jitter 5m", time.Hour}, {"cron 0 2 * * * tz", time.Hour},
+		{"cron 0 2 * * * tz Europe/Berlin", time.Hour}, // due after until in its zone too
+		{"cron 59 7 * * * jitter 1h", time.Hour},       // 07:59 + 1h is after until
 	} {
 		var got *time.Time
 		if err := pool.QueryRow(context.Background(), `SELECT studio_schedule_next($1::text, $2::timestamptz, $2::timestamptz + make_interval(secs => $3))`, c.text, end, c.until.Seconds()).Scan(&got); err != nil {
@@ -644,5 +681,24 @@ func TestScheduleNextIsNullForWhatItCannotRead(t *testing.T) {
 		if err := pool.QueryRow(context.Background(), q).Scan(&got); err != nil || got != nil {
 			t.Errorf("%s: %v, %v; want NULL", q, got, err)
 		}
+	}
+}
+
+// The options are read in any order (the replicas write tz, jitter,
+// deadline; an edit by hand may not).
+func TestScheduleNextReadsOptionsInAnyOrder(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t)
+	end := time.Date(2026, 3, 28, 23, 7, 12, 0, time.UTC)
+	var want, got1, got2 time.Time
+	if err := pool.QueryRow(context.Background(), `SELECT studio_schedule_next('cron 30 2 * * * tz Europe/Berlin jitter 10m deadline 5m', $1::timestamptz, $1::timestamptz + interval '1 day'),
+  studio_schedule_next('  cron 30 2 * * *  deadline 5m jitter 10m   tz Europe/Berlin ', $1::timestamptz, $1::timestamptz + interval '1 day'),
+  studio_schedule_next('cron 30 2 * * * jitter 10m tz Europe/Berlin', $1::timestamptz, $1::timestamptz + interval '1 day')`, end).Scan(&want, &got1, &got2); err != nil {
+		t.Fatal(err)
+	}
+	// 02:30 does not occur in Berlin on 29 March 2026: the end of the gap,
+	// 03:00 CEST (01:00 UTC), plus the jitter.
+	if exp := time.Date(2026, 3, 29, 1, 10, 0, 0, time.UTC); !want.Equal(exp) || !got1.Equal(exp) || !got2.Equal(exp) {
+		t.Fatalf("got %s, %s, %s; want %s", want, got1, got2, exp)
 	}
 }
