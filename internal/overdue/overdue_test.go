@@ -354,6 +354,26 @@ func TestOverdueJobs(t *testing.T) {
 			want: []string{"vacuum/eu-1 9m"},
 		},
 		{
+			name: "a cron duty with a zone, a jitter and a deadline (issue 24) is due at its next cron time in the zone plus the whole jitter",
+			rows: []string{
+				owned("eu-1", "web-2"), replica("web-2", "ready", "1 second"),
+				replica("web-1", "ready", "1 second"), dutyRow("web-1", "vacuum@eu-1", "cron * * * * * tz Europe/Berlin jitter 1m deadline 30s", "10 minutes")},
+			want: []string{"vacuum/eu-1 8m"},
+		},
+		{
+			name: "such a duty of a cluster with no owner is overdue too",
+			rows: []string{
+				fmt.Sprintf(lease, "eu-1"),
+				replica("web-1", "stopped", "10 minutes"), dutyRow("web-1", "vacuum@eu-1", "every 1m tz America/New_York jitter 2m", "12 minutes")},
+			want: []string{"vacuum/eu-1 9m"},
+		},
+		{
+			name: "not such a duty within its jitter (the check is never early)",
+			rows: []string{
+				owned("eu-1", "web-2"), replica("web-2", "ready", "1 second"),
+				replica("web-1", "ready", "1 second"), dutyRow("web-1", "vacuum@eu-1", "every 1m jitter 5m", "5 minutes")},
+		},
+		{
 			name: "a duty of a cluster with no owner (every replica stopped cleanly, the leases released) is overdue",
 			rows: []string{
 				fmt.Sprintf(lease, "eu-1"),
