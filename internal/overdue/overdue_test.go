@@ -722,3 +722,63 @@ func TestScheduleNextReadsOptionsInAnyOrder(t *testing.T) {
 		t.Fatalf("got %s, %s, %s; want %s", want, got1, got2, exp)
 	}
 }
+
+// Migration 00018 keeps the helper's settings (the schema's search_path,
+// as 00013 set it), and its Down section gives back 00013's function:
+// options unread again, the new helpers gone, the settings kept.
+func TestMigration18SettingsAndDown(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t)
+	ctx := context.Background()
+	config := func(fn string) string {
+		t.Helper()
+		var c *string
+		if err := pool.QueryRow(ctx, `SELECT array_to_string(proconfig, ',') FROM pg_proc WHERE oid = to_regprocedure($1)`, fn).Scan(&c); err != nil {
+			t.Fatalf("%s: %v", fn, err)
+		}
+		if c == nil {
+			return ""
+		}
+		return *c
+	}
+	next := func(text string) *time.Time {
+		t.Helper()
+		var got *time.Time
+		if err := pool.QueryRow(ctx, `SELECT studio_schedule_next($1, '2026-11-30 07:07:12+00', '2026-12-30 07:07:12+00')`, text).Scan(&got); err != nil {
+			t.Fatalf("%q: %v", text, err)
+		}
+		return got
+	}
+	for _, fn := range []string{"studio_schedule_next(text, timestamptz, timestamptz)", "studio_local_instant(timestamp, text)", "studio_go_duration(text)"} {
+		if c := config(fn); !strings.HasPrefix(c, "search_path=") || !strings.HasSuffix(c, ", pg_temp") {
+			t.Errorf("%s: settings %q, want the schema's search_path", fn, c)
+		}
+	}
+	if next("every 1m jitter 10s") == nil {
+		t.Fatal("00018 does not read a jitter")
+	}
+	text, err := os.ReadFile("../../migrations/00018_schedule_options.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, down, ok := strings.Cut(string(text), "-- +goose Down")
+	if !ok {
+		t.Fatal("00018 has no Down section")
+	}
+	if _, err := pool.Exec(ctx, down); err != nil {
+		t.Fatalf("00018's Down section: %v", err)
+	}
+	if got := next("every 1m jitter 10s"); got != nil {
+		t.Errorf("after Down, a jitter gives %s, want NULL (00013's function)", got)
+	}
+	if got := next("cron 0 2 * * *"); got == nil || !got.Equal(time.Date(2026, 12, 1, 2, 0, 0, 0, time.UTC)) {
+		t.Errorf("after Down, cron 0 2 * * * gives %v", got)
+	}
+	if c := config("studio_schedule_next(text, timestamptz, timestamptz)"); !strings.HasPrefix(c, "search_path=") {
+		t.Errorf("after Down, settings %q, want the schema's search_path", c)
+	}
+	var left int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_proc WHERE proname IN ('studio_local_instant', 'studio_go_duration')`).Scan(&left); err != nil || left != 0 {
+		t.Errorf("after Down, %d of the new helpers left (%v)", left, err)
+	}
+}
