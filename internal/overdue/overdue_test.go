@@ -113,9 +113,9 @@ func exec(t *testing.T, pool *pgxpool.Pool, stmts ...string) {
 // got lists the overdue jobs as "job/scope due-ago" strings, the due time
 // rounded to the minute before now (the fixture's times are whole
 // minutes).
-func got(t *testing.T, pool *pgxpool.Pool, grace time.Duration) []string {
+func got(t *testing.T, q overdue.Querier, grace time.Duration) []string {
 	t.Helper()
-	js, err := overdue.List(context.Background(), pool, grace)
+	js, err := overdue.List(context.Background(), q, grace)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -354,6 +354,26 @@ func TestOverdueJobs(t *testing.T) {
 			want: []string{"vacuum/eu-1 9m"},
 		},
 		{
+			name: "a cron duty with a zone, a jitter and a deadline (issue 24) is due at its next cron time in the zone plus the whole jitter",
+			rows: []string{
+				owned("eu-1", "web-2"), replica("web-2", "ready", "1 second"),
+				replica("web-1", "ready", "1 second"), dutyRow("web-1", "vacuum@eu-1", "cron * * * * * tz Europe/Berlin jitter 1m deadline 30s", "10 minutes")},
+			want: []string{"vacuum/eu-1 8m"},
+		},
+		{
+			name: "such a duty of a cluster with no owner is overdue too",
+			rows: []string{
+				fmt.Sprintf(lease, "eu-1"),
+				replica("web-1", "stopped", "10 minutes"), dutyRow("web-1", "vacuum@eu-1", "every 1m tz America/New_York jitter 2m", "12 minutes")},
+			want: []string{"vacuum/eu-1 9m"},
+		},
+		{
+			name: "not such a duty within its jitter (the check is never early)",
+			rows: []string{
+				owned("eu-1", "web-2"), replica("web-2", "ready", "1 second"),
+				replica("web-1", "ready", "1 second"), dutyRow("web-1", "vacuum@eu-1", "every 1m jitter 5m", "5 minutes")},
+		},
+		{
 			name: "a duty of a cluster with no owner (every replica stopped cleanly, the leases released) is overdue",
 			rows: []string{
 				fmt.Sprintf(lease, "eu-1"),
@@ -451,12 +471,25 @@ func TestOverdueJobs(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			pool := newPool(t)
-			exec(t, pool, c.rows...)
 			grace := c.grace
 			if grace == 0 {
 				grace = overdue.DefaultGrace
 			}
-			g := got(t, pool, grace)
+			// The fixture and the read in one transaction: one now(), so a
+			// cron's due time (a whole minute) is the same whole number of
+			// minutes before it however long the machine takes between them.
+			ctx := context.Background()
+			tx, err := pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(ctx)
+			for _, s := range c.rows {
+				if _, err := tx.Exec(ctx, s); err != nil {
+					t.Fatalf("%s: %v", s, err)
+				}
+			}
+			g := got(t, tx, grace)
 			if strings.Join(g, ", ") != strings.Join(c.want, ", ") {
 				t.Fatalf("overdue: %q, want %q", g, c.want)
 			}
@@ -572,9 +605,11 @@ func livenessRuleIn(t *testing.T, file, sql string) {
 	}
 }
 
-// studio_schedule_next (migration 00013) reads a stored schedule as the
-// replicas do (jobs.ParseSchedule, Schedule.Next): the due time after a
-// run that ended at end.
+// studio_schedule_next (migrations 00013, 00018) reads a stored schedule
+// as the replicas do (jobs.ParseSchedule, Schedule.Next): the due time
+// after a run that ended at end, with the options after the schedule: the
+// cron fields on the zone's wall clock, the whole jitter added (the latest
+// time any scope's offset gives), the deadline ignored.
 func TestScheduleNextFollowsTheRunner(t *testing.T) {
 	t.Parallel()
 	pool := newPool(t)
@@ -584,18 +619,41 @@ func TestScheduleNextFollowsTheRunner(t *testing.T) {
 		time.Date(2026, 12, 31, 23, 59, 59, 999e6, time.UTC),
 		time.Date(2027, 2, 28, 2, 0, 0, 1e6, time.UTC),
 	}
-	for _, text := range []string{
+	// Around each change of 2026 in the EU (01:00 UTC) and the US (2:00
+	// local): the day before, and before, in and after the changed hour.
+	for _, c := range []time.Time{
+		time.Date(2026, 3, 29, 1, 0, 0, 0, time.UTC), time.Date(2026, 10, 25, 1, 0, 0, 0, time.UTC),
+		time.Date(2026, 3, 8, 7, 0, 0, 0, time.UTC), time.Date(2026, 11, 1, 6, 0, 0, 0, time.UTC),
+	} {
+		for _, d := range []time.Duration{-20 * time.Hour, -150 * time.Minute, -90 * time.Minute, -61 * time.Minute,
+			-40 * time.Minute, -time.Second, 0, 10 * time.Minute, 59 * time.Minute, 70 * time.Minute, 3 * time.Hour} {
+			ends = append(ends, c.Add(d))
+		}
+	}
+	texts := []string{
 		"every 1m30s", "every 1h", "every 1.5s", "every 2h5m3.5s", "every 1h0m0.25s",
 		"cron */15 * * * *", "cron 0 2 * * *", "cron 5,35 1-3 * * *", "cron 0 9 * * MON-FRI",
 		"cron 0 0 13 * 5", "cron 0 0 13 * *", "cron 0 0 * * 5", "cron 30 6 1 JAN,jul ?", "cron 10-50/20 */6 * * *",
 		"cron 0 12 29 2 *", "cron @daily", "cron @hourly", "cron @weekly", "cron @monthly", "cron @yearly", "cron 7/10 * * * *",
-	} {
+		// Options (issue 24), as jobs.Schedule.String writes them.
+		"every 5m jitter 10s", "every 1h deadline 5m", "every 90s jitter 1m30s deadline 10s",
+		"cron 0 2 * * * jitter 10m deadline 5m", "cron */15 * * * * deadline 1m", "cron @hourly jitter 1h",
+		"every 1m tz Europe/Berlin", "cron 0 2 * * * tz UTC",
+	}
+	for _, zone := range []string{"Europe/Berlin", "America/New_York", "Australia/Lord_Howe"} {
+		for _, expr := range []string{"30 2 * * *", "30 1 * * *", "0 * * * *", "*/15 * * * *", "0 2,3 * * *", "45 0-4 * * SUN", "0 12 * * *"} {
+			texts = append(texts, "cron "+expr+" tz "+zone)
+		}
+		texts = append(texts, "cron 30 2 * * * tz "+zone+" jitter 10m deadline 5m", "cron 0 * * * * tz "+zone+" jitter 90s")
+	}
+	for _, text := range texts {
 		sched, err := jobs.ParseSchedule(text)
 		if err != nil {
 			t.Fatalf("%s: %v", text, err)
 		}
 		for _, end := range ends {
-			want := sched.Next(end)
+			// No scope: no offset; SQL adds the whole jitter.
+			want := sched.Next(end).Add(sched.Jitter())
 			var got *time.Time
 			if err := pool.QueryRow(context.Background(), `SELECT studio_schedule_next($1::text, $2::timestamptz, $2::timestamptz + interval '10 years')`, text, end).Scan(&got); err != nil {
 				t.Fatalf("%s after %s: %v", text, end, err)
@@ -603,6 +661,13 @@ func TestScheduleNextFollowsTheRunner(t *testing.T) {
 			// PostgreSQL keeps microseconds.
 			if got == nil || !got.Equal(want.Truncate(time.Microsecond)) {
 				t.Errorf("%s after %s: got %v, want %s", text, end.Format(time.RFC3339Nano), got, want.Format(time.RFC3339Nano))
+				continue
+			}
+			// Never before the time of any scope's offset.
+			for _, scope := range []string{"eu-1", "us-1", "ap-1"} {
+				if due := sched.ForScope("vacuum", scope).Next(end); got.Before(due.Truncate(time.Microsecond)) {
+					t.Errorf("%s after %s: got %s, before scope %s's %s", text, end.Format(time.RFC3339Nano), got, scope, due)
+				}
 			}
 		}
 	}
@@ -622,10 +687,15 @@ func TestScheduleNextIsNullForWhatItCannotRead(t *testing.T) {
 		{"cron 61 * * * *", time.Hour}, {"cron * * *", time.Hour}, {"cron JUNK * * * *", time.Hour}, {"cron 5-1 * * * *", time.Hour},
 		{"cron 0 0 * * 7", time.Hour}, {"cron */0 * * * *", time.Hour}, {"cron 999999999999 * * * *", time.Hour},
 		{"cron 0 2 * * *", time.Hour}, // due after until
-		// A jitter or a deadline after the schedule (issue 24): no due time
-		// rather than one before the jittered one (docs/schedules.md).
-		{"every 1h jitter 5m", time.Hour}, {"cron * * * * * jitter 30s", time.Hour}, {"every 1m deadline 10s", time.Hour},
-		{"cron * * * * * tz Europe/Berlin jitter 30s deadline 1m", time.Hour},
+		// Options it cannot read (migration 00018): an unknown zone, a
+		// duration that does not parse, an option given twice, an option
+		// with no schedule (an override's "tz ZONE" alone).
+		{"cron * * * * * tz Mars/Olympus", time.Hour}, {"every 1m tz Nowhere/Land", time.Hour},
+		{"every 1h jitter 5x", time.Hour}, {"cron * * * * * deadline soon", time.Hour}, {"every 1m jitter -5s", time.Hour},
+		{"every 1m jitter 5s jitter 5s", time.Hour}, {"cron * * * * * tz UTC tz Europe/Berlin", time.Hour},
+		{"tz Europe/Berlin", time.Hour}, {"jitter 5m", time.Hour}, {"cron 0 2 * * * tz", time.Hour},
+		{"cron 0 2 * * * tz Europe/Berlin", time.Hour}, // due after until in its zone too
+		{"cron 59 7 * * * jitter 1h", time.Hour},       // 07:59 + 1h is after until
 	} {
 		var got *time.Time
 		if err := pool.QueryRow(context.Background(), `SELECT studio_schedule_next($1::text, $2::timestamptz, $2::timestamptz + make_interval(secs => $3))`, c.text, end, c.until.Seconds()).Scan(&got); err != nil {
@@ -644,5 +714,84 @@ func TestScheduleNextIsNullForWhatItCannotRead(t *testing.T) {
 		if err := pool.QueryRow(context.Background(), q).Scan(&got); err != nil || got != nil {
 			t.Errorf("%s: %v, %v; want NULL", q, got, err)
 		}
+	}
+}
+
+// The options are read in any order (the replicas write tz, jitter,
+// deadline; an edit by hand may not).
+func TestScheduleNextReadsOptionsInAnyOrder(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t)
+	end := time.Date(2026, 3, 28, 23, 7, 12, 0, time.UTC)
+	var want, got1, got2 time.Time
+	if err := pool.QueryRow(context.Background(), `SELECT studio_schedule_next('cron 30 2 * * * tz Europe/Berlin jitter 10m deadline 5m', $1::timestamptz, $1::timestamptz + interval '1 day'),
+  studio_schedule_next('  cron 30 2 * * *  deadline 5m jitter 10m   tz Europe/Berlin ', $1::timestamptz, $1::timestamptz + interval '1 day'),
+  studio_schedule_next('cron 30 2 * * * jitter 10m tz Europe/Berlin', $1::timestamptz, $1::timestamptz + interval '1 day')`, end).Scan(&want, &got1, &got2); err != nil {
+		t.Fatal(err)
+	}
+	// 02:30 does not occur in Berlin on 29 March 2026: the end of the gap,
+	// 03:00 CEST (01:00 UTC), plus the jitter.
+	if exp := time.Date(2026, 3, 29, 1, 10, 0, 0, time.UTC); !want.Equal(exp) || !got1.Equal(exp) || !got2.Equal(exp) {
+		t.Fatalf("got %s, %s, %s; want %s", want, got1, got2, exp)
+	}
+}
+
+// Migration 00018 keeps the helper's settings (the schema's search_path,
+// as 00013 set it), and its Down section gives back 00013's function:
+// options unread again, the new helpers gone, the settings kept.
+func TestMigration18SettingsAndDown(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t)
+	ctx := context.Background()
+	config := func(fn string) string {
+		t.Helper()
+		var c *string
+		if err := pool.QueryRow(ctx, `SELECT array_to_string(proconfig, ',') FROM pg_proc WHERE oid = to_regprocedure($1)`, fn).Scan(&c); err != nil {
+			t.Fatalf("%s: %v", fn, err)
+		}
+		if c == nil {
+			return ""
+		}
+		return *c
+	}
+	next := func(text string) *time.Time {
+		t.Helper()
+		var got *time.Time
+		if err := pool.QueryRow(ctx, `SELECT studio_schedule_next($1, '2026-11-30 07:07:12+00', '2026-12-30 07:07:12+00')`, text).Scan(&got); err != nil {
+			t.Fatalf("%q: %v", text, err)
+		}
+		return got
+	}
+	for _, fn := range []string{"studio_schedule_next(text, timestamptz, timestamptz)", "studio_local_instant(timestamp, text)", "studio_go_duration(text)"} {
+		if c := config(fn); !strings.HasPrefix(c, "search_path=") || !strings.HasSuffix(c, ", pg_temp") {
+			t.Errorf("%s: settings %q, want the schema's search_path", fn, c)
+		}
+	}
+	if next("every 1m jitter 10s") == nil {
+		t.Fatal("00018 does not read a jitter")
+	}
+	text, err := os.ReadFile("../../migrations/00018_schedule_options.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, down, ok := strings.Cut(string(text), "-- +goose Down")
+	if !ok {
+		t.Fatal("00018 has no Down section")
+	}
+	if _, err := pool.Exec(ctx, down); err != nil {
+		t.Fatalf("00018's Down section: %v", err)
+	}
+	if got := next("every 1m jitter 10s"); got != nil {
+		t.Errorf("after Down, a jitter gives %s, want NULL (00013's function)", got)
+	}
+	if got := next("cron 0 2 * * *"); got == nil || !got.Equal(time.Date(2026, 12, 1, 2, 0, 0, 0, time.UTC)) {
+		t.Errorf("after Down, cron 0 2 * * * gives %v", got)
+	}
+	if c := config("studio_schedule_next(text, timestamptz, timestamptz)"); !strings.HasPrefix(c, "search_path=") {
+		t.Errorf("after Down, settings %q, want the schema's search_path", c)
+	}
+	var left int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_proc WHERE proname IN ('studio_local_instant', 'studio_go_duration')`).Scan(&left); err != nil || left != 0 {
+		t.Errorf("after Down, %d of the new helpers left (%v)", left, err)
 	}
 }
