@@ -198,7 +198,7 @@ func TestCommandGetsACleanEnvironment(t *testing.T) {
 	want := []string{
 		"LANG=de_DE.UTF-8", "PATH=" + os.Getenv("PATH"), "PGAPPNAME=nightly", "REPORT_DIR=/srv/reports",
 		"STUDIO_CLUSTER=", "STUDIO_JOB_ID=nightly-report", "STUDIO_REPLICA_ID=replica-7", "STUDIO_RUN_SEQ=42",
-		"STUDIO_SCHEDULED_AT=", "STUDIO_OCCURRENCE_KEY=", "STUDIO_TRIGGERED=false",
+		"STUDIO_SCHEDULED_AT=", "STUDIO_OCCURRENCE_KEY=", "STUDIO_TRIGGERED=false", "STUDIO_FENCING_TOKEN=",
 	}
 	if home, ok := os.LookupEnv("HOME"); ok {
 		want = append(want, "HOME="+home)
