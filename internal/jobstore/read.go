@@ -122,7 +122,13 @@ func Merge(rows []ReplicaStatus, now time.Time) []View {
 		}
 		v := View{ID: id, Scope: use[0].Scope, Schedule: use[0].Schedule}
 		var merged jobs.Status
-		var lastDone jobs.Outcome
+		// lastDone is the outcome that judges health: the newest start's,
+		// or, while that run goes on, the newest finish's (doneAt) among
+		// the rows in use. A replica running the job now may never have
+		// finished it, or finished it before another replica's later
+		// failure: its own row's outcome is not the job's last.
+		var lastDone, finishedOutcome jobs.Outcome
+		var doneAt *time.Time
 		merged.Schedule, merged.Scope = v.Schedule, v.Scope
 		for _, r := range use {
 			if r.Live {
@@ -144,6 +150,9 @@ func Merge(rows []ReplicaStatus, now time.Time) []View {
 			}
 			if r.Live && r.NextFireAt != nil && (v.NextFireAt == nil || r.NextFireAt.Before(*v.NextFireAt)) {
 				v.NextFireAt = r.NextFireAt
+			}
+			if r.LastFinishedAt != nil && r.LastOutcome != "" && (doneAt == nil || r.LastFinishedAt.After(*doneAt)) {
+				doneAt, finishedOutcome = r.LastFinishedAt, r.LastOutcome
 			}
 			if r.LastStartedAt != nil && (v.LastStartedAt == nil || r.LastStartedAt.After(*v.LastStartedAt)) {
 				v.LastStartedAt, v.LastFinishedAt, v.LastReplica = r.LastStartedAt, r.LastFinishedAt, r.ReplicaID
@@ -168,6 +177,9 @@ func Merge(rows []ReplicaStatus, now time.Time) []View {
 			}
 		}
 		merged.Paused, merged.InvalidSchedule = v.Paused, v.InvalidSchedule
+		if v.LastOutcome == jobs.OutcomeRunning {
+			lastDone = finishedOutcome
+		}
 		merged.LastOutcome = lastDone
 		if merged.LastCompletion().IsZero() {
 			// Never completed anywhere: judge from the first start, if any.

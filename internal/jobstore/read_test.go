@@ -184,6 +184,18 @@ func TestMergeOfFailingPausedAndInvalidJobs(t *testing.T) {
 		{"running now after a timeout: failing until it completes", []jobstore.ReplicaStatus{
 			row("a", true, jobs.Status{Running: true, LastStartedAt: at(-time.Second), LastFinishedAt: at(-time.Minute), LastOutcome: jobs.OutcomeTimedOut}),
 		}, jobs.HealthFailing},
+		{"running now on a replica that never finished it, after a timeout on another: failing", []jobstore.ReplicaStatus{
+			row("a", true, jobs.Status{Running: true, LastStartedAt: at(-time.Second)}),
+			row("b", true, jobs.Status{LastStartedAt: at(-time.Minute), LastFinishedAt: at(-30 * time.Second), LastOutcome: jobs.OutcomeTimedOut}),
+		}, jobs.HealthFailing},
+		{"running now on a replica whose own last run succeeded, after a later failure on another: failing", []jobstore.ReplicaStatus{
+			row("a", true, jobs.Status{Running: true, LastStartedAt: at(-time.Second), LastFinishedAt: at(-3 * time.Minute), LastOutcome: jobs.OutcomeSucceeded}),
+			row("b", true, jobs.Status{LastStartedAt: at(-time.Minute), LastFinishedAt: at(-30 * time.Second), LastOutcome: jobs.OutcomeFailed}),
+		}, jobs.HealthFailing},
+		{"running now on a replica whose own last run failed, after a later success on another: ok", []jobstore.ReplicaStatus{
+			row("a", true, jobs.Status{Running: true, LastStartedAt: at(-time.Second), LastFinishedAt: at(-3 * time.Minute), LastOutcome: jobs.OutcomeFailed}),
+			row("b", true, jobs.Status{LastStartedAt: at(-time.Minute), LastFinishedAt: at(-30 * time.Second), LastOutcome: jobs.OutcomeSucceeded}),
+		}, jobs.HealthOK},
 		{"never started anywhere: ok", []jobstore.ReplicaStatus{
 			row("a", true, jobs.Status{}),
 		}, jobs.HealthOK},
