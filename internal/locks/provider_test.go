@@ -148,6 +148,28 @@ func TestProviderKeepsALockUntilAtLeastForAfterUnlock(t *testing.T) {
 	}
 }
 
+// Release frees a lock at once, in one statement, however long its
+// atLeastFor: the runner's giveBack, for a tick that ran elsewhere.
+func TestProviderReleaseFreesALockAtOnceWhateverItsAtLeastFor(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t)
+	a := newProvider(t, pool, defaultTable, "replica-a")
+	b := newProvider(t, pool, defaultTable, "replica-b")
+
+	l := mustLock(t, a, "job", time.Minute, 30*time.Second)
+	lockedAt := readRow(t, pool, defaultTable, "job").LockedAt
+	if err := l.Release(t.Context()); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	if r := readRow(t, pool, defaultTable, "job"); !r.LockUntil.Before(lockedAt.Add(30 * time.Second)) {
+		t.Errorf("lock_until = %v after release, want the database now of the release, not locked_at + atLeastFor", r.LockUntil)
+	}
+	mustLock(t, b, "job", time.Minute, 0)
+	if err := l.Release(t.Context()); !errors.Is(err, locks.ErrLockUsed) {
+		t.Errorf("a second release = %v, want ErrLockUsed", err)
+	}
+}
+
 func TestProviderFreesALockAtOnceWhenAtLeastForHasPassed(t *testing.T) {
 	t.Parallel()
 	pool := newPool(t)

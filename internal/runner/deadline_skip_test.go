@@ -224,19 +224,20 @@ func (h *heldThenFreed) TryLock(context.Context, string, time.Duration, time.Dur
 
 type countedLock struct{ h *heldThenFreed }
 
-// Extend is giveBack's first step (an extension without a minimum gap,
-// then the unlock).
 func (c countedLock) Extend(context.Context, time.Duration, time.Duration) (runner.Lock, error) {
 	return c, nil
 }
 func (countedLock) Token() int64 { return 0 }
 
+// Unlock and Release (giveBack's) both count as the lock given back.
 func (c countedLock) Unlock(context.Context) error {
 	c.h.mu.Lock()
 	defer c.h.mu.Unlock()
 	c.h.unlocked++
 	return nil
 }
+
+func (c countedLock) Release(ctx context.Context) error { return c.Unlock(ctx) }
 
 // A retry that takes the lock after the holder's run of the occurrence
 // ended, whose end the tick had not read yet, does not run the occurrence

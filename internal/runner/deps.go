@@ -24,6 +24,8 @@ type Locker interface {
 type Lock interface {
 	Extend(ctx context.Context, atMostFor, atLeastFor time.Duration) (Lock, error)
 	Unlock(ctx context.Context) error
+	// Release ends the lock now, with no minimum gap (giveBack).
+	Release(ctx context.Context) error
 	Token() int64
 }
 
@@ -103,5 +105,7 @@ func (h heldLock) Extend(ctx context.Context, atMostFor, atLeastFor time.Duratio
 }
 
 func (h heldLock) Unlock(ctx context.Context) error { return h.l.Unlock(ctx) }
+
+func (h heldLock) Release(ctx context.Context) error { return h.l.Release(ctx) }
 
 func (h heldLock) Token() int64 { return h.l.Token() }

@@ -25,8 +25,9 @@ func (g gapLock) Extend(_ context.Context, _, atLeastFor time.Duration) (Lock, e
 	return g, nil
 }
 
-func (gapLock) Unlock(context.Context) error { return nil }
-func (gapLock) Token() int64                 { return 0 }
+func (gapLock) Unlock(context.Context) error  { return nil }
+func (gapLock) Release(context.Context) error { return nil }
+func (gapLock) Token() int64                  { return 0 }
 
 // The keep-alive extends a lock with the minimum gap it was taken with: a
 // live run's (jobs.LockAtLeastFor), and none for a catch-up's or a

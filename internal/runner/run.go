@@ -31,13 +31,13 @@ func (r *Runner) run(js *jobState, sched jobs.Schedule, fire time.Time, occ occu
 	// Nothing ran on these two paths: the lock goes back at once, without
 	// the minimum gap that would keep the tick from every other replica.
 	if stopping {
-		r.giveBack(held.current(), js, sched)
+		r.giveBack(held.current(), js)
 		r.finish(js, time.Time{})
 		return
 	}
 	run, ok := r.begin(js, sched, occ)
 	if !ok {
-		r.giveBack(held.current(), js, sched)
+		r.giveBack(held.current(), js)
 		return
 	}
 	timeout := js.job.TimeoutFor(sched)
@@ -110,7 +110,7 @@ func (r *Runner) acquire(js *jobState, sched jobs.Schedule, occ occurrence) (hel
 	}
 	if js.shared && !occ.triggered {
 		if next, notDue := r.endedMeanwhile(js, sched); notDue {
-			r.giveBack(l, js, sched)
+			r.giveBack(l, js)
 			r.finish(js, next)
 			return nil, false
 		}
@@ -142,21 +142,17 @@ func (r *Runner) endedMeanwhile(js *jobState, sched jobs.Schedule) (next time.Ti
 }
 
 // giveBack frees a lock taken for a tick that turned out not to be due,
-// at once: the lock's minimum gap is for a run, and none ran. Extending
-// with no minimum gap, then unlocking, leaves lock_until at now (two
-// statements; this happens only when two replicas' ticks cross). If it
-// fails, the lock expires at its lockAtMostFor, as after a crash.
-func (r *Runner) giveBack(l Lock, js *jobState, sched jobs.Schedule) {
+// at once: the lock's minimum gap is for a run, and none ran. Release
+// leaves lock_until at now in one statement (this happens only when two
+// replicas' ticks cross). If it fails, the lock expires at its
+// lockAtMostFor, as after a crash.
+func (r *Runner) giveBack(l Lock, js *jobState) {
 	if l == nil {
 		return // an instance job holds none
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.runsCtx), lockStatementTimeout)
 	defer cancel()
-	next, err := l.Extend(ctx, jobs.LockAtMostFor(sched), 0)
-	if err == nil {
-		err = next.Unlock(ctx)
-	}
-	if err != nil {
+	if err := l.Release(ctx); err != nil {
 		r.log.Warn("runner: could not give back a lock taken for a tick that had already run elsewhere; it expires at its lockAtMostFor",
 			"job_id", js.job.ID, "error", err)
 	}
