@@ -75,3 +75,52 @@ func TestPageShowsTheLastOccurrenceAndTheDaysSkipsAndMisses(t *testing.T) {
 		}
 	}
 }
+
+// The page says who paused a job, until when and why, and marks a job
+// whose live replicas run different definitions, as jobs list does (its
+// PAUSED column and "ok (drift)"). Before, it said only "paused" and
+// nothing of drift.
+func TestPageShowsWhoPausedAJobUntilWhenAndWhyAndItsDrift(t *testing.T) {
+	t.Parallel()
+	pool := testPool(t, pgtest.NewDB(t))
+	if _, err := pool.Exec(context.Background(), `
+INSERT INTO studio_replica (id, incarnation, host, pid, version, state) VALUES
+  ('web-1', gen_random_uuid(), 'h', 1, 'v', 'ready'), ('web-2', gen_random_uuid(), 'h', 2, 'v', 'ready');
+INSERT INTO studio_job_status (replica_id, job_id, scope, schedule, paused) VALUES
+  ('web-1', 'held', 'installation', 'every 1m', true), ('web-2', 'held', 'installation', 'every 1m', true),
+  ('web-1', 'split', 'installation', 'every 1m', false), ('web-2', 'split', 'installation', 'every 2m', false);
+INSERT INTO studio_job_setting (job_id, paused, updated_at, updated_by, paused_by, paused_reason, paused_until) VALUES
+  ('held', true, now(), 'alice', 'alice', 'vendor API down <ticket 42>', now() + interval '2 hours');
+INSERT INTO studio_job_definition (replica_id, job_id, digest, definition) VALUES
+  ('web-1', 'held', 'a', '{}'), ('web-2', 'held', 'a', '{}'),
+  ('web-1', 'split', 'a', '{}'), ('web-2', 'split', 'b', '{}');
+`); err != nil {
+		t.Fatal(err)
+	}
+	h := statuspage.New(statuspage.Options{DB: pool, ReplicaID: "web-1"})
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+	body := rec.Body.String()
+	if rec.Code != http.StatusOK {
+		t.Fatalf("%d\n%s", rec.Code, body)
+	}
+	row := func(job string) string {
+		m := regexp.MustCompile(`(?s)<tr data-job="` + job + `">.*?</tr>`).FindString(body)
+		if m == "" {
+			t.Fatalf("no row of job %s in\n%s", job, body)
+		}
+		return m
+	}
+	held, split := row("held"), row("split")
+	for _, w := range []string{`paused by alice until <time`, `>in 1h59m`, `: <span title="vendor API down &lt;ticket 42&gt;">vendor API down &lt;ticket 42&gt;</span>`} {
+		if !regexp.MustCompile(regexp.QuoteMeta(w)).MatchString(held) {
+			t.Errorf("row of held lacks %s:\n%s", w, held)
+		}
+	}
+	if regexp.MustCompile(`data-drift`).MatchString(held) {
+		t.Errorf("row of held shows drift, its replicas agree:\n%s", held)
+	}
+	if !regexp.MustCompile(`data-drift[^>]*studioctl jobs diff split">drift</span>`).MatchString(split) {
+		t.Errorf("row of split lacks its drift:\n%s", split)
+	}
+}

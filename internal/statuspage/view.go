@@ -111,6 +111,15 @@ func (h *Handler) load(ctx context.Context) (*view, error) {
 	if err := jobstore.AddOccurrenceSummaries(ctx, tx, views); err != nil {
 		return nil, err
 	}
+	// Who paused each job shown, why and until when, and whether the live
+	// replicas run different definitions of it: what jobs list's PAUSED
+	// column and "ok (drift)" say.
+	if err := jobstore.AddPauses(ctx, tx, views, now); err != nil {
+		return nil, err
+	}
+	if err := addDrift(ctx, tx, views); err != nil {
+		return nil, err
+	}
 	for _, jv := range views {
 		v.Jobs = append(v.Jobs, jobRow{View: jv})
 	}
@@ -140,6 +149,21 @@ func (h *Handler) load(ctx context.Context) (*view, error) {
 	sort.SliceStable(lk, func(i, j int) bool { return lk[i].State != locks.StateFree && lk[j].State == locks.StateFree })
 	v.Locks, v.LocksHidden = capped(lk, MaxRows)
 	return v, nil
+}
+
+// addDrift sets the views' Drift where the schema has the definitions
+// (migration 00015; a replica with database.migrate off may run on an
+// older one). Asked first: a failed statement would end the snapshot's
+// transaction.
+func addDrift(ctx context.Context, q Querier, views []jobstore.View) error {
+	var has bool
+	if err := q.QueryRow(ctx, `SELECT to_regclass('studio_job_definition') IS NOT NULL`).Scan(&has); err != nil {
+		return fmt.Errorf("read job definitions: %w", err)
+	}
+	if !has {
+		return nil
+	}
+	return jobstore.AddDrift(ctx, q, views)
 }
 
 func latestRuns(ctx context.Context, q Querier, limit int) ([]runRow, error) {
