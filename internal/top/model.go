@@ -161,7 +161,7 @@ func (m Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		return m, nil
 	case DoneMsg:
 		if msg.Error != "" {
-			m.status, m.statusBad = msg.Action.CommandLine()+": "+oneLine(msg.Error), true
+			m.status, m.statusBad = oneLine(msg.Error), true
 		} else {
 			m.status, m.statusBad = oneLine(msg.Output), false
 			if m.status == "" {
@@ -185,6 +185,19 @@ func (m Model) want() tea.Cmd {
 }
 
 func (m Model) key(k tea.KeyMsg) (tea.Model, tea.Cmd) {
+	if k.Type == tea.KeyRunes && len(k.Runes) > 1 && !k.Paste {
+		// Keys typed faster than the screen reads them (or sent by tmux
+		// in one write) arrive as one message: each is a key of its own,
+		// and one may change what the next does (r, then the reason).
+		var cmds []tea.Cmd
+		var next tea.Model = m
+		for _, r := range k.Runes {
+			var cmd tea.Cmd
+			next, cmd = next.(Model).key(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune{r}})
+			cmds = append(cmds, cmd)
+		}
+		return next, tea.Batch(cmds...)
+	}
 	s := k.String()
 	if s == "ctrl+c" {
 		return m, tea.Quit

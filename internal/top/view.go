@@ -15,10 +15,6 @@ type outputCell = output.Cell
 
 // Layout: the lines around the table.
 const (
-	// headLines are the title, the health line and the table's header.
-	headLines = 3
-	// footLines are the status line and the key line.
-	footLines = 2
 	// maxColumnWidth bounds a column other than the last shown, so one
 	// long error does not push every other column off the screen.
 	maxColumnWidth = 40
@@ -41,7 +37,10 @@ var HeaderChecks = []Check{
 
 // styles are the screen's styles, without colour codes when colour is off.
 type styles struct {
-	tone     map[output.Tone]lipgloss.Style
+	tone map[output.Tone]lipgloss.Style
+	// wrap are each tone's codes before and after a cell, rendered once:
+	// a style's Render per cell costs more than the rest of the frame.
+	wrap     map[output.Tone][2]string
 	title    lipgloss.Style
 	selected lipgloss.Style
 	bold     lipgloss.Style
@@ -55,7 +54,7 @@ func newStyles(color bool) styles {
 	} else {
 		r.SetColorProfile(termenv.Ascii)
 	}
-	return styles{
+	st := styles{
 		tone: map[output.Tone]lipgloss.Style{
 			output.Plain: r.NewStyle(),
 			output.Good:  r.NewStyle().Foreground(lipgloss.Color("2")),
@@ -68,15 +67,39 @@ func newStyles(color bool) styles {
 		bold:     r.NewStyle().Bold(true),
 		bad:      r.NewStyle().Foreground(lipgloss.Color("1")).Bold(true),
 	}
+	st.wrap = map[output.Tone][2]string{}
+	for t, s := range st.tone {
+		before, after, _ := strings.Cut(s.Render("\x00"), "\x00")
+		st.wrap[t] = [2]string{before, after}
+	}
+	return st
 }
 
-// tableRows is how many rows of the table fit.
-func (m Model) tableRows() int {
-	return max(m.height-headLines-footLines-m.extraHealthLines(), 1)
+// cell is text in a tone's colour.
+func (s styles) cell(t output.Tone, text string) string {
+	w := s.wrap[t]
+	if w[0] == "" {
+		return text
+	}
+	return w[0] + text + w[1]
 }
 
-// detailRows is how many lines of a drill-down fit.
-func (m Model) detailRows() int { return max(m.height-headLines-footLines, 1) }
+// bodyHeight is how many lines the table (its header included), the
+// drill-down or the help have: the screen less the title, the health
+// lines, the status lines and the key line.
+func (m Model) bodyHeight() int {
+	return max(m.height-2-m.healthDetailLines()-len(m.statusLines())-1, 2)
+}
+
+// tableRows is how many rows of the table fit under its header.
+func (m Model) tableRows() int { return m.bodyHeight() - 1 }
+
+// detailRows is how many lines of a drill-down fit under its title.
+func (m Model) detailRows() int { return m.bodyHeight() - 1 }
+
+// healthDetailLines is how many lines under the health line say what is
+// wrong: one, or on a tall screen one per failing check (up to three).
+func (m Model) healthDetailLines() int { return max(1, m.extraHealthLines()) }
 
 // extraHealthLines: on a tall screen, the details of up to three failing
 // checks get a line each (one on 24 lines, in the health line's place).
@@ -107,7 +130,8 @@ func (m Model) View() string {
 	default:
 		body = m.tableBody(w)
 	}
-	bodyHeight := max(m.height-len(lines)-footLines, 1)
+	status := m.statusLines()
+	bodyHeight := m.bodyHeight()
 	for len(body) < bodyHeight {
 		body = append(body, "")
 	}
@@ -119,7 +143,8 @@ func (m Model) View() string {
 		}
 	}
 	lines = append(lines, body...)
-	lines = append(lines, m.statusLine(w), m.keyLine(w))
+	lines = append(lines, status...)
+	lines = append(lines, m.keyLine(w))
 	if len(lines) > m.height && m.height > 0 {
 		lines = lines[:m.height]
 	}
@@ -168,7 +193,7 @@ func (m Model) titleLine(w int) string {
 // worst on the next (of up to three on a tall screen).
 func (m Model) healthLines(w int) []string {
 	if len(m.header) == 0 {
-		return []string{pad(" checking...", w)}
+		return []string{pad(" checking...", w), ""}
 	}
 	var b strings.Builder
 	var plain strings.Builder
@@ -200,10 +225,7 @@ func (m Model) healthLines(w int) []string {
 			bad = append(bad, c)
 		}
 	}
-	n := 1 + m.extraHealthLines()
-	if m.extraHealthLines() > 0 {
-		n = m.extraHealthLines()
-	}
+	n := m.healthDetailLines()
 	if len(bad) == 0 {
 		lines = append(lines, pad(" no check reports a problem", w))
 		for len(lines) < 1+n {
@@ -326,7 +348,7 @@ func (m Model) tableBody(w int) []string {
 			if selected {
 				b.WriteString(text)
 			} else {
-				b.WriteString(m.st.tone[c.Tone].Render(text))
+				b.WriteString(m.st.cell(c.Tone, text))
 			}
 		}
 		line := b.String()
@@ -340,7 +362,7 @@ func (m Model) tableBody(w int) []string {
 
 func (m Model) detailBody(w int) []string {
 	lines := []string{m.st.bold.Render(pad(" "+m.detailTitle+"  (esc back, j/k scroll)", w))}
-	rows := m.detailRows() - 1
+	rows := m.detailRows()
 	end := min(m.detailTop+rows, len(m.detailLines))
 	for _, l := range m.detailLines[m.detailTop:end] {
 		lines = append(lines, output.Truncate(" "+output.Safe(strings.ReplaceAll(l, "\t", "  ")), w))
@@ -397,7 +419,10 @@ func (m Model) confirmBox(w int) []string {
 	return append(out, border)
 }
 
-func (m Model) statusLine(w int) string {
+// statusLines are the position, filter and sort, then the last result or
+// error: one line, or two when the message does not fit on one.
+func (m Model) statusLines() []string {
+	w := max(m.width, 20)
 	vs := m.views[m.view]
 	var info string
 	switch m.mode {
@@ -428,11 +453,24 @@ func (m Model) statusLine(w int) string {
 	if msg != "" {
 		line += " | " + msg
 	}
-	line = output.Truncate(output.Safe(line), w)
-	if bad {
-		return m.st.bad.Render(line)
+	line = output.Safe(line)
+	var lines []string
+	if output.Width(line) <= w {
+		lines = []string{line}
+	} else {
+		lines = []string{output.Truncate(" "+info, w), output.Truncate(" "+output.Safe(msg), w)}
+		if ws := output.Wrap(output.Safe(msg), w, " ", " "); len(ws) > 1 && output.Width(" "+info+" | "+ws[0]) <= w {
+			// The message's first words beside the position, the rest below.
+			rest := strings.TrimSpace(strings.TrimPrefix(output.Safe(msg), strings.TrimSpace(ws[0])))
+			lines = []string{" " + info + " | " + strings.TrimSpace(ws[0]), output.Truncate(" "+rest, w)}
+		}
 	}
-	return line
+	if bad {
+		for i := range lines {
+			lines[i] = m.st.bad.Render(lines[i])
+		}
+	}
+	return lines
 }
 
 // keyLine names the keys that work here.
