@@ -398,4 +398,3 @@ func (f *fakeSource) Load(_ context.Context, v View) (Snapshot, error) {
 func (f *fakeSource) Detail(context.Context, View, string) (string, error) {
 	return "", errors.New("no detail")
 }
-
