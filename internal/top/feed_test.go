@@ -52,6 +52,9 @@ func TestFeedReadsTheWantedViewOnABusWakeAndByPoll(t *testing.T) {
 	if v := next(t, src, "poll"); v != Locks {
 		t.Errorf("poll read of %s", v)
 	}
+	if n := f.Reads(); n < 4 {
+		t.Errorf("%d reads counted, want at least the 4 seen", n)
+	}
 	select {
 	case m := <-msgs:
 		if s, ok := m.(SnapshotMsg); !ok || s.View != Replicas {

@@ -398,3 +398,31 @@ func (f *fakeSource) Load(_ context.Context, v View) (Snapshot, error) {
 func (f *fakeSource) Detail(context.Context, View, string) (string, error) {
 	return "", errors.New("no detail")
 }
+
+// BenchmarkReadAndFrame10000Jobs is the redraw after a read of 10,000
+// jobs: Update with the snapshot (filter, sort, measure) and View at
+// 160x48 (docs/benchmarks.md, "studioctl top").
+func BenchmarkReadAndFrame10000Jobs(b *testing.B) {
+	tb := jobsTable(10000)
+	m := send(New(Options{Color: true}), tea.WindowSizeMsg{Width: 160, Height: 48}, keys("2")[0])
+	b.ResetTimer()
+	for b.Loop() {
+		next, _ := m.Update(SnapshotMsg{View: Jobs, Table: tb, Header: header, At: at})
+		_ = next.(Model).View()
+	}
+}
+
+// BenchmarkScrollFrame10000Jobs is one key (page down) and its frame.
+func BenchmarkScrollFrame10000Jobs(b *testing.B) {
+	m := send(New(Options{Color: true}), tea.WindowSizeMsg{Width: 160, Height: 48}, keys("2")[0],
+		SnapshotMsg{View: Jobs, Table: jobsTable(10000), Header: header, At: at})
+	b.ResetTimer()
+	for b.Loop() {
+		next, _ := m.Update(key(tea.KeyPgDown))
+		m = next.(Model)
+		if m.views[Jobs].cursor >= 9000 {
+			m.views[Jobs].cursor, m.views[Jobs].offset = 0, 0
+		}
+		_ = m.View()
+	}
+}
