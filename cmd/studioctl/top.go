@@ -31,6 +31,10 @@ const (
 	topEvents = 200
 	// topOccurrences is how many occurrences a job's drill-down shows.
 	topOccurrences = 10
+	// topFPS bounds how often the screen is flushed: a frame at most 50 ms
+	// after the model changed, and 20 idle wake-ups a second instead of
+	// Bubble Tea's 60 (docs/benchmarks.md, "studioctl top").
+	topFPS = 20
 )
 
 // topOptions are the flags and dependencies of top.
@@ -115,7 +119,7 @@ func topRun(ctx context.Context, o *topOptions) error {
 	feed := top.NewFeed(top.FeedOptions{Source: src, Wakes: wakes, Poll: o.Poll, Send: send})
 	model := top.New(top.Options{Source: src, Actor: &topActor{d: o.deps}, Want: feed.Want,
 		ReadOnly: o.ReadOnly, Color: o.Color(), Now: o.Now, Ctx: ctx})
-	prog = tea.NewProgram(model, tea.WithAltScreen(), tea.WithContext(ctx), tea.WithInput(o.IO.In), tea.WithOutput(o.IO.Out))
+	prog = tea.NewProgram(model, tea.WithAltScreen(), tea.WithFPS(topFPS), tea.WithContext(ctx), tea.WithInput(o.IO.In), tea.WithOutput(o.IO.Out))
 	pc := spool.Config()
 	n := watch.Listen(watch.ListenOptions{
 		Config: pc.ConnConfig, ConnString: pc.ConnString(), Wakes: wakes,
