@@ -177,8 +177,8 @@ func (s *topSource) captured(fn func(deps) error) (top.Table, error) {
 	return t, nil
 }
 
-// Load reads one view and the header.
-func (s *topSource) Load(ctx context.Context, v top.View) (top.Snapshot, error) {
+// Load reads one view and, with header, the header.
+func (s *topSource) Load(ctx context.Context, v top.View, header bool) (top.Snapshot, error) {
 	var t top.Table
 	var err error
 	switch v {
@@ -196,7 +196,11 @@ func (s *topSource) Load(ctx context.Context, v top.View) (top.Snapshot, error) 
 	if err != nil {
 		return top.Snapshot{}, err
 	}
-	return top.Snapshot{View: v, Table: t, Header: s.header(ctx), At: s.d.Now()}, nil
+	snap := top.Snapshot{View: v, Table: t, At: s.d.Now()}
+	if header {
+		snap.Header = s.header(ctx)
+	}
+	return snap, nil
 }
 
 // header runs doctor's checks the header shows.

@@ -12,6 +12,13 @@ import (
 	"github.com/studioctl/studioctl/internal/watch"
 )
 
+// HeaderEvery is how often an idle screen reads the header: a poll (no
+// bus message) reads it only when the last is this old. Every read the bus
+// caused, and every read of a view switched to, reads it too. doctor's
+// checks read every job, which costs the most at 10,000 jobs
+// (docs/benchmarks.md, "studioctl top").
+const HeaderEvery = time.Minute
+
 // Feed reads the view on screen and sends it to the program, live as
 // --watch is (internal/watch): a read on every bus wake-up (coalesced), one
 // more after a signal, and the fallback poll.
@@ -64,9 +71,14 @@ func (f *Feed) Reads() int64 { return f.reads.Load() }
 // ReadFailedMsg, and the next one that works clears it.
 func (f *Feed) Run(ctx context.Context) error {
 	failing := false
+	var headerAt time.Time // when the header was last read
 	load := func(ctx context.Context) (watch.View, error) {
 		n := f.reads.Add(1)
-		s, err := f.src.Load(ctx, View(f.view.Load()))
+		header := watch.Why(ctx) != "poll" || time.Since(headerAt) >= HeaderEvery
+		if header {
+			headerAt = time.Now()
+		}
+		s, err := f.src.Load(ctx, View(f.view.Load()), header)
 		if err != nil {
 			if ctx.Err() == nil {
 				failing = true

@@ -388,11 +388,21 @@ func TestTenThousandJobsScroll(t *testing.T) {
 }
 
 // fakeSource returns a table whose only row counts its reads.
-type fakeSource struct{ reads chan View }
+type fakeSource struct{ reads chan read }
 
-func (f *fakeSource) Load(_ context.Context, v View) (Snapshot, error) {
-	f.reads <- v
-	return Snapshot{View: v, Table: Table{Columns: []string{"ID"}, Rows: [][]output.Cell{plain("x")}}}, nil
+// read is one Load of a fakeSource.
+type read struct {
+	view   View
+	header bool
+}
+
+func (f *fakeSource) Load(_ context.Context, v View, header bool) (Snapshot, error) {
+	f.reads <- read{v, header}
+	s := Snapshot{View: v, Table: Table{Columns: []string{"ID"}, Rows: [][]output.Cell{plain("x")}}}
+	if header {
+		s.Header = []Check{{Name: "stale_locks", Label: "stale", Status: "ok"}}
+	}
+	return s, nil
 }
 
 func (f *fakeSource) Detail(context.Context, View, string) (string, error) {

@@ -66,8 +66,9 @@ type Snapshot struct {
 // Source reads what the screen shows. Implementations run the list
 // commands' own reads (cmd/studioctl/top.go).
 type Source interface {
-	// Load reads one view and the header.
-	Load(ctx context.Context, v View) (Snapshot, error)
+	// Load reads one view and, with header, the header (without it the
+	// snapshot's Header is nil: the screen keeps the last).
+	Load(ctx context.Context, v View, header bool) (Snapshot, error)
 	// Detail is the drill-down of one row of a view: text, as the verbs
 	// that show it print it.
 	Detail(ctx context.Context, v View, key string) (string, error)
