@@ -8,6 +8,7 @@ package doctor
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -136,6 +137,9 @@ type Options struct {
 	// configuration, taken as every live replica's for the leases check's
 	// capacity finding (0: runner.DefaultMaxConcurrentRuns's value, 8).
 	MaxConcurrentRuns int
+	// Only, when not empty, names the checks to run (studioctl top's
+	// header); the others are left out of the results.
+	Only []string
 
 	// afterListen, when set, runs once the bus check listens (tests cut
 	// the network there).
@@ -204,6 +208,9 @@ func Run(ctx context.Context, o Options) []Result {
 	}
 	out := make([]Result, 0, len(checks))
 	for _, c := range checks {
+		if len(o.Only) > 0 && !slices.Contains(o.Only, c.name) {
+			continue
+		}
 		var r Result
 		switch {
 		case e.pool == nil && !c.offline:

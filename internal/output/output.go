@@ -81,6 +81,8 @@ type Printer struct {
 	styles map[Tone]lipgloss.Style
 	wrap   map[Tone][2]string // each tone's codes before and after a cell
 	bold   [2]string          // the header's
+	// capture, when set (NewCapture), keeps the table instead of writing it.
+	capture *Captured
 }
 
 // Options for New.
@@ -142,6 +144,10 @@ func (p *Printer) Print(data any, cols []Column, rows [][]Cell) error {
 		}
 		return enc.Close()
 	default:
+		if p.capture != nil {
+			p.capture.Columns, p.capture.Rows = cols, rows
+			return nil
+		}
 		return p.table(cols, rows)
 	}
 }

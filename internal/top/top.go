@@ -1,0 +1,164 @@
+// Package top is the model of `studioctl top`: one full-screen view of the
+// installation (replicas, jobs, locks, leases and the event stream) with a
+// header of what is wrong and the safe actions one key away. It is the Elm
+// shape Bubble Tea runs: Update takes a message and returns the next model
+// and a command, View is a pure function of the model. It reads nothing and
+// changes nothing itself: its data comes through Source (the list
+// commands' own rows and doctor's checks) and its actions through Actor (the
+// verbs' own run functions); Feed delivers the data live, as --watch does.
+// docs/top.md describes the screen.
+package top
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/studioctl/studioctl/internal/output"
+)
+
+// View is one of the screen's tables.
+type View int
+
+// The views, in the order of their keys (1-5).
+const (
+	Replicas View = iota
+	Jobs
+	Locks
+	Leases
+	Events
+	numViews
+)
+
+// String is the view's name, as its list command names it.
+func (v View) String() string {
+	return [...]string{"replicas", "jobs", "locks", "leases", "events"}[v]
+}
+
+// Table is one read of a view: the columns and rows its list command
+// prints (table format, relative times). The first column is the key the
+// actions and the drill-down name.
+type Table struct {
+	Columns []string
+	Rows    [][]output.Cell
+}
+
+// Check is one of doctor's checks as the header shows it.
+type Check struct {
+	// Name is doctor's check name (stale_locks); Label what the header
+	// calls it (stale).
+	Name, Label string
+	// Status is doctor's: ok, warn, fail or skip.
+	Status string
+	Detail string
+}
+
+// Snapshot is one read: a view's table and the header's checks.
+type Snapshot struct {
+	View   View
+	Table  Table
+	Header []Check
+	// At is when it was read (the display clock).
+	At time.Time
+}
+
+// Source reads what the screen shows. Implementations run the list
+// commands' own reads (cmd/studioctl/top.go).
+type Source interface {
+	// Load reads one view and, with header, the header (without it the
+	// snapshot's Header is nil: the screen keeps the last).
+	Load(ctx context.Context, v View, header bool) (Snapshot, error)
+	// Detail is the drill-down of one row of a view: text, as the verbs
+	// that show it print it.
+	Detail(ctx context.Context, v View, key string) (string, error)
+}
+
+// Verb is one action's verb.
+type Verb int
+
+// The actions.
+const (
+	ReleaseLock Verb = iota
+	DrainReplica
+	TriggerJob
+	PauseJob
+	ResumeJob
+	ReleaseLease
+)
+
+// Action is one action on one row.
+type Action struct {
+	Verb   Verb
+	Target string
+	Reason string
+}
+
+// Args is the action as studioctl's command line takes it, without the
+// program name: the equivalent command the confirmation shows.
+func (a Action) Args() []string {
+	var args []string
+	switch a.Verb {
+	case ReleaseLock:
+		args = []string{"locks", "release", a.Target}
+	case DrainReplica:
+		args = []string{"replicas", "drain", a.Target}
+	case TriggerJob:
+		args = []string{"jobs", "trigger", a.Target}
+	case PauseJob:
+		args = []string{"jobs", "pause", a.Target}
+	case ResumeJob:
+		args = []string{"jobs", "resume", a.Target}
+	case ReleaseLease:
+		args = []string{"leases", "release", a.Target}
+	}
+	if a.Reason != "" {
+		args = append(args, "--reason", a.Reason)
+	}
+	return append(args, "--yes")
+}
+
+// CommandLine is the equivalent studioctl command, quoted for a POSIX shell.
+func (a Action) CommandLine() string {
+	args := a.Args()
+	q := make([]string, 0, len(args)+1)
+	q = append(q, "studioctl")
+	for _, s := range args {
+		q = append(q, shellQuote(s))
+	}
+	return strings.Join(q, " ")
+}
+
+// Question is what the confirmation asks, as the verb asks it.
+func (a Action) Question() string {
+	switch a.Verb {
+	case ReleaseLock:
+		return fmt.Sprintf("release lock %q?", a.Target)
+	case DrainReplica:
+		return fmt.Sprintf("drain replica %q?", a.Target)
+	case TriggerJob:
+		return fmt.Sprintf("trigger job %q?", a.Target)
+	case PauseJob:
+		return fmt.Sprintf("pause job %q?", a.Target)
+	case ResumeJob:
+		return fmt.Sprintf("resume job %q?", a.Target)
+	default:
+		return fmt.Sprintf("release cluster %q?", a.Target)
+	}
+}
+
+// Actor does the actions, each through its verb's own code path, audited
+// with the actor as the verb audits it.
+type Actor interface {
+	// Do runs the action and returns what the verb said (its output), or
+	// its error (a refusal among them).
+	Do(ctx context.Context, a Action) (string, error)
+}
+
+// shellQuote quotes s for a POSIX shell when it needs it.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.,:/@=+") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
