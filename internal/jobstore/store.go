@@ -67,6 +67,11 @@ type Store struct {
 	failing bool
 
 	flushes, statements int64 // for measurements
+
+	// enc holds the flush's parameters from one flush to the next
+	// (flush_encode.go); legacyFlush sends them through pgx instead (tests).
+	enc         flushEncoder
+	legacyFlush bool
 }
 
 // NewStore returns a store for replicaID; Start runs its writer.
@@ -467,6 +472,17 @@ func (s *Store) write(ctx context.Context, runs map[int64]jobs.Run, status map[s
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
 	stmts := int64(0)
+	if !s.legacyFlush { // the parameters encoded into the store's buffers (flush_encode.go)
+		s.enc.mu.Lock()
+		n, ok, err := s.writeEncoded(ctx, tx, runs, status)
+		s.enc.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		if ok {
+			stmts, runs, status = n, nil, nil
+		}
+	}
 	if len(runs) > 0 {
 		n := len(runs)
 		seqs := make([]int64, 0, n)
