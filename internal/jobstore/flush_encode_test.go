@@ -191,6 +191,20 @@ func TestAFlushFailingHalfWayReusesNothingStale(t *testing.T) {
 	if n := count(t, pool, `SELECT count(*) FROM studio_event WHERE event = 'run'`); n != 20 {
 		t.Errorf("%d run events, want 20", n)
 	}
+	// The maps of those flushes are kept for the next ones, cleared: a
+	// third flush writes its one status row and nothing of the failed one
+	// (whose status row the CHECK refuses).
+	s.PutStatus(jobs.Status{JobID: "cache", Scope: jobs.ScopeInstance, Schedule: "every 1m"})
+	mustFlush(t, s)
+	mustFlush(t, s) // an empty one
+	s.PutStatus(jobs.Status{JobID: "cache", Scope: jobs.ScopeInstance, Schedule: "every 1m", Runs: 2})
+	mustFlush(t, s)
+	if n := count(t, pool, `SELECT count(*) FROM studio_job_status WHERE job_id = 'report' AND scope = 'instance' AND runs = 1`); n != 1 {
+		t.Errorf("the report status row changed after later flushes")
+	}
+	if n := count(t, pool, `SELECT count(*) FROM studio_job_status WHERE job_id = 'cache' AND runs = 2`); n != 1 {
+		t.Errorf("the last flush did not write its status row")
+	}
 }
 
 // lineDiff shows the first lines that differ.

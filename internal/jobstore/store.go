@@ -72,6 +72,10 @@ type Store struct {
 	// (flush_encode.go); legacyFlush sends them through pgx instead (tests).
 	enc         flushEncoder
 	legacyFlush bool
+	// spareRuns and spareStatus are the maps of a flush before, cleared,
+	// for the pending rows after the next one (flush_encode.go).
+	spareRuns   map[int64]jobs.Run
+	spareStatus map[string]jobs.Status
 }
 
 // NewStore returns a store for replicaID; Start runs its writer.
@@ -301,7 +305,7 @@ func (s *Store) Stats() (flushes, statements int64) {
 func (s *Store) Flush(ctx context.Context) error {
 	s.mu.Lock()
 	runs, status, occ := s.runs, s.status, s.occ
-	s.runs, s.status = map[int64]jobs.Run{}, map[string]jobs.Status{}
+	s.runs, s.status = s.takeSpares() // the maps of a flush before, cleared (flush_encode.go)
 	if len(occ) > 0 {
 		s.occ = map[occurrenceKey]jobs.OccurrenceRecord{}
 	} else {
@@ -309,9 +313,11 @@ func (s *Store) Flush(ctx context.Context) error {
 	}
 	s.mu.Unlock()
 	if len(runs) == 0 && len(status) == 0 && len(occ) == 0 {
+		s.keepSpares(runs, status)
 		return nil
 	}
 	err := s.write(ctx, runs, status, occ)
+	defer s.keepSpares(runs, status)
 	if err != nil {
 		// Put them back unless a newer version arrived meanwhile.
 		s.mu.Lock()
