@@ -43,9 +43,10 @@ const (
 	oidJSONBArray       = 3807
 )
 
-// flushKeepBytes is the largest buffer a flush keeps for the next one: a
+// flushKeepBytes is the largest buffer a flush keeps for the next one (a
+// kept buffer counts twice in the RSS: once, and once in the GC's goal): a
 // flush after an outage (50,000 rows) does not leave its buffers behind.
-const flushKeepBytes = 4 << 20
+const flushKeepBytes = 1 << 20
 
 // microsecY2K is 2000-01-01 UTC in microseconds since 1970: a timestamptz
 // is sent as microseconds since 2000-01-01.
@@ -358,7 +359,7 @@ func (s *Store) writeEncoded(ctx context.Context, tx pgx.Tx, runs map[int64]jobs
 
 // spareMaxRows is the most rows a flushed map may have held and still be
 // kept, cleared, for the pending rows after the next flush.
-const spareMaxRows = 4 * FlushBatch
+const spareMaxRows = FlushBatch
 
 // takeSpares returns empty maps for the pending runs and status: those a
 // flush before cleared, or new ones. s.mu held.
