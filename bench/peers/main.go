@@ -214,9 +214,11 @@ func startGocron(tasks []*noop, singleton bool) (func() error, error) {
 	if err != nil {
 		return nil, err
 	}
-	now := time.Now()
 	for _, t := range tasks {
-		first := now.Add(time.Second + rand.N(t.every))
+		// From the time of each add: on a loaded machine adding 10,000
+		// jobs took more than the second of margin, and gocron refuses a
+		// start in the past.
+		first := time.Now().Add(time.Second + rand.N(t.every))
 		opts := []gocron.JobOption{gocron.WithIntervalFromCompletion(), gocron.WithStartAt(gocron.WithStartDateTime(first))}
 		if singleton {
 			opts = append(opts, gocron.WithSingletonMode(gocron.LimitModeReschedule))
