@@ -62,8 +62,6 @@ type binArray struct {
 	elem    int // start of the element being appended (beginElem)
 }
 
-const binArrayHeader = 20
-
 // reset starts an empty array of elements of type oid; nothing of the
 // array before it stays.
 func (a *binArray) reset(oid uint32) {
@@ -199,7 +197,6 @@ type flushEncoder struct {
 	formats  []int16
 	seqs     []int64
 	changed  []int64
-	payload  []string
 }
 
 // binaryFormats is n binary format codes.
