@@ -14,7 +14,9 @@ import (
 // delays: 3,000 ended runs (their events and bus messages) and 3,000
 // status rows, through pgx (legacy) and through the flush's own encoder.
 // cpu-ms/op is the process's CPU (user and system) per flush, puts
-// included, which a loaded machine moves less than the wall time. Not in
+// included, which a loaded machine moves less than the wall time;
+// server-ms/op the statements' time in the server, from
+// pg_stat_statements (planning included). Not in
 // CI (benchmarks run only with -bench):
 //
 //	go test ./internal/jobstore -run '^$' -bench BenchmarkFlush3000 -benchmem -count 5
@@ -33,6 +35,7 @@ func BenchmarkFlush3000(b *testing.B) {
 			at := time.Now().Truncate(time.Microsecond)
 			seq := int64(0)
 			b.ReportAllocs()
+			resetStatements(b, pool)
 			cpu0 := processCPU(b)
 			for b.Loop() {
 				for i := range 3000 {
@@ -49,6 +52,11 @@ func BenchmarkFlush3000(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N)/1e6, "cpu-ms/op")
+			var serverMS float64 // the statements' time in the server (pg_stat_statements)
+			if err := pool.QueryRow(b.Context(), `SELECT coalesce(sum(total_exec_time + total_plan_time), 0) FROM pg_stat_statements
+WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) AND query NOT LIKE '%pg_stat_statements%'`).Scan(&serverMS); err == nil {
+				b.ReportMetric(serverMS/float64(b.N), "server-ms/op")
+			}
 		})
 	}
 }
