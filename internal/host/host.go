@@ -574,7 +574,7 @@ func (h *Host) newRunner() (err error) {
 		Clock: h.o.Clock, Logger: h.log, Metrics: h.metrics, ShutdownWait: h.o.ShutdownWait,
 		Schedules: jobstore.NewSchedules(h.pool), Offset: h.clockOffset, Backfills: jobstore.NewBackfills(h.pool, h.o.ID),
 		PerJobMetrics: h.o.MetricsPerJob, PerJobMetricsLimit: h.o.MetricsPerJobLimit, MaxConcurrentRuns: h.o.MaxConcurrentRuns,
-		Secrets: h.secrets(), // from the URLs, PGPASSWORD or the passfile
+		Secrets: h.secrets(),    // from the URLs, PGPASSWORD or the passfile
 		Members: h.liveReplicas, // the designated replica of each installation job (docs/schedules.md)
 	})
 	return err
