@@ -127,7 +127,10 @@ func (r *Runner) deferToDesignated(js *jobState, sched jobs.Schedule, fire time.
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	js.running = false
-	if r.stopping {
+	if r.stopping { // as finishAt: the status keeps the due time for readers
+		t := fire
+		js.status.NextFireAt = &t
+		r.putStatusLocked(js)
 		return true
 	}
 	if !heard.IsZero() && !heard.Before(fire.Add(-r.designateStep(sched, len(members)))) {
