@@ -64,6 +64,11 @@ type Message struct {
 	Seqs      []int64         `json:"seqs,omitempty"`
 	Kind      string          `json:"kind,omitempty"`
 	Key       string          `json:"key,omitempty"`
+	// End and Started: a job.schedule signal's end of the run and its
+	// start, in database time (RFC 3339, UTC), so a replica moves its timer
+	// without reading the row; absent from older senders.
+	End     string `json:"end,omitempty"`
+	Started string `json:"started,omitempty"`
 }
 
 // Frame is a stream frame: event id of stream with its data (any JSON).

@@ -574,9 +574,19 @@ func (h *Host) newRunner() (err error) {
 		Clock: h.o.Clock, Logger: h.log, Metrics: h.metrics, ShutdownWait: h.o.ShutdownWait,
 		Schedules: jobstore.NewSchedules(h.pool), Offset: h.clockOffset, Backfills: jobstore.NewBackfills(h.pool, h.o.ID),
 		PerJobMetrics: h.o.MetricsPerJob, PerJobMetricsLimit: h.o.MetricsPerJobLimit, MaxConcurrentRuns: h.o.MaxConcurrentRuns,
-		Secrets: h.secrets(), // from the URLs, PGPASSWORD or the passfile
+		Secrets: h.secrets(),    // from the URLs, PGPASSWORD or the passfile
+		Members: h.liveReplicas, // the designated replica of each installation job (docs/schedules.md)
 	})
 	return err
+}
+
+// liveReplicas is the live, ready replicas the lease loop read last
+// (runner.Members); not current before its first round.
+func (h *Host) liveReplicas() ([]string, bool) {
+	if h.leases == nil {
+		return nil, false
+	}
+	return h.leases.Live()
 }
 
 // onMessage is the bus handler: it runs on the listener goroutine and must
@@ -603,7 +613,13 @@ func (h *Host) onMessage(m bus.Message) {
 	case m.Kind == bus.KindLeasesRebalance && h.leases != nil:
 		h.leases.Rebalance()
 	case m.Kind == jobstore.KindJobSchedule && h.runner != nil:
-		h.runner.ScheduleChanged(m.Key) // a run ended: reread the shared schedule
+		if end, started, ok := jobstore.EndOf(m); ok {
+			h.runner.ScheduleEnded(m.Key, end, started) // a run ended: the signal carries its end
+		} else {
+			h.runner.ScheduleChanged(m.Key) // an older sender's: reread the shared schedule
+		}
+	case m.Kind == jobstore.KindJobStarted && h.runner != nil:
+		h.runner.RunStarted(m.Key) // designate.go: a fallback waiting on it is given up
 	}
 }
 

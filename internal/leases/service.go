@@ -201,6 +201,10 @@ type Service struct {
 	// (issue 21). armPending: an arm was asked for meanwhile.
 	batching, armPending bool
 	scanned              int64 // held leases scanned by arming, for a test
+	// live and liveAt: the live, ready replicas the last round read, and
+	// when (Live).
+	live   []string
+	liveAt time.Time
 
 	rounds atomic.Int64
 }
@@ -254,6 +258,24 @@ func (s *Service) Owned() map[string]context.Context {
 		out[c] = h.ctx
 	}
 	return out
+}
+
+// liveViewRounds is how many rounds the live replicas a round read stay
+// current for Live, so that one failed or late round does not matter.
+const liveViewRounds = 3
+
+// Live returns the live, ready replicas the last round read (the slice is
+// never changed), and whether that read is current: no older than
+// liveViewRounds rounds. The runner designates the replica that tries each
+// installation job's lock over it (runner.Members), at no statement of its
+// own.
+func (s *Service) Live() ([]string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.liveAt.IsZero() || time.Since(s.liveAt) > liveViewRounds*s.t.renewEvery {
+		return nil, false
+	}
+	return s.live, true
 }
 
 // Rounds counts the rounds run so far.
@@ -324,6 +346,7 @@ func (s *Service) round(ctx context.Context) {
 		return
 	}
 	s.mu.Lock()
+	s.live, s.liveAt = live, time.Now()
 	draining := s.draining
 	s.mu.Unlock()
 	me := !draining && slices.Contains(live, s.o.ID)

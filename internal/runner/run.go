@@ -129,7 +129,7 @@ func (r *Runner) acquire(js *jobState, sched jobs.Schedule, occ occurrence) (hel
 // decision to the lock, as without a shared schedule.
 func (r *Runner) endedMeanwhile(js *jobState, sched jobs.Schedule) (next time.Time, notDue bool) {
 	ctx, cancel := context.WithTimeout(r.runsCtx, settingsTimeout)
-	end, _, dbNow, err := r.loadRun(ctx, js)
+	end, _, dbNow, err := r.loadRunUnderLock(ctx, js) // and announces the start (designate.go)
 	cancel()
 	if err != nil || end.IsZero() {
 		return time.Time{}, false

@@ -105,6 +105,13 @@ type Options struct {
 	// hosted here (default dutySpread; slots.go). Cron duties fire at their
 	// next cron time.
 	DutySpread func(key string, every time.Duration, duties int) time.Duration
+	// Members is the view of the live, ready replicas that designates, for
+	// each installation job, the replica that tries its lock at the due
+	// time (designate.go); nil: every replica tries at the due time.
+	// DesignateGrace is the wait of each further choice (default
+	// DefaultDesignateGrace; negative: no designation).
+	Members        Members
+	DesignateGrace time.Duration
 }
 
 // DefaultTimerResolution: at 10,000 jobs on 1-10 s delays (about 3,000
@@ -215,6 +222,8 @@ type jobState struct {
 	// tick releases it before it takes the lock again, so the job does not
 	// wait for lockAtMostFor (docs/failover.md).
 	staleLock Lock
+	// designate: the wait for the designated replica (designate.go); r.mu.
+	designate designation
 }
 
 // New builds a runner; Start starts it.
@@ -239,6 +248,9 @@ func New(o Options) (*Runner, error) {
 	}
 	if o.DutySpread == nil {
 		o.DutySpread = dutySpread(o.MaxConcurrentRuns)
+	}
+	if o.DesignateGrace == 0 {
+		o.DesignateGrace = DefaultDesignateGrace
 	}
 	r := &Runner{o: o, log: o.Logger, jobs: map[string]*jobState{}, wake: make(chan struct{}, 1), pauseWake: make(chan struct{}, 1),
 		work: make(chan fireWork), workersQuit: make(chan struct{}), resolution: o.TimerResolution,
@@ -753,6 +765,7 @@ func (r *Runner) ScheduleChanged(id string) {
 		}
 		r.mu.Lock()
 		defer r.mu.Unlock()
+		js.designate.heardStart = time.Time{} // an end after any start heard (designate.go)
 		r.resolveHeldLocked(js, end, started)
 		if !js.queued || js.running || js.forced || js.backfill || r.stopping || end.IsZero() {
 			return
@@ -976,6 +989,9 @@ func (r *Runner) tick(js *jobState, fire time.Time, forced bool) {
 		return
 	case paused:
 		r.finish(js, r.skipPaused(js, sched, fire, pausedBy))
+		return
+	}
+	if r.deferToDesignated(js, sched, fire, forced, !retry.IsZero()) { // designate.go
 		return
 	}
 	// The cap on concurrent runs: a fire past it waits for a slot, before

@@ -43,6 +43,13 @@ func (s *fakeSchedules) RecordEnd(_ context.Context, job, _ string, _ int64, _ t
 	return now, nil
 }
 
+// n is the number of reads so far.
+func (s *fakeSchedules) n() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.reads
+}
+
 func (s *fakeSchedules) set(job string, end time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
