@@ -14,7 +14,8 @@ import (
 )
 
 // The checker. It reads only what the jobs recorded (nemesis_exec,
-// nemesis_fence) and PostgreSQL's own tables (studio_job_run,
+// nemesis_fence) and PostgreSQL's own tables (studio_job_run, through
+// nemesis_run, its copy kept from housekeeping's pruning;
 // studio_replica, cluster_lease, shedlock, studio_overdue_jobs), never a
 // replica's memory or log; the nemesis's fault log only attributes what
 // it finds. The documented rules it applies are in docs/reliability.md.
@@ -193,7 +194,7 @@ func readRuns(ctx context.Context, pool *pgxpool.Pool) ([]runRow, error) {
 		ids = append(ids, j.ID)
 	}
 	rows, err := pool.Query(ctx, `SELECT seq, job_id, coalesce(scope_key, ''), replica_id, nominal_at, started_at, outcome, finished_at
-FROM studio_job_run WHERE job_id = ANY($1) ORDER BY seq`, ids)
+FROM nemesis_run WHERE job_id = ANY($1) ORDER BY seq`, ids)
 	if err != nil {
 		return nil, err
 	}
@@ -378,7 +379,7 @@ func checkRunRows(rep *report, execs []execution, runs []runRow, faults []fault)
 		rs := byKey[k]
 		switch {
 		case len(rs) == 0:
-			rep.Findings = append(rep.Findings, finding{Check: "execution without a run row", What: e.String(),
+			rep.Findings = append(rep.Findings, finding{Check: "execution without a run row", What: e.String() + nearRuns(runs, e),
 				Faults: attribute(faults, e.Start, e.End, e.Replica)})
 		case len(rs) > 1:
 			rep.Findings = append(rep.Findings, finding{Check: "execution with several run rows", What: fmt.Sprintf("%s: %d rows", e, len(rs)),
@@ -691,4 +692,27 @@ func (r *report) String(faults []fault) string {
 		fmt.Fprintf(&b, "- %s: %s: %s; faults: %s\n", status, f.Check, f.What, faultList(f.Faults))
 	}
 	return b.String()
+}
+
+// nearRuns describes the run rows of e's job and scope within 3 s of it,
+// for a report.
+func nearRuns(runs []runRow, e execution) string {
+	var out []string
+	for _, r := range runs {
+		if r.Job == e.Job && r.Scope == e.Scope && r.Start.After(e.Start.Add(-3*time.Second)) && r.Start.Before(e.End.Add(3*time.Second)) {
+			nom := "-"
+			if r.Nominal != nil {
+				nom = r.Nominal.UTC().Format("15:04:05.000")
+			}
+			out = append(out, fmt.Sprintf("run %d on %s nominal %s start %s %s", r.Seq, r.Replica, nom, r.Start.Format("15:04:05.000"), r.Outcome))
+		}
+	}
+	nom := "-"
+	if e.Nominal != nil {
+		nom = e.Nominal.UTC().Format("15:04:05.000")
+	}
+	if len(out) == 0 {
+		return " (nominal " + nom + "; no run row of its scope within 3 s)"
+	}
+	return " (nominal " + nom + "; near: " + strings.Join(out, ", ") + ")"
 }

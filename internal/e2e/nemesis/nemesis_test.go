@@ -6,6 +6,7 @@ import (
 	"math/rand"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -77,6 +78,8 @@ type fault struct {
 	Length time.Duration
 	Note   string
 	Err    string
+	// Restarts counts the starts that exited before ready.
+	Restarts int
 }
 
 func (f fault) String() string {
@@ -132,8 +135,6 @@ type nemesis struct {
 	admin *pgxpool.Pool
 	rnd   *rand.Rand // only the scheduler goroutine draws from it
 
-	dbMu sync.RWMutex // held to write by a database fault, to read by a command
-
 	mu      sync.Mutex
 	faults  []*fault
 	busy    map[string]bool // replicas under a fault
@@ -162,24 +163,24 @@ func (n *nemesis) run(length time.Duration, p plan) []fault {
 	n.rnd.Shuffle(len(deck), func(i, j int) { deck[i], deck[j] = deck[j], deck[i] })
 	end := time.Now().Add(length)
 	var wg sync.WaitGroup
-	pending := ""
 	for time.Now().Before(end) {
-		wait := time.NewTimer(n.between(p.GapMin, p.GapMax))
-		<-wait.C
-		kind := pending
-		if kind == "" {
-			if len(deck) > 0 {
-				kind, deck = deck[0], deck[1:]
-			} else {
-				kind = allKinds[n.rnd.Intn(len(allKinds))]
+		pause(n.between(p.GapMin, p.GapMax))
+		// The deck's first kind that can start now; once the deck is
+		// empty, a few random kinds until one can.
+		var f *fault
+		var apply func() error
+		for i, kind := range deck {
+			if f, apply = n.prepare(kind); f != nil {
+				deck = append(deck[:i:i], deck[i+1:]...)
+				break
 			}
 		}
-		f, apply := n.prepare(kind, p)
+		for try := 0; f == nil && len(deck) == 0 && try < 5; try++ {
+			f, apply = n.prepare(allKinds[n.rnd.Intn(len(allKinds))])
+		}
 		if f == nil {
-			pending = kind
 			continue
 		}
-		pending = ""
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -211,7 +212,7 @@ func (n *nemesis) run(length time.Duration, p plan) []fault {
 
 // prepare reserves what kind needs and draws its parameters; nil when it
 // cannot start now. apply runs the fault to its end (its heal).
-func (n *nemesis) prepare(kind string, p plan) (*fault, func() error) {
+func (n *nemesis) prepare(kind string) (*fault, func() error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	f := &fault{Kind: kind}
@@ -234,7 +235,7 @@ func (n *nemesis) prepare(kind string, p plan) (*fault, func() error) {
 		var apply func() error
 		switch kind {
 		case kindKill:
-			apply = func() error { return n.kill(r) }
+			apply = func() error { return n.kill(r, f) }
 		case kindStop:
 			f.Length = n.between(3*time.Second, 25*time.Second)
 			f.Note = "for " + f.Length.Round(time.Millisecond).String()
@@ -250,7 +251,7 @@ func (n *nemesis) prepare(kind string, p plan) (*fault, func() error) {
 		case kindTerminate:
 			apply = func() error { return n.terminate(r, f) }
 		case kindDrain:
-			apply = func() error { return n.drain(r) }
+			apply = func() error { return n.drain(r, f) }
 		case kindClock:
 			off := n.between(3*time.Second, 30*time.Second)
 			if n.rnd.Intn(2) == 0 {
@@ -258,7 +259,7 @@ func (n *nemesis) prepare(kind string, p plan) (*fault, func() error) {
 			}
 			f.Length = n.between(5*time.Second, 15*time.Second)
 			f.Note = fmt.Sprintf("offset %s for %s", off.Round(time.Millisecond), f.Length.Round(time.Millisecond))
-			apply = func() error { return n.clock(r, off, f.Length) }
+			apply = func() error { return n.clock(r, off, f.Length, f) }
 		}
 		return n.record(f), apply
 	}
@@ -312,7 +313,7 @@ const restartTimeout = 2 * time.Minute
 
 // kill sends SIGKILL, waits until the database counts the id as gone,
 // and starts it again.
-func (n *nemesis) kill(r *replica) error {
+func (n *nemesis) kill(r *replica, f *fault) error {
 	p := r.current()
 	if err := p.Kill(); err != nil {
 		return err
@@ -323,13 +324,42 @@ func (n *nemesis) kill(r *replica) error {
 	if err := waitGone(n.admin, r.id, restartTimeout); err != nil {
 		return err
 	}
-	return n.restart(r, 0)
+	return n.restart(r, 0, f)
 }
 
-// restart starts r again and waits until it is ready.
-func (n *nemesis) restart(r *replica, offset time.Duration) error {
-	n.w.start(r, offset)
-	return waitReady(r.current(), restartTimeout)
+// startTries is how often a restart is tried, as a supervisor
+// (systemd's Restart=on-failure, a pod's restart) would.
+const startTries = 10
+
+// restart starts r again and waits until it is ready, starting it again
+// when it exits first (each such exit is noted in f).
+func (n *nemesis) restart(r *replica, offset time.Duration, f *fault) error {
+	var err error
+	for try := 0; try < startTries; try++ {
+		n.w.start(r, offset)
+		if err = waitReady(r.current(), restartTimeout); err == nil {
+			return nil
+		}
+		if !r.current().Exited() {
+			return err
+		}
+		n.mu.Lock()
+		f.Restarts++
+		f.Note = strings.TrimSpace(f.Note + fmt.Sprintf(" (start %d exited: %s)", try+1, lastLine(r.current().Stderr())))
+		n.mu.Unlock()
+		pause(time.Second)
+	}
+	return err
+}
+
+// lastLine is the last non-empty line of s.
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	l := lines[len(lines)-1]
+	if len(l) > 300 {
+		l = l[:300] + "..."
+	}
+	return l
 }
 
 // stop sends SIGSTOP, waits d, and sends SIGCONT.
@@ -360,8 +390,6 @@ func (n *nemesis) cut(r *replica, d time.Duration, reset bool) error {
 
 // terminate ends every backend of r (its application_name is its id).
 func (n *nemesis) terminate(r *replica, f *fault) error {
-	n.dbMu.RLock()
-	defer n.dbMu.RUnlock()
 	ctx, cancel := context.WithTimeout(context.Background(), queryTimeout)
 	defer cancel()
 	var k int
@@ -374,7 +402,7 @@ func (n *nemesis) terminate(r *replica, f *fault) error {
 
 // drain asks r to drain (replicas drain), waits for its exit, and starts
 // it again.
-func (n *nemesis) drain(r *replica) error {
+func (n *nemesis) drain(r *replica, f *fault) error {
 	p := r.current()
 	if err := n.command("replicas", "drain", r.id, "--yes", "--reason", "nemesis"); err != nil {
 		return err
@@ -382,12 +410,12 @@ func (n *nemesis) drain(r *replica) error {
 	if err := waitExit(p, restartTimeout); err != nil {
 		return err
 	}
-	return n.restart(r, 0)
+	return n.restart(r, 0, f)
 }
 
 // clock stops r (SIGTERM), starts it with its clock off by off, keeps it
 // so for d, and starts it again on time.
-func (n *nemesis) clock(r *replica, off, d time.Duration) error {
+func (n *nemesis) clock(r *replica, off, d time.Duration, f *fault) error {
 	for _, o := range []time.Duration{off, 0} {
 		p := r.current()
 		if err := p.SignalErr(syscall.SIGTERM); err != nil {
@@ -396,7 +424,7 @@ func (n *nemesis) clock(r *replica, off, d time.Duration) error {
 		if err := waitExit(p, restartTimeout); err != nil {
 			return err
 		}
-		if err := n.restart(r, o); err != nil {
+		if err := n.restart(r, o, f); err != nil {
 			return err
 		}
 		if o != 0 {
@@ -406,10 +434,8 @@ func (n *nemesis) clock(r *replica, off, d time.Duration) error {
 	return nil
 }
 
-// dbFault runs a database fault with every command held off.
+// dbFault runs a database fault.
 func (n *nemesis) dbFault(do func(context.Context) error) error {
-	n.dbMu.Lock()
-	defer n.dbMu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	return do(ctx)
@@ -418,8 +444,6 @@ func (n *nemesis) dbFault(do func(context.Context) error) error {
 // command runs a studioctl command against the pair, retried for a while
 // (a command may meet a database that a fault just restarted).
 func (n *nemesis) command(args ...string) error {
-	n.dbMu.RLock()
-	defer n.dbMu.RUnlock()
 	var last string
 	deadline := time.Now().Add(time.Minute)
 	for time.Now().Before(deadline) {

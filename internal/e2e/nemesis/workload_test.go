@@ -71,6 +71,19 @@ BEGIN
 END $$;
 CREATE CONSTRAINT TRIGGER nemesis_commit AFTER INSERT ON nemesis_exec
     DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION nemesis_commit();
+-- Every studio_job_run row as it was last written, kept from
+-- housekeeping, which prunes a job's history to its newest 100 runs
+-- (docs/history.md): the checker compares every execution with its run row.
+CREATE TABLE nemesis_run (LIKE studio_job_run);
+ALTER TABLE nemesis_run ADD PRIMARY KEY (seq);
+CREATE FUNCTION nemesis_keep_run() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO nemesis_run SELECT NEW.* ON CONFLICT (seq) DO UPDATE SET
+        outcome = EXCLUDED.outcome, finished_at = EXCLUDED.finished_at, error = EXCLUDED.error;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER nemesis_keep_run AFTER INSERT OR UPDATE ON studio_job_run
+    FOR EACH ROW EXECUTE FUNCTION nemesis_keep_run();
 `
 
 // jobSpec is one job of the workload.
