@@ -114,18 +114,19 @@ func (p *pgPair) stopAll() {
 
 // URL is the multi-host URL of both ports for the test's own sessions.
 func (p *pgPair) URL() string {
-	return multiHostURL(testAppName, p.ports[0], p.ports[1])
+	return multiHostURL(testAppName, 10, p.ports[0], p.ports[1])
 }
 
 // multiHostURL lists the ports with target_session_attrs=read-write: pgx
-// tries them in order and keeps the first that accepts writes.
-func multiHostURL(app string, ports ...int) string {
+// tries them in order and keeps the first that accepts writes. The
+// connect timeout is per host, in seconds.
+func multiHostURL(app string, connectTimeout int, ports ...int) string {
 	var hosts []string
 	for _, p := range ports {
 		hosts = append(hosts, "127.0.0.1:"+strconv.Itoa(p))
 	}
 	return "postgres://postgres@" + strings.Join(hosts, ",") + "/" + dbName +
-		"?sslmode=disable&target_session_attrs=read-write&connect_timeout=2&application_name=" + app
+		"?sslmode=disable&target_session_attrs=read-write&connect_timeout=" + strconv.Itoa(connectTimeout) + "&application_name=" + app
 }
 
 func createAndMigrate(ctx context.Context, p *pgcluster.Cluster, schema string) error {

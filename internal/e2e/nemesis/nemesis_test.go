@@ -30,11 +30,11 @@ const (
 	// shortLength is how long the CI run's nemesis starts faults.
 	shortLength = 55 * time.Second
 	// quietShort and quietLong: the quiet period after the last fault.
-	quietShort = 20 * time.Second
+	quietShort = 25 * time.Second
 	quietLong  = 60 * time.Second
 	// settleAfter is how long after a fault its effects may last: a
 	// stretch counts as fault-free from a fault's end plus this.
-	settleAfter = 15 * time.Second
+	settleAfter = 10 * time.Second
 	// finalWithin bounds the final state checks after the last fault.
 	finalWithin = 20 * time.Second
 	// maxReplicaFaults is how many replicas may be under a fault at once.
@@ -292,6 +292,13 @@ func (n *nemesis) prepare(kind string) (*fault, func() error) {
 	panic("unknown fault kind " + kind)
 }
 
+// phase notes in f how long after its start a step ended.
+func (n *nemesis) phase(f *fault, step string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	f.Note = strings.TrimSpace(f.Note + fmt.Sprintf(" %s +%.1fs", step, time.Since(f.Start).Seconds()))
+}
+
 // record numbers f, stamps its start and logs it; n.mu is held.
 func (n *nemesis) record(f *fault) *fault {
 	n.counter++
@@ -324,6 +331,7 @@ func (n *nemesis) kill(r *replica, f *fault) error {
 	if err := waitGone(n.admin, r.id, restartTimeout); err != nil {
 		return err
 	}
+	n.phase(f, "gone")
 	return n.restart(r, 0, f)
 }
 
@@ -338,6 +346,7 @@ func (n *nemesis) restart(r *replica, offset time.Duration, f *fault) error {
 	for try := 0; try < startTries; try++ {
 		n.w.start(r, offset)
 		if err = waitReady(r.current(), restartTimeout); err == nil {
+			n.phase(f, "ready")
 			return nil
 		}
 		if !r.current().Exited() {
@@ -407,9 +416,11 @@ func (n *nemesis) drain(r *replica, f *fault) error {
 	if err := n.command("replicas", "drain", r.id, "--yes", "--reason", "nemesis"); err != nil {
 		return err
 	}
+	n.phase(f, "requested")
 	if err := waitExit(p, restartTimeout); err != nil {
 		return err
 	}
+	n.phase(f, "exited")
 	return n.restart(r, 0, f)
 }
 
@@ -424,6 +435,7 @@ func (n *nemesis) clock(r *replica, off, d time.Duration, f *fault) error {
 		if err := waitExit(p, restartTimeout); err != nil {
 			return err
 		}
+		n.phase(f, "exited")
 		if err := n.restart(r, o, f); err != nil {
 			return err
 		}
@@ -452,6 +464,7 @@ func (n *nemesis) command(args ...string) error {
 			return nil
 		}
 		last = fmt.Sprintf("exit %d: %s%s", code, out, errOut)
+		n.t.Logf("nemesis: studioctl %v: %s", args, lastLine(last))
 		pause(time.Second)
 	}
 	return fmt.Errorf("studioctl %v: %s", args, last)

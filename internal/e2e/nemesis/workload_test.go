@@ -183,6 +183,10 @@ type workload struct {
 	replicas []*replica
 }
 
+// replicaConnectTimeout is the replicas' connect_timeout, in seconds: a
+// loaded 2-core machine answers a connection in more than 2 s.
+const replicaConnectTimeout = 5
+
 // replicaCount is the number of replicas.
 const replicaCount = 5
 
@@ -222,7 +226,7 @@ func (w *workload) start(r *replica, offset time.Duration) {
 	}
 	p := studioctlBin.Start(w.t, replicaproc.Options{
 		ID:          r.id,
-		DatabaseURL: multiHostURL(r.id, r.proxies[0].Port(), r.proxies[1].Port()),
+		DatabaseURL: multiHostURL(r.id, replicaConnectTimeout, r.proxies[0].Port(), r.proxies[1].Port()),
 		Args:        []string{"--config", w.config},
 		Env:         env,
 		FailOnRace:  true,
