@@ -37,6 +37,9 @@ const (
 	settleAfter = 10 * time.Second
 	// finalWithin bounds the final state checks after the last fault.
 	finalWithin = 20 * time.Second
+	// longCalmEvery and longCalm: a long run's calms (plan.CalmEvery).
+	longCalmEvery = 4 * time.Minute
+	longCalm      = 40 * time.Second
 	// maxReplicaFaults is how many replicas may be under a fault at once.
 	maxReplicaFaults = 2
 )
@@ -105,6 +108,9 @@ type plan struct {
 	Long   bool
 	// GapMin and GapMax bound the time between two fault starts.
 	GapMin, GapMax time.Duration
+	// CalmEvery, when set, makes a calm of length Calm (every fault
+	// healed, then none) that often.
+	CalmEvery, Calm time.Duration
 }
 
 func planFromEnv(t *testing.T) plan {
@@ -115,7 +121,8 @@ func planFromEnv(t *testing.T) plan {
 		if err != nil || d <= 0 {
 			t.Fatalf("%s: %q is not a positive Go duration (for example 1h)", envLength, s)
 		}
-		p = plan{Seed: time.Now().UnixNano() % 1_000_000, Length: d, Quiet: quietLong, Long: true, GapMin: 2 * time.Second, GapMax: 10 * time.Second}
+		p = plan{Seed: time.Now().UnixNano() % 1_000_000, Length: d, Quiet: quietLong, Long: true, GapMin: 2 * time.Second, GapMax: 10 * time.Second,
+			CalmEvery: longCalmEvery, Calm: longCalm}
 	}
 	if s := os.Getenv(envSeed); s != "" {
 		n, err := strconv.ParseInt(s, 10, 64)
@@ -163,8 +170,19 @@ func (n *nemesis) run(length time.Duration, p plan) []fault {
 	n.rnd.Shuffle(len(deck), func(i, j int) { deck[i], deck[j] = deck[j], deck[i] })
 	end := time.Now().Add(length)
 	var wg sync.WaitGroup
+	calmAt := time.Now().Add(p.CalmEvery)
 	for time.Now().Before(end) {
 		pause(n.between(p.GapMin, p.GapMax))
+		if p.CalmEvery > 0 && time.Now().After(calmAt) && time.Now().Add(p.Calm).Before(end) {
+			// A calm: every fault healed, then none for a while, so the
+			// checker has fault-free stretches to count runs against due
+			// times over.
+			wg.Wait()
+			n.t.Logf("nemesis: calm for %s", p.Calm)
+			pause(p.Calm)
+			calmAt = time.Now().Add(p.CalmEvery)
+			continue
+		}
 		// The deck's first kind that can start now; once the deck is
 		// empty, a few random kinds until one can.
 		var f *fault
@@ -356,7 +374,7 @@ func (n *nemesis) restart(r *replica, offset time.Duration, f *fault) error {
 		f.Restarts++
 		f.Note = strings.TrimSpace(f.Note + fmt.Sprintf(" (start %d exited: %s)", try+1, lastLine(r.current().Stderr())))
 		n.mu.Unlock()
-		pause(time.Second)
+		pause(2 * time.Second)
 	}
 	return err
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -67,6 +68,17 @@ func TestNemesis(t *testing.T) {
 		pause(rest)
 	}
 	end := time.Now()
+	// Every replica stops cleanly (SIGTERM: a drain, which flushes its run
+	// store), so the run rows of the last executions are written before
+	// the checker reads them.
+	for _, r := range w.replicas {
+		r.current().SignalErr(syscall.SIGTERM)
+	}
+	for _, r := range w.replicas {
+		if err := waitExit(r.current(), replicaproc.ExitTimeout); err != nil {
+			t.Error(err)
+		}
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
