@@ -485,12 +485,20 @@ func checkDue(rep *report, execs []execution, faults []fault, clusters map[strin
 						prev = &list[i]
 						continue
 					}
-					dueAt := prev.End.Add(j.Every)
+					// Its due time: the nominal time it was given, which
+					// must not be earlier than its predecessor's end plus
+					// every (else it is a run too many); its lateness is
+					// counted from that nominal time.
+					earliest := prev.End.Add(j.Every)
+					dueAt := earliest
+					if e.Nominal != nil && e.Nominal.After(dueAt) {
+						dueAt = *e.Nominal
+					}
 					if dueAt.Before(a) {
 						dueAt = a // due times before the stretch are not its own
 					}
 					switch {
-					case e.Start.Before(dueAt.Add(-earlyTol)):
+					case e.Start.Before(earliest.Add(-earlyTol)) || e.Nominal != nil && e.Nominal.Before(earliest.Add(-earlyTol)):
 						// a run too many
 					default:
 						due += 1 + missedPeriods(e.Start.Sub(dueAt), j.Every)
