@@ -424,16 +424,28 @@ func (n *nemesis) cut(r *replica, d time.Duration, reset bool) error {
 	return nil
 }
 
-// terminate ends every backend of r (its application_name is its id).
+// terminate ends every backend of r (its application_name is its id),
+// retried while the database does not answer (another fault may restart
+// it).
 func (n *nemesis) terminate(r *replica, f *fault) error {
-	ctx, cancel := context.WithTimeout(context.Background(), queryTimeout)
-	defer cancel()
-	var k int
-	err := n.admin.QueryRow(ctx, `SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1`, r.id).Scan(&k)
-	n.mu.Lock()
-	f.Note = fmt.Sprintf("%d backends", k)
-	n.mu.Unlock()
-	return err
+	var err error
+	deadline := time.Now().Add(restartTimeout)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), queryTimeout)
+		var k int
+		err = n.admin.QueryRow(ctx, `SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1`, r.id).Scan(&k)
+		cancel()
+		if err == nil {
+			n.mu.Lock()
+			f.Note = fmt.Sprintf("%d backends", k)
+			n.mu.Unlock()
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		pause(time.Second)
+	}
 }
 
 // drain asks r to drain (replicas drain), waits for its exit, and starts
