@@ -226,7 +226,12 @@ func runRun(ctx context.Context, o *runOptions) error {
 	if drainDelay == 0 {
 		drainDelay = host.NoDrainDelay
 	}
+	clk, err := runClock(o.Getenv)
+	if err != nil {
+		return &usageError{err: err}
+	}
 	h, err := host.New(host.Options{
+		Clock:            clk,
 		Jobs:             list,
 		Clusters:         clusters,
 		LockTable:        table,

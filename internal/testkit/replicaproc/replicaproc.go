@@ -242,6 +242,22 @@ func (p *Proc) Signal(t testing.TB, sig syscall.Signal) {
 	}
 }
 
+// SignalErr sends sig to the process and returns the error: for callers
+// outside the test's goroutine, which must not fail the test themselves.
+func (p *Proc) SignalErr(sig syscall.Signal) error {
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		return fmt.Errorf("signal %v to replica %s: %w", sig, p.id, err)
+	}
+	return nil
+}
+
+// Kill sends SIGKILL (after a SIGCONT, in case the process is stopped) and
+// returns the error, like SignalErr.
+func (p *Proc) Kill() error {
+	p.cmd.Process.Signal(syscall.SIGCONT)
+	return p.SignalErr(syscall.SIGKILL)
+}
+
 // Logs parses the JSON lines of stderr; other lines are skipped.
 func (p *Proc) Logs() []LogLine {
 	var out []LogLine
