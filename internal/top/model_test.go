@@ -436,3 +436,24 @@ func BenchmarkScrollFrame10000Jobs(b *testing.B) {
 		_ = m.View()
 	}
 }
+
+// A lock's name comes from a row any role can write (a Java node's, or
+// plain SQL): its control characters are shown escaped in the
+// confirmation too, never sent to the terminal. The confirmation drew
+// the command line raw.
+func TestTheConfirmationShowsAHostileNameEscaped(t *testing.T) {
+	hostile := "evil\x1b]0;pwned\x07\x1b[2J\u202e"
+	m := New(Options{Actor: &fakeActor{}})
+	m = send(m, tea.WindowSizeMsg{Width: 80, Height: 24},
+		SnapshotMsg{View: Locks, Table: Table{Columns: []string{"NAME", "STATE"}, Rows: [][]output.Cell{plain(hostile, "stale")}}, At: at})
+	m, _ = run(m, keys("3r")...)
+	v := m.View()
+	for _, bad := range []string{"\x1b]0;", "\x07", "\x1b[2J", "\u202e"} {
+		if strings.Contains(v, bad) {
+			t.Errorf("the frame sends %q to the terminal:\n%q", bad, v)
+		}
+	}
+	if !strings.Contains(v, `evil\x1b]0;pwned`) {
+		t.Errorf("the confirmation does not show the name escaped:\n%s", v)
+	}
+}

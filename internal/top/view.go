@@ -414,7 +414,9 @@ func (m Model) confirmBox(w int) []string {
 	border := "+" + strings.Repeat("-", w-2) + "+"
 	out := []string{border}
 	for _, l := range lines {
-		out = append(out, "|"+pad(l, inner+2)+"|")
+		// A target comes from a row any role can write: its control
+		// characters are shown escaped, never sent to the terminal.
+		out = append(out, "|"+pad(output.Safe(l), inner+2)+"|")
 	}
 	return append(out, border)
 }
