@@ -320,6 +320,13 @@ func printJobDetail(d deps, p *output.Printer, views []jobstore.View, rows []job
 	per := make([][]output.Cell, 0, len(rows))
 	for _, r := range rows {
 		single := jobstore.Merge([]jobstore.ReplicaStatus{{Status: r.Status, Live: true}}, now)[0]
+		if single.Health == jobs.HealthStalled && r.Scope == jobs.ScopeInstallation && !stalledJob(views, r.JobID) {
+			// One replica runs each due time (the designated one,
+			// docs/schedules.md), so a replica that has not run the
+			// job lately is not stalled while it completes elsewhere:
+			// the merged row above judges the job.
+			single.Health = jobs.HealthOK
+		}
 		replica := r.ReplicaID
 		if !r.Live {
 			replica += " (gone)"
@@ -337,6 +344,16 @@ func printJobDetail(d deps, p *output.Printer, views []jobstore.View, rows []job
 	}
 	fmt.Fprintln(d.IO.Out)
 	return printRuns(p, runs)
+}
+
+// stalledJob reports whether the merged view of job id is stalled.
+func stalledJob(views []jobstore.View, id string) bool {
+	for _, v := range views {
+		if v.ID == id {
+			return v.Health == jobs.HealthStalled
+		}
+	}
+	return false
 }
 
 // runJSON is the stable JSON/YAML shape of a run.
