@@ -205,6 +205,30 @@ WHERE cluster = ANY($1) AND replica <> $2 AND started_at > $3 GROUP BY cluster`,
 	return out
 }
 
+// firstRunStarts is firstStarts as the runner recorded it: the start of
+// each new owner's first duty run (studio_job_run), before its command's
+// process start, which a loaded CI delays by seconds.
+func (f *fixture) firstRunStarts(clusters []string, not string, since time.Time) []time.Duration {
+	f.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), queryTimeout)
+	defer cancel()
+	rows, err := f.pool.Query(ctx, `SELECT min(started_at) FROM studio_job_run
+WHERE job_id = 'duty' AND cluster = ANY($1) AND replica_id <> $2 AND started_at > $3 GROUP BY cluster`, clusters, not, since)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	ats, err := pgx.CollectRows(rows, pgx.RowTo[time.Time])
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	var out []time.Duration
+	for _, at := range ats {
+		out = append(out, at.Sub(since))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
 // waitFirstStarts waits until each of clusters has a duty start after
 // since on a replica other than not, and returns the delay of each.
 func (f *fixture) waitFirstStarts(d time.Duration, clusters []string, not string, since time.Time) []time.Duration {
