@@ -38,7 +38,23 @@ func TestThreeReplicasShareTheClustersAsPlacementSays(t *testing.T) {
 			t.Errorf("%+v: want owned by its placement, ok, live, generation 1", in)
 		}
 	}
-	// Each service's duties are exactly its rows.
+	// Each service's duties are exactly its rows, once each claim that
+	// committed is applied (a loaded CI read the table between the two).
+	poll(t, 10*time.Second, "every service running the duties of its rows", func() bool {
+		own := owners(t, pool)
+		for id, s := range svcs {
+			n := 0
+			for _, o := range own {
+				if o == id {
+					n++
+				}
+			}
+			if len(s.Owned()) != n {
+				return false
+			}
+		}
+		return true
+	})
 	own := owners(t, pool)
 	for id, s := range svcs {
 		var want, got []string
