@@ -52,13 +52,7 @@ func TestPageShowsTheLastOccurrenceAndTheDaysSkipsAndMisses(t *testing.T) {
 	if rec.Code != http.StatusOK {
 		t.Fatalf("%d\n%s", rec.Code, body)
 	}
-	row := func(job string) string {
-		m := regexp.MustCompile(`(?s)<tr data-job="` + job + `">.*?</tr>`).FindString(body)
-		if m == "" {
-			t.Fatalf("no row of job %s in\n%s", job, body)
-		}
-		return m
-	}
+	row := func(job string) string { return jobRowOf(t, body, job) }
 	for job, want := range map[string][]string{
 		"fresh":  {`<span class="pill bad">missed/lost</span>`, `<span class="bad" data-occurrences>1 skipped, 13 missed in 24 h</span>`},
 		"steady": {`<span class="pill good">ran</span>`},
@@ -104,13 +98,7 @@ INSERT INTO studio_job_definition (replica_id, job_id, digest, definition) VALUE
 	if rec.Code != http.StatusOK {
 		t.Fatalf("%d\n%s", rec.Code, body)
 	}
-	row := func(job string) string {
-		m := regexp.MustCompile(`(?s)<tr data-job="` + job + `">.*?</tr>`).FindString(body)
-		if m == "" {
-			t.Fatalf("no row of job %s in\n%s", job, body)
-		}
-		return m
-	}
+	row := func(job string) string { return jobRowOf(t, body, job) }
 	held, split := row("held"), row("split")
 	for _, w := range []string{`paused by alice until <time`, `>in 1h59m`, `: <span title="vendor API down &lt;ticket 42&gt;">vendor API down &lt;ticket 42&gt;</span>`} {
 		if !regexp.MustCompile(regexp.QuoteMeta(w)).MatchString(held) {
@@ -123,4 +111,14 @@ INSERT INTO studio_job_definition (replica_id, job_id, digest, definition) VALUE
 	if !regexp.MustCompile(`data-drift[^>]*studioctl jobs diff split">drift</span>`).MatchString(split) {
 		t.Errorf("row of split lacks its drift:\n%s", split)
 	}
+}
+
+// jobRowOf is job's row of the page's jobs table.
+func jobRowOf(t *testing.T, body, job string) string {
+	t.Helper()
+	m := regexp.MustCompile(`(?s)<tr data-job="` + job + `">.*?</tr>`).FindString(body)
+	if m == "" {
+		t.Fatalf("no row of job %s in\n%s", job, body)
+	}
+	return m
 }
