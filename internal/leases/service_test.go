@@ -140,7 +140,9 @@ func TestOneRenewalStatementPerRoundForAThousandLeases(t *testing.T) {
 	if int64(total1-total0) > 2*(rounds+1) {
 		t.Fatalf("%.2f statements per idle round, want 2 (renew, read)", perRound)
 	}
-	if d := stat1 - stat0 - rounds; d < -1 || d > 1 {
+	// pg_stat_statements is read apart from the counter, each read a
+	// round boundary away at most on a loaded machine: ±2.
+	if d := stat1 - stat0 - rounds; d < -2 || d > 2 {
 		t.Fatalf("pg_stat_statements counted %d renewals in %d rounds", stat1-stat0, rounds)
 	}
 }

@@ -12,6 +12,10 @@ import (
 	"github.com/studioctl/studioctl/internal/testkit/replicaproc"
 )
 
+// executionSlack is how long after its cron time the task's own statement
+// may run on a loaded machine; the runner's start is held to 1 s.
+const executionSlack = 3 * time.Second
+
 // TestSharedScheduleSkewedClocks runs three replicas in this process, one
 // with its clock 40 s fast, one 20 s fast, one on time (injected offset
 // clocks), sharing a cron job every minute. Each replica measures its
@@ -92,10 +96,25 @@ jobs:
 		if at.Before(earliest.Add(-time.Second)) {
 			t.Errorf("execution at %s, before the first cron time %s", at.Format(time.RFC3339Nano), earliest.Format(time.TimeOnly))
 		}
-		if off > time.Second {
-			t.Errorf("execution at %s started %s after its cron time, want within 1s", at.Format(time.RFC3339Nano), off)
+		// The runner's start is held to 1 s below; the task's own
+		// statement follows it through a pool acquire and the lock, which
+		// a loaded machine stretches.
+		if off > executionSlack {
+			t.Errorf("execution at %s started %s after its cron time, want within %s", at.Format(time.RFC3339Nano), off, executionSlack)
 		}
 		perTick[tick]++
+	}
+	// Each run the runner recorded began within 1 s of its cron time, in
+	// database time (each replica corrects its clock by its measured
+	// offset before it writes a run).
+	runs, err := f.runs("skew")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range runs {
+		if off := r.StartedAt.Sub(r.StartedAt.Truncate(time.Minute)); off > time.Second {
+			t.Errorf("run %d on %s started at %s, %s after its cron time, want within 1s", r.Seq, r.ReplicaID, r.StartedAt.Format(time.RFC3339Nano), off)
+		}
 	}
 	// A tick that passed while the replicas started may have run, once.
 	for tick := earliest; tick.Before(firstTick); tick = tick.Add(time.Minute) {
