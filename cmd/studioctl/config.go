@@ -232,7 +232,7 @@ func configView(c config.Config) map[string]any {
 		}},
 		"embedded": map[string]any{"dir": c.Embedded.Dir},
 		"metrics":  map[string]any{"per_job": c.Metrics.PerJob, "per_job_limit": c.Metrics.PerJobLimit},
-		"runner":   map[string]any{"max_concurrent_runs": c.Runner.MaxConcurrentRuns},
+		"runner":   map[string]any{"max_concurrent_runs": c.Runner.MaxConcurrentRuns, "durable_starts": c.Runner.DurableStarts},
 		"leases":   map[string]any{"max_config_clusters": c.Leases.MaxConfigClusters},
 	}
 }

@@ -248,6 +248,7 @@ func runRun(ctx context.Context, o *runOptions) error {
 
 		MetricsPerJob: cfg.Metrics.PerJob, MetricsPerJobLimit: cfg.Metrics.PerJobLimit, // docs/metrics.md
 		MaxConcurrentRuns: cfg.Runner.MaxConcurrentRuns, // docs/jobs-processes.md
+		DurableStarts:     cfg.Runner.DurableStarts,     // docs/history.md
 	})
 	if err != nil {
 		return &usageError{err: err}

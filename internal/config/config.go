@@ -47,6 +47,7 @@ var defaults = map[string]any{
 	"metrics.per_job":            "auto",
 	"metrics.per_job_limit":      DefaultPerJobLimit,
 	"runner.max_concurrent_runs": DefaultMaxConcurrentRuns,
+	"runner.durable_starts":      true,
 	"leases.max_config_clusters": DefaultMaxConfigClusters,
 }
 
@@ -121,6 +122,9 @@ type Config struct {
 	// at once"); Load reads and bounds it.
 	Runner struct {
 		MaxConcurrentRuns int `mapstructure:"-"`
+		// DurableStarts: a run's row is written before its task starts
+		// (docs/history.md, "A run's row is written before it starts").
+		DurableStarts bool `mapstructure:"-"`
 	} `mapstructure:"runner"`
 	// Leases bounds the configuration's clusters: list (docs/leases.md).
 	Leases struct {
@@ -426,6 +430,9 @@ func LoadFrom(readFile func(string) ([]byte, error), file string, getenv func(st
 		return nil, nil, err
 	}
 	if c.Database.SQLAsReplica, err = Bool("database.sql_as_replica", v.Get("database.sql_as_replica")); err != nil {
+		return nil, nil, err
+	}
+	if c.Runner.DurableStarts, err = Bool("runner.durable_starts", v.Get("runner.durable_starts")); err != nil {
 		return nil, nil, err
 	}
 	if c.Database.Migrate != "on" && c.Database.Migrate != "off" {

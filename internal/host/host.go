@@ -143,6 +143,8 @@ type Options struct {
 	MetricsPerJobLimit int
 	// MaxConcurrentRuns is runner.max_concurrent_runs (0: no cap).
 	MaxConcurrentRuns int
+	// DurableStarts is runner.durable_starts (runner.Options.DurableStarts).
+	DurableStarts bool
 }
 
 func (o Options) clock() clock.Clock {
@@ -574,8 +576,9 @@ func (h *Host) newRunner() (err error) {
 		Clock: h.o.Clock, Logger: h.log, Metrics: h.metrics, ShutdownWait: h.o.ShutdownWait,
 		Schedules: jobstore.NewSchedules(h.pool), Offset: h.clockOffset, Backfills: jobstore.NewBackfills(h.pool, h.o.ID),
 		PerJobMetrics: h.o.MetricsPerJob, PerJobMetricsLimit: h.o.MetricsPerJobLimit, MaxConcurrentRuns: h.o.MaxConcurrentRuns,
-		Secrets: h.secrets(),    // from the URLs, PGPASSWORD or the passfile
-		Members: h.liveReplicas, // the designated replica of each installation job (docs/schedules.md)
+		Secrets:       h.secrets(),    // from the URLs, PGPASSWORD or the passfile
+		Members:       h.liveReplicas, // the designated replica of each installation job (docs/schedules.md)
+		DurableStarts: h.o.DurableStarts,
 	})
 	return err
 }

@@ -17,3 +17,11 @@ func (b *BinArrayForTest) Bool(v bool)      { b.a.bool(v) }
 func (b *BinArrayForTest) Time(t time.Time) { b.a.time(t) }
 func (b *BinArrayForTest) Null()            { b.a.null() }
 func (b *BinArrayForTest) Bytes() []byte    { return b.a.bytes() }
+
+// PendingStarts is how many starts wait for the next write of starts
+// (start.go).
+func PendingStarts(s *Store) int {
+	s.starts.mu.Lock()
+	defer s.starts.mu.Unlock()
+	return len(s.starts.pending)
+}

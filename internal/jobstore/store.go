@@ -76,6 +76,8 @@ type Store struct {
 	// for the pending rows after the next one (flush_encode.go).
 	spareRuns   map[int64]jobs.Run
 	spareStatus map[string]jobs.Status
+
+	starts startWriter // RecordStart's group commit (start.go)
 }
 
 // NewStore returns a store for replicaID; Start runs its writer.
@@ -318,6 +320,9 @@ func (s *Store) Flush(ctx context.Context) error {
 	}
 	err := s.write(ctx, runs, status, occ)
 	defer s.keepSpares(runs, status)
+	if err == nil {
+		s.startsRecovered() // the database answers again (start.go)
+	}
 	if err != nil {
 		// Put them back unless a newer version arrived meanwhile.
 		s.mu.Lock()

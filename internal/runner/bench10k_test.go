@@ -13,7 +13,9 @@ package runner_test
 // (20s), STUDIO_BENCH10K_WINDOW (60s), STUDIO_BENCH10K_OUT (a JSON file; the
 // result is logged too), STUDIO_BENCH10K_HEAPPROFILE (a heap profile taken
 // at the end of the window), STUDIO_BENCH10K_RESOLUTION (the runner's
-// TimerResolution; unset, its default).
+// TimerResolution; unset, its default), STUDIO_BENCH10K_DURABLE=1 (the
+// runner writes each run's row before its task starts, as
+// runner.durable_starts does in a replica; unset, it does not).
 
 import (
 	"context"
@@ -252,6 +254,7 @@ LANGUAGE plpgsql AS $$ DECLARE v text; BEGIN FOREACH v IN ARRAY coalesce(p_notif
 		ReplicaID: bench10kReplica, Jobs: list, Locks: runner.LocksOf(provider), Store: store,
 		Settings: jobstore.NewSettingsCache(pool), Metrics: prometheus.NewRegistry(),
 		TimerResolution: bench10kDuration(t, "STUDIO_BENCH10K_RESOLUTION", 0),
+		DurableStarts:   os.Getenv("STUDIO_BENCH10K_DURABLE") == "1",
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -202,6 +202,7 @@ func (r *Runner) begin(js *jobState, sched jobs.Schedule, occ occurrence) (run j
 		Outcome: jobs.OutcomeRunning, NominalAt: jobs.Nominal(occ.nominal), ScopeKey: r.scopeKey(js), Triggered: occ.triggered,
 		Backfill: occ.backfill}
 	r.o.Store.PutRun(run)
+	r.recordStart(js, run) // start.go
 	r.mu.Lock()
 	js.status.LastStartedAt = &started
 	// While it runs, the next run is expected at the latest one interval

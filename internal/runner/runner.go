@@ -112,6 +112,11 @@ type Options struct {
 	// DefaultDesignateGrace; negative: no designation).
 	Members        Members
 	DesignateGrace time.Duration
+	// DurableStarts is runner.durable_starts: a run's row is written
+	// before its task starts (the Store must be a StartRecorder), so that
+	// a replica killed while the task runs leaves the run's row behind
+	// (start.go). False: the start goes with the store's next flush.
+	DurableStarts bool
 }
 
 // DefaultTimerResolution: at 10,000 jobs on 1-10 s delays (about 3,000

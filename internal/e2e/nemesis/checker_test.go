@@ -380,7 +380,7 @@ func checkRunRows(rep *report, execs []execution, runs []runRow, faults []fault)
 		switch {
 		case len(rs) == 0:
 			rep.Findings = append(rep.Findings, finding{Check: "execution without a run row", What: e.String() + nearRuns(runs, e),
-				Faults: attribute(faults, e.Start, e.End, e.Replica), Allowed: killedBeforeFlush(faults, e)})
+				Faults: attribute(faults, e.Start, e.End, e.Replica)}) // a run's row is written before it starts (docs/history.md)
 		case len(rs) > 1:
 			rep.Findings = append(rep.Findings, finding{Check: "execution with several run rows", What: fmt.Sprintf("%s: %d rows", e, len(rs)),
 				Faults: attribute(faults, e.Start, e.End, e.Replica)})
@@ -408,28 +408,6 @@ func checkRunRows(rep *report, execs []execution, runs []runRow, faults []fault)
 		}
 		rep.FailedRunsNoExec++
 	}
-}
-
-// flushWindow is how long after a run's end its row may still wait in
-// the run store's queue: one flush a second (docs/history.md), more on a
-// loaded machine.
-const flushWindow = 5 * time.Second
-
-// killedBeforeFlush names the known exception that explains an execution
-// without a run row: its replica was killed (SIGKILL) while it ran or
-// within flushWindow of its end, so the row, queued for the store's next
-// flush, died with the process (docs/reliability.md, "Known exceptions").
-// "" when there is none, or in a strict run (STUDIO_NEMESIS_STRICT=1).
-func killedBeforeFlush(faults []fault, e execution) string {
-	if strictRun() {
-		return ""
-	}
-	for _, f := range faults {
-		if f.Kind == kindKill && f.Target == e.Replica && !f.Start.Before(e.Start) && !f.Start.After(e.End.Add(flushWindow)) {
-			return fmt.Sprintf("known exception: %s killed %s after the commit, before its run store's flush", f.Target, f.Start.Sub(e.End).Round(time.Millisecond))
-		}
-	}
-	return ""
 }
 
 // stretches are the fault-free stretches of [begin, end]: no fault active,

@@ -27,9 +27,6 @@ const (
 	envLength = "STUDIO_NEMESIS"
 	// envSeed replays a run.
 	envSeed = "STUDIO_NEMESIS_SEED"
-	// envStrict, set to 1, fails the run on the known exceptions too
-	// (docs/reliability.md, "Known exceptions").
-	envStrict = "STUDIO_NEMESIS_STRICT"
 	// shortSeed is the CI run's fixed seed.
 	shortSeed = 26
 	// shortLength is how long the CI run's nemesis starts faults.
@@ -104,9 +101,6 @@ func (f fault) String() string {
 	}
 	return s
 }
-
-// strictRun reports whether known exceptions fail the run.
-func strictRun() bool { return os.Getenv(envStrict) == "1" }
 
 // plan is a run's length and seed.
 type plan struct {
