@@ -12,10 +12,13 @@ package replicaproc
 import (
 	"bufio"
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -54,8 +57,15 @@ type Binary struct {
 // detector's cost would be measured too (docs/benchmarks.md).
 const EnvNoRace = "STUDIO_BENCH_NORACE"
 
-// Build runs `go build -race` on ./cmd/studioctl from the module root into
-// dir and returns the binary (without -race when EnvNoRace is set).
+// Build runs `go build -race` on ./cmd/studioctl from the module root and
+// returns the binary (without -race when EnvNoRace is set). The binary is
+// kept in a folder of the system's temporary folder named by a hash of
+// everything it is built from (BuildKey), so the end-to-end packages that
+// `go test ./...` runs at the same time share one build and one link
+// instead of each making its own: a race-enabled link of studioctl is
+// seconds of CPU, and CI runs a dozen such packages on 2 cores. A file
+// lock makes the packages that start together wait for the one that
+// builds. dir is used when the shared folder cannot be.
 func Build(dir string) (*Binary, error) {
 	out, err := exec.Command("go", "env", "GOMOD").Output()
 	if err != nil {
@@ -65,17 +75,127 @@ func Build(dir string) (*Binary, error) {
 	if gomod == "" || gomod == os.DevNull {
 		return nil, fmt.Errorf("go env GOMOD: not inside a module")
 	}
-	bin := filepath.Join(dir, "studioctl")
-	args := []string{"build", "-race", "-o", bin, "./cmd/studioctl"}
-	if os.Getenv(EnvNoRace) != "" {
-		args = []string{"build", "-o", bin, "./cmd/studioctl"}
+	root := filepath.Dir(gomod)
+	race := os.Getenv(EnvNoRace) == ""
+	if key, err := BuildKey(root, race); err == nil {
+		if bin, err := buildShared(root, key, race); err == nil {
+			return bin, nil
+		}
 	}
-	cmd := exec.Command("go", args...)
-	cmd.Dir = filepath.Dir(gomod)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("build studioctl: %w\n%s", err, out)
+	bin := filepath.Join(dir, "studioctl")
+	if err := goBuild(root, bin, race); err != nil {
+		return nil, err
 	}
 	return &Binary{Path: bin}, nil
+}
+
+// goBuild builds ./cmd/studioctl of the module at root into bin.
+func goBuild(root, bin string, race bool) error {
+	args := []string{"build", "-o", bin, "./cmd/studioctl"}
+	if race {
+		args = []string{"build", "-race", "-o", bin, "./cmd/studioctl"}
+	}
+	cmd := exec.Command("go", args...)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("build studioctl: %w\n%s", err, out)
+	}
+	return nil
+}
+
+// buildShared returns the binary of key from the shared folder, building
+// it there first under the folder's lock when it is missing.
+func buildShared(root, key string, race bool) (*Binary, error) {
+	base := filepath.Join(os.TempDir(), "studioctl-e2e-bin")
+	keyDir := filepath.Join(base, key)
+	if err := os.MkdirAll(keyDir, 0o700); err != nil {
+		return nil, err
+	}
+	lock, err := os.OpenFile(filepath.Join(keyDir, "lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return nil, err
+	}
+	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+	bin := filepath.Join(keyDir, "studioctl")
+	if _, err := os.Stat(bin); err == nil {
+		return &Binary{Path: bin}, nil
+	}
+	tmp := bin + ".building"
+	if err := goBuild(root, tmp, race); err != nil {
+		return nil, err
+	}
+	if err := os.Rename(tmp, bin); err != nil {
+		return nil, err
+	}
+	pruneShared(base, key)
+	return &Binary{Path: bin}, nil
+}
+
+// pruneShared removes the shared builds other than keep that were made
+// more than a day ago (a test of that tree may still run for hours).
+func pruneShared(base, keep string) {
+	entries, err := os.ReadDir(base)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if e.Name() == keep || !e.IsDir() {
+			continue
+		}
+		if info, err := e.Info(); err == nil && time.Since(info.ModTime()) > 24*time.Hour {
+			os.RemoveAll(filepath.Join(base, e.Name()))
+		}
+	}
+}
+
+// BuildKey is a hash of what the binary is built from: the Go version, the
+// race flag, go.mod and go.sum, and every file under cmd/, internal/ and
+// migrations/ but tests (*_test.go and testdata/), with their paths.
+func BuildKey(root string, race bool) (string, error) {
+	h := sha256.New()
+	ver, err := exec.Command("go", "version").Output()
+	if err != nil {
+		return "", err
+	}
+	fmt.Fprintf(h, "%s race=%t GOFLAGS=%s\n", ver, race, os.Getenv("GOFLAGS"))
+	add := func(path string) error {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		fmt.Fprintf(h, "%s %d\n", rel, len(b))
+		h.Write(b)
+		return nil
+	}
+	for _, f := range []string{"go.mod", "go.sum"} {
+		if err := add(filepath.Join(root, f)); err != nil {
+			return "", err
+		}
+	}
+	for _, d := range []string{"cmd", "internal", "migrations"} {
+		err := filepath.WalkDir(filepath.Join(root, d), func(path string, e fs.DirEntry, err error) error {
+			switch {
+			case errors.Is(err, fs.ErrNotExist) && path == filepath.Join(root, d):
+				return filepath.SkipDir // a tree without that folder
+			case err != nil:
+				return err
+			case e.IsDir() && e.Name() == "testdata":
+				return filepath.SkipDir
+			case e.IsDir() || strings.HasSuffix(e.Name(), "_test.go"):
+				return nil
+			}
+			return add(path)
+		})
+		if err != nil {
+			return "", err
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil))[:24], nil
 }
 
 // Env is the environment of a studioctl child: the test's, without any
