@@ -20,9 +20,9 @@ import (
 // too.
 var transientSQLStates = map[string]bool{
 	"57P01": true, "57P02": true, "57P03": true,
-	"53300": true,
+	"53300":          true,
 	sqlstateReadOnly: true,
-	"40001": true, "40P01": true,
+	"40001":          true, "40P01": true,
 }
 
 // IsTransient reports whether err is one that a later try may not get

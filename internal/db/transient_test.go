@@ -17,7 +17,9 @@ import (
 )
 
 func TestTransientErrorsAreTheOnesALaterTryMayNotGet(t *testing.T) {
-	pgErr := func(code string) error { return fmt.Errorf("start runner: read job schedules: %w", &pgconn.PgError{Code: code}) }
+	pgErr := func(code string) error {
+		return fmt.Errorf("start runner: read job schedules: %w", &pgconn.PgError{Code: code})
+	}
 	tests := []struct {
 		name string
 		err  error
