@@ -129,6 +129,10 @@ type Options struct {
 	// Clock is the replica's clock, whose offset from database time every
 	// heartbeat measures (default clock.Real; tests skew it).
 	Clock clock.Clock
+	// Incarnation is this process's incarnation (zero: a new one). A host
+	// that retries its start keeps one for every try, so a registration
+	// of an earlier try is its own, not a live duplicate.
+	Incarnation uuid.UUID
 }
 
 // Registry is this process's row in studio_replica and its heartbeat.
@@ -173,8 +177,11 @@ func NewRegistry(cfg *pgx.ConnConfig, connString string, o Options) *Registry {
 	if o.Clock == nil {
 		o.Clock = clock.Real{}
 	}
+	if o.Incarnation == uuid.Nil {
+		o.Incarnation = uuid.New()
+	}
 	// The caller's logger names the replica (the host's carries replica_id).
-	return &Registry{cfg: cfg, connString: connString, o: o, log: o.Logger, incarn: uuid.New(), epoch: time.Now(), loopDone: make(chan struct{})}
+	return &Registry{cfg: cfg, connString: connString, o: o, log: o.Logger, incarn: o.Incarnation, epoch: time.Now(), loopDone: make(chan struct{})}
 }
 
 // ID is the replica id.
@@ -217,19 +224,24 @@ func (r *Registry) dropConnLocked() {
 // crashed_replicas still counts the crash (migration 00008); the statement
 // returns them when it did.
 //
+// The row of this incarnation itself is taken again whatever it says: a
+// start that registered, failed on a transient database error and could
+// not record its stop registers again with the same incarnation
+// (Options.Incarnation), and that is no crash and no duplicate.
+//
 // A row whose heartbeat is ahead of database time (liveness.AheadSQL: no
 // replica's heartbeat wrote it) is taken over too, since it is not live,
 // but not recorded as a crash: nothing ran under it.
 var registerSQL = `
-WITH prev AS (SELECT p.state, p.incarnation, p.heartbeat_at FROM studio_replica p WHERE p.id = $1 AND p.state <> 'stopped' AND NOT ` + liveness.AheadSQL("p") + `)
+WITH prev AS (SELECT p.state, p.incarnation, p.heartbeat_at FROM studio_replica p WHERE p.id = $1 AND p.incarnation <> $2 AND p.state <> 'stopped' AND NOT ` + liveness.AheadSQL("p") + `)
 INSERT INTO studio_replica AS r (id, incarnation, host, pid, version, http_addr, state, started_at, heartbeat_at, stopped_at)
 VALUES ($1, $2, $3, $4, $5, $6, 'starting', now(), now(), NULL)
 ON CONFLICT (id) DO UPDATE SET incarnation = EXCLUDED.incarnation, host = EXCLUDED.host, pid = EXCLUDED.pid,
   version = EXCLUDED.version, http_addr = EXCLUDED.http_addr, state = 'starting', started_at = now(),
   heartbeat_at = now(), stopped_at = NULL, clock_offset_seconds = NULL,
-  last_crash_at = CASE WHEN r.state <> 'stopped' AND NOT ` + liveness.AheadSQL("r") + ` THEN r.heartbeat_at ELSE r.last_crash_at END,
-  last_crash_incarnation = CASE WHEN r.state <> 'stopped' AND NOT ` + liveness.AheadSQL("r") + ` THEN r.incarnation ELSE r.last_crash_incarnation END
-WHERE NOT ` + liveness.LiveSQL("r") + `
+  last_crash_at = CASE WHEN r.state <> 'stopped' AND r.incarnation <> EXCLUDED.incarnation AND NOT ` + liveness.AheadSQL("r") + ` THEN r.heartbeat_at ELSE r.last_crash_at END,
+  last_crash_incarnation = CASE WHEN r.state <> 'stopped' AND r.incarnation <> EXCLUDED.incarnation AND NOT ` + liveness.AheadSQL("r") + ` THEN r.incarnation ELSE r.last_crash_incarnation END
+WHERE NOT ` + liveness.LiveSQL("r") + ` OR r.incarnation = EXCLUDED.incarnation
 RETURNING now(), pg_notify($7, $8), (SELECT p.incarnation FROM prev p), (SELECT p.heartbeat_at FROM prev p)`
 
 // closeRunsSQL marks interrupted the runs that earlier incarnations of
