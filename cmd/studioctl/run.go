@@ -282,6 +282,9 @@ func hostReplica(ctx context.Context, h *host.Host) error {
 		return err
 	}
 	if err := h.Start(ctx); err != nil {
+		if errors.Is(err, host.ErrStoppedWhilePreparing) {
+			return h.Wait() // a signal while it waited out a database error
+		}
 		return err
 	}
 	return h.Wait()

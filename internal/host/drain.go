@@ -103,7 +103,7 @@ func (h *Host) stops(drained bool) []stop {
 			if h.registry == nil {
 				return
 			}
-			if h.registered.Load() && !h.lost.Load() {
+			if h.registered.Load() && !h.lost.Load() && !h.keepRow {
 				h.writeStopped()
 			}
 			h.registry.Stop()
