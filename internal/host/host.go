@@ -543,9 +543,9 @@ func (h *Host) start(ctx context.Context) (err error) {
 	// (4) Register, and heartbeat. From here on a failure records stopped.
 	h.registry = replicas.NewRegistry(ccfg, h.sessionConnString(), replicas.Options{
 		ID: h.o.ID, Version: h.o.Version, HTTPAddr: h.Addr(), HeartbeatEvery: h.o.HeartbeatEvery, Logger: h.log,
-		Incarnation: h.incarn, // every try of a retried start is one incarnation
-		Clock:  h.o.Clock, // its offset from database time sets the runner's timers
-		OnBeat: h.onBeat,
+		Incarnation: h.incarn,  // every try of a retried start is one incarnation
+		Clock:       h.o.Clock, // its offset from database time sets the runner's timers
+		OnBeat:      h.onBeat,
 		OnLost: func(err error) {
 			select {
 			case h.lostCh <- err:
