@@ -252,3 +252,73 @@ func TestADrainWhileAStartWaitsOutADatabaseErrorEndsCleanly(t *testing.T) {
 		t.Fatal("the drain did not end the retrying start")
 	}
 }
+
+// A clean stop whose state write loses its connection (a PostgreSQL
+// restart, a terminated backend) used to leave the row live: a restart
+// with the same id was refused as a live duplicate until its heartbeat
+// was 15 s old. The stop write is now tried again within its 5 s.
+func TestAStopWhoseStateWriteLosesItsConnectionStillRecordsStopped(t *testing.T) {
+	url := pgtest.NewDB(t)
+	pool := testPool(t, url)
+	ready := make(chan string, 1)
+	var logs syncBuffer
+	h, err := host.New(host.Options{ConnString: url, ID: "stop-fault", DrainDelay: host.NoDrainDelay,
+		HeartbeatEvery: time.Hour, // no heartbeat waits on the test's row lock
+		OnReady:        func(a string) { ready <- a },
+		Logger:         slog.New(slog.NewJSONHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sigs := make(chan os.Signal, 1)
+	done := startInBackground(h, sigs)
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("the replica ended before ready: %v", err)
+	}
+	// The test holds the row: each state write of the drain waits on it,
+	// and its backend is terminated there.
+	blocker := testConn(t, url)
+	tx, err := blocker.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(t.Context(), `SELECT 1 FROM studio_replica WHERE id = 'stop-fault' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	admin := testConn(t, url)
+	terminated := map[int32]bool{}
+	terminateNextStateWrite := func(what string) {
+		var pid int32
+		waitUntil(t, 60*time.Second, what+" to wait on the row", func() bool {
+			err := admin.QueryRow(t.Context(), `SELECT pid FROM pg_stat_activity WHERE datname = current_database()
+AND wait_event_type = 'Lock' AND query LIKE 'UPDATE studio_replica SET state%' AND NOT pid = ANY($1)`, keys(terminated)).Scan(&pid)
+			return err == nil
+		})
+		if _, err := admin.Exec(t.Context(), `SELECT pg_terminate_backend($1)`, pid); err != nil {
+			t.Fatal(err)
+		}
+		terminated[pid] = true
+	}
+	sigs <- os.Interrupt
+	terminateNextStateWrite("the draining write")
+	terminateNextStateWrite("the stopped write")
+	tx.Rollback(t.Context())
+	if err := <-done; err != nil {
+		t.Fatalf("drain: %v", err)
+	}
+	if s := replicaState(t, pool, "stop-fault"); s != "stopped" {
+		t.Fatalf("state after a stop whose write lost its connection = %q, want stopped\n%s", s, logs.String())
+	}
+	// So a restart with the same id is not refused.
+	runUntilReady(t, host.Options{ConnString: url, ID: "stop-fault"})
+}
+
+func keys(m map[int32]bool) []int32 {
+	out := make([]int32, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
