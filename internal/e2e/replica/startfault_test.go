@@ -92,3 +92,52 @@ AND application_name <> $1 AND wait_event_type = 'Lock' AND query LIKE '%studio_
 		t.Fatalf("exit code after SIGTERM = %d, want 0:\n%s", code, r.Stderr())
 	}
 }
+
+// TestAReplicaRestartedOnTheSameMachineAfterItsProcessEndedIsNotRefused:
+// a replica whose process ended without recording stopped (here SIGKILL;
+// the same holds for a clean stop whose write the database refused) used
+// to make a restart with the same id exit 2, "a live replica already has
+// this id (its heartbeat is less than 15s old)", until the heartbeat aged
+// out. A restart on the same machine proves the old process ended (same
+// boot and pid namespace, its pid gone: migration 00021) and starts at
+// once, recording the crash. A live holder is still refused
+// (testDuplicateID).
+func TestAReplicaRestartedOnTheSameMachineAfterItsProcessEndedIsNotRefused(t *testing.T) {
+	t.Parallel()
+	dbURL := pgtest.NewDB(t)
+	pool := testPool(t, dbURL)
+	const id = "same-machine"
+	a := startReplica(t, dbURL, id)
+	a.WaitReady(t)
+	before, err := readRow(context.Background(), pool, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Signal(t, syscall.SIGKILL)
+	if code := a.WaitExit(t, replicaproc.ExitTimeout); code != -1 {
+		t.Fatalf("exit code after SIGKILL = %d, want -1", code)
+	}
+	b := startReplica(t, dbURL, id)
+	b.WaitReady(t)
+	after, err := readRow(context.Background(), pool, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.PID != b.PID() || after.Incarnation == before.Incarnation {
+		t.Fatalf("row after the restart %+v, want the new process (pid %d)", after, b.PID())
+	}
+	if age := after.Now.Sub(before.HeartbeatAt); age >= replicas.GoneAfter {
+		t.Logf("the old heartbeat was %s old at the restart: the proof was not needed", age)
+	}
+	in, err := replicas.Get(context.Background(), pool, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in.LastCrashIncarnation != before.Incarnation {
+		t.Errorf("last crash %q, want the killed process's %s recorded", in.LastCrashIncarnation, before.Incarnation)
+	}
+	b.Signal(t, syscall.SIGTERM)
+	if code := b.WaitExit(t, replicaproc.ExitTimeout); code != 0 {
+		t.Fatalf("exit code after SIGTERM = %d, want 0", code)
+	}
+}
