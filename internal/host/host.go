@@ -350,13 +350,14 @@ func (h *Host) Start(ctx context.Context) error {
 		return h.start(ctx)
 	})
 	if err != nil {
-		if h.registered.Load() && !h.lost.Load() {
+		stopped := errors.Is(err, ErrStoppedWhilePreparing)
+		if h.registered.Load() && !h.lost.Load() && !stopped {
 			h.log.Error("start failed after registering; recording stopped", "error", err)
 		}
 		h.endPhase()
 		h.stopAll(h.stops(false))
 		h.StartFailed()
-		if errors.Is(err, ErrStoppedWhilePreparing) {
+		if stopped {
 			// A drain or a stop while it waited out a database error.
 			if isClosed(h.now) {
 				h.finish(ErrInterrupted)
