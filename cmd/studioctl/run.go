@@ -91,8 +91,11 @@ version (a database migrated by a newer studioctl is refused), the lock
 table and replica.listen. A start that fails after registering records the
 replica stopped, so a corrected restart may reuse the id at once. On a
 read-only database or a standby it says so, waits for a writable primary
-(readiness fails meanwhile) and starts when one answers. See
-docs/replica-start.md and docs/failover.md.
+(readiness fails meanwhile) and starts when one answers. A database error
+later in the start that may pass (a restart of PostgreSQL, terminated
+backends, a promoted standby) is waited out too: it stops what it started
+and tries again, for up to 5 minutes. See docs/replica-start.md and
+docs/failover.md.
 
 Behind a connection pooler in transaction mode (PgBouncer
 pool_mode=transaction), set database.listen_url (STUDIO_DATABASE_LISTEN_URL)
@@ -100,8 +103,10 @@ to a direct connection: the bus, the heartbeat and the migrations use it, and
 the pool keeps no session state. Without it, run refuses such a pooler
 (exit 2). See docs/poolers.md.
 
-A replica whose id belongs to a live replica refuses to start (exit 2). If
-another process takes its id over while it runs, it stops at once and exits 1.
+A replica whose id belongs to a live replica refuses to start (exit 2),
+unless that replica was a process of this machine that has ended (its pid
+is gone). If another process takes its id over while it runs, it stops at
+once and exits 1.
 Under systemd (Type=notify: NOTIFY_SOCKET is set) it sends READY=1 when
 /readyz first passes and STOPPING=1 when it drains; without NOTIFY_SOCKET
 it sends nothing (deploy/systemd).
@@ -283,6 +288,9 @@ func hostReplica(ctx context.Context, h *host.Host) error {
 		return err
 	}
 	if err := h.Start(ctx); err != nil {
+		if errors.Is(err, host.ErrStoppedWhilePreparing) {
+			return h.Wait() // a signal while it waited out a database error
+		}
 		return err
 	}
 	return h.Wait()

@@ -33,6 +33,10 @@ type ConnectError struct {
 	// readOnly: every server reached was refused by
 	// target_session_attrs=read-write (or primary) for being read-only.
 	readOnly bool
+	// transient: a later try may connect (IsTransient): the server
+	// refused or reset the connection, is starting up or shutting down,
+	// or timed out.
+	transient bool
 }
 
 func (e *ConnectError) Error() string { return e.msg }
@@ -224,7 +228,8 @@ func connectError(err error, cfg *pgx.ConnConfig, connString string) error {
 	if readOnly {
 		msg += " (" + ErrReadOnly.Error() + ": target_session_attrs found no server that accepts writes)"
 	}
-	return &ConnectError{Target: target, msg: scrubString(msg, connString, cfg.Password), readOnly: readOnly}
+	return &ConnectError{Target: target, msg: scrubString(msg, connString, cfg.Password), readOnly: readOnly,
+		transient: readOnly || transientCause(err)}
 }
 
 // isAfterConnectTimeout: the connection was made, and its first

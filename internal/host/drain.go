@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/studioctl/studioctl/internal/db"
 	"github.com/studioctl/studioctl/internal/leases"
 	"github.com/studioctl/studioctl/internal/replicas"
 )
@@ -103,7 +104,7 @@ func (h *Host) stops(drained bool) []stop {
 			if h.registry == nil {
 				return
 			}
-			if h.registered.Load() && !h.lost.Load() {
+			if h.registered.Load() && !h.lost.Load() && !h.keepRow {
 				h.writeStopped()
 			}
 			h.registry.Stop()
@@ -132,11 +133,36 @@ func (h *Host) stopAll(steps []stop) {
 	}
 }
 
+// writeStopped records state stopped, within stopStateTimeout. A
+// transient error (a restart of PostgreSQL, a terminated backend) is tried
+// again within that time: a stop left unwritten keeps the row live for
+// GoneAfter, and a restart with the same id is refused as a live duplicate
+// until then.
 func (h *Host) writeStopped() {
 	h.state.Store(replicas.StateStopped)
 	ctx, cancel := context.WithTimeout(context.Background(), stopStateTimeout)
 	defer cancel()
-	if err := h.registry.SetState(ctx, replicas.StateStopped); err != nil {
-		h.log.Warn("could not record state stopped", "error", err)
+	wait := startRetryFirst
+	for tries := 1; ; tries++ {
+		err := h.registry.SetState(ctx, replicas.StateStopped)
+		if err == nil {
+			if tries > 1 {
+				h.log.Info("recorded state stopped", "tries", tries)
+			}
+			return
+		}
+		if !db.IsTransient(err) || ctx.Err() != nil {
+			h.log.Warn("could not record state stopped", "error", h.scrub(err), "tries", tries)
+			return
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			h.log.Warn("could not record state stopped", "error", h.scrub(err), "tries", tries)
+			return
+		}
+		wait = min(2*wait, time.Second)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -78,8 +79,10 @@ var ErrInterrupted = errors.New("stopped at once by a second signal")
 
 // ErrStoppedWhilePreparing is wrapped by Prepare's error when a Drain,
 // StopNow or Stop ended it while it waited (for a writable primary, for
-// the migration lock): the replica never registered, and Wait says nil
-// (a drain) or ErrInterrupted.
+// the migration lock, before a retry): the replica never registered, and
+// Wait says nil (a drain) or ErrInterrupted. Start's error wraps it too
+// when one came while Start waited before a retry (retry.go): the row, if
+// a try wrote one, is recorded stopped.
 var ErrStoppedWhilePreparing = errors.New("stopped while preparing")
 
 // errStopWhilePreparing: Stop came during a step of Prepare that does not
@@ -145,6 +148,10 @@ type Options struct {
 	MaxConcurrentRuns int
 	// DurableStarts is runner.durable_starts (runner.Options.DurableStarts).
 	DurableStarts bool
+	// StartRetryFor is how long a start waits out transient database
+	// errors after the wait for a writable primary (retry.go); 0:
+	// DefaultStartRetryFor, a negative value: none.
+	StartRetryFor time.Duration
 }
 
 func (o Options) clock() clock.Clock {
@@ -188,6 +195,19 @@ type Host struct {
 	phaseMu sync.Mutex
 	phase   int // phaseNew ... phaseEnded
 
+	// The start's tries (retry.go): the pool's configuration from the
+	// wait, whether the services of the current try are built, this
+	// process's incarnation (the same for every try), when the first
+	// transient error came and how many tries followed.
+	pcfg       *pgxpool.Config
+	built      bool
+	incarn     uuid.UUID
+	retryBegan time.Time
+	retries    int
+	// keepRow: the stops are those of a try that is retried, which
+	// registers again over its own row instead of recording stopped.
+	keepRow bool
+
 	state      atomic.Value // replicas.State
 	registered atomic.Bool  // this process wrote its row: stopped is written at the end
 	lost       atomic.Bool  // another process took the id: nothing more is written
@@ -228,7 +248,10 @@ func New(o Options) (*Host, error) {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	h := &Host{o: o, log: o.Logger.With("replica_id", o.ID), drainReq: make(chan string, 1), lostCh: make(chan error, 1),
-		now: make(chan struct{}), done: make(chan struct{}), lostNotice: make(chan struct{}), req: newRequests()}
+		now: make(chan struct{}), done: make(chan struct{}), lostNotice: make(chan struct{}), req: newRequests(), incarn: uuid.New()}
+	if o.StartRetryFor == 0 {
+		h.o.StartRetryFor = DefaultStartRetryFor
+	}
 	h.state.Store(replicas.StateStarting)
 	return h, nil
 }
@@ -318,13 +341,33 @@ func (h *Host) Start(ctx context.Context) error {
 	}
 	h.phase = phaseStarting
 	h.phaseMu.Unlock()
-	if err := h.start(ctx); err != nil {
-		if h.registered.Load() && !h.lost.Load() {
+	// A transient database error stops what had started, builds it again
+	// and starts again (retry.go).
+	err := h.withRetries(ctx, func(ctx context.Context) error {
+		if !h.built {
+			if err := h.build(ctx); err != nil {
+				return err
+			}
+		}
+		return h.start(ctx)
+	})
+	if err != nil {
+		stopped := errors.Is(err, ErrStoppedWhilePreparing)
+		if h.registered.Load() && !h.lost.Load() && !stopped {
 			h.log.Error("start failed after registering; recording stopped", "error", err)
 		}
 		h.endPhase()
 		h.stopAll(h.stops(false))
 		h.StartFailed()
+		if stopped {
+			// A drain or a stop while it waited out a database error.
+			if isClosed(h.now) {
+				h.finish(ErrInterrupted)
+			} else {
+				h.finish(nil)
+			}
+			return fmt.Errorf("start replica: %w", err)
+		}
 		h.finish(err)
 		return err
 	}
@@ -353,8 +396,22 @@ func (h *Host) endPhase() {
 }
 
 // prepare is Prepare's sequence; whatever it started, stops() stops.
-func (h *Host) prepare(ctx context.Context) (err error) {
-	if err := h.prepareDatabase(ctx); err != nil {
+// Past the wait for a writable primary, a transient database error makes
+// it stop what it started and try again (retry.go).
+func (h *Host) prepare(ctx context.Context) error {
+	pcfg, err := h.awaitDatabase(ctx)
+	if err != nil {
+		return err
+	}
+	h.pcfg = pcfg
+	return h.withRetries(ctx, h.build)
+}
+
+// build is what Prepare does after the wait, and what a retried start
+// does again: the pools, the schema, the checks, the runner and the
+// other services, built but not started, and the HTTP address.
+func (h *Host) build(ctx context.Context) (err error) {
+	if err := h.openDatabase(ctx, h.pcfg); err != nil {
 		return err
 	}
 	// (2) The jobs: bound, and checked by the runner (ids, lock names).
@@ -380,19 +437,20 @@ func (h *Host) prepare(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	// A retried start listens on the same address (127.0.0.1:0: the port
+	// it picked).
+	h.o.Listen = h.http.Addr()
 	h.warnExposed(h.http.Addr())
+	h.built = true
 	return nil
 }
 
-// prepareDatabase is Prepare's step (1): a writable primary, the pools,
-// the schema version (or the migrations), the lock table and the
-// configuration's clusters.
-func (h *Host) prepareDatabase(ctx context.Context) (err error) {
-	// (1) The database, its schema version (or the migrations), the lock
-	// table.
+// awaitDatabase is Prepare's step (1), first part: the pool's
+// configuration, and a writable primary.
+func (h *Host) awaitDatabase(ctx context.Context) (*pgxpool.Config, error) {
 	pcfg, err := db.ParsePoolConfig(h.o.ConnString)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	// A separate listen URL says the pool may go through a pooler in
 	// transaction mode: the pool then keeps no session state.
@@ -408,8 +466,15 @@ func (h *Host) prepareDatabase(ctx context.Context) (err error) {
 	}
 	// Nothing is written until a server accepts writes (writable.go).
 	if err := h.awaitWritable(ctx, pcfg); err != nil {
-		return err
+		return nil, err
 	}
+	return pcfg, nil
+}
+
+// openDatabase is Prepare's step (1), second part: the pools, the schema
+// version (or the migrations), the lock table and the configuration's
+// clusters.
+func (h *Host) openDatabase(ctx context.Context, pcfg *pgxpool.Config) (err error) {
 	// What needs a session of its own must have one (poolers.go).
 	if err := h.checkSessions(ctx, pcfg); err != nil {
 		return err
@@ -481,8 +546,9 @@ func (h *Host) start(ctx context.Context) (err error) {
 	// (4) Register, and heartbeat. From here on a failure records stopped.
 	h.registry = replicas.NewRegistry(ccfg, h.sessionConnString(), replicas.Options{
 		ID: h.o.ID, Version: h.o.Version, HTTPAddr: h.Addr(), HeartbeatEvery: h.o.HeartbeatEvery, Logger: h.log,
-		Clock:  h.o.Clock, // its offset from database time sets the runner's timers
-		OnBeat: h.onBeat,
+		Incarnation: h.incarn,  // every try of a retried start is one incarnation
+		Clock:       h.o.Clock, // its offset from database time sets the runner's timers
+		OnBeat:      h.onBeat,
 		OnLost: func(err error) {
 			select {
 			case h.lostCh <- err:

@@ -20,6 +20,9 @@ func runHost(h *host.Host, ctx context.Context, sigs <-chan os.Signal) error {
 		return err
 	}
 	if err := h.Start(ctx); err != nil {
+		if errors.Is(err, host.ErrStoppedWhilePreparing) {
+			return h.Wait() // a stop while it waited out a database error
+		}
 		return err
 	}
 	return h.Wait()

@@ -129,6 +129,10 @@ type Options struct {
 	// Clock is the replica's clock, whose offset from database time every
 	// heartbeat measures (default clock.Real; tests skew it).
 	Clock clock.Clock
+	// Incarnation is this process's incarnation (zero: a new one). A host
+	// that retries its start keeps one for every try, so a registration
+	// of an earlier try is its own, not a live duplicate.
+	Incarnation uuid.UUID
 }
 
 // Registry is this process's row in studio_replica and its heartbeat.
@@ -173,8 +177,11 @@ func NewRegistry(cfg *pgx.ConnConfig, connString string, o Options) *Registry {
 	if o.Clock == nil {
 		o.Clock = clock.Real{}
 	}
+	if o.Incarnation == uuid.Nil {
+		o.Incarnation = uuid.New()
+	}
 	// The caller's logger names the replica (the host's carries replica_id).
-	return &Registry{cfg: cfg, connString: connString, o: o, log: o.Logger, incarn: uuid.New(), epoch: time.Now(), loopDone: make(chan struct{})}
+	return &Registry{cfg: cfg, connString: connString, o: o, log: o.Logger, incarn: o.Incarnation, epoch: time.Now(), loopDone: make(chan struct{})}
 }
 
 // ID is the replica id.
@@ -217,20 +224,38 @@ func (r *Registry) dropConnLocked() {
 // crashed_replicas still counts the crash (migration 00008); the statement
 // returns them when it did.
 //
+// The row of this incarnation itself is taken again whatever it says: a
+// start that registered, failed on a transient database error and could
+// not record its stop registers again with the same incarnation
+// (Options.Incarnation), and that is no crash and no duplicate.
+//
 // A row whose heartbeat is ahead of database time (liveness.AheadSQL: no
 // replica's heartbeat wrote it) is taken over too, since it is not live,
 // but not recorded as a crash: nothing ran under it.
-var registerSQL = `
-WITH prev AS (SELECT p.state, p.incarnation, p.heartbeat_at FROM studio_replica p WHERE p.id = $1 AND p.state <> 'stopped' AND NOT ` + liveness.AheadSQL("p") + `)
-INSERT INTO studio_replica AS r (id, incarnation, host, pid, version, http_addr, state, started_at, heartbeat_at, stopped_at)
-VALUES ($1, $2, $3, $4, $5, $6, 'starting', now(), now(), NULL)
+var registerSQL = registerSQLWith("", "", "")
+
+// registerProcessSQL is registerSQL where migration 00021 made the column
+// process: it records $9, and takes over the live row of the incarnation
+// $10, which Register proved ended (processGone).
+var registerProcessSQL = registerSQLWith(", process", ", $9", ", process = EXCLUDED.process")
+
+func registerSQLWith(col, val, set string) string {
+	takeOver := ""
+	if col != "" {
+		takeOver = " OR r.incarnation = $10"
+	}
+	return `
+WITH prev AS (SELECT p.state, p.incarnation, p.heartbeat_at FROM studio_replica p WHERE p.id = $1 AND p.incarnation <> $2 AND p.state <> 'stopped' AND NOT ` + liveness.AheadSQL("p") + `)
+INSERT INTO studio_replica AS r (id, incarnation, host, pid, version, http_addr, state, started_at, heartbeat_at, stopped_at` + col + `)
+VALUES ($1, $2, $3, $4, $5, $6, 'starting', now(), now(), NULL` + val + `)
 ON CONFLICT (id) DO UPDATE SET incarnation = EXCLUDED.incarnation, host = EXCLUDED.host, pid = EXCLUDED.pid,
   version = EXCLUDED.version, http_addr = EXCLUDED.http_addr, state = 'starting', started_at = now(),
-  heartbeat_at = now(), stopped_at = NULL, clock_offset_seconds = NULL,
-  last_crash_at = CASE WHEN r.state <> 'stopped' AND NOT ` + liveness.AheadSQL("r") + ` THEN r.heartbeat_at ELSE r.last_crash_at END,
-  last_crash_incarnation = CASE WHEN r.state <> 'stopped' AND NOT ` + liveness.AheadSQL("r") + ` THEN r.incarnation ELSE r.last_crash_incarnation END
-WHERE NOT ` + liveness.LiveSQL("r") + `
+  heartbeat_at = now(), stopped_at = NULL, clock_offset_seconds = NULL` + set + `,
+  last_crash_at = CASE WHEN r.state <> 'stopped' AND r.incarnation <> EXCLUDED.incarnation AND NOT ` + liveness.AheadSQL("r") + ` THEN r.heartbeat_at ELSE r.last_crash_at END,
+  last_crash_incarnation = CASE WHEN r.state <> 'stopped' AND r.incarnation <> EXCLUDED.incarnation AND NOT ` + liveness.AheadSQL("r") + ` THEN r.incarnation ELSE r.last_crash_incarnation END
+WHERE NOT ` + liveness.LiveSQL("r") + ` OR r.incarnation = EXCLUDED.incarnation` + takeOver + `
 RETURNING now(), pg_notify($7, $8), (SELECT p.incarnation FROM prev p), (SELECT p.heartbeat_at FROM prev p)`
+}
 
 // closeRunsSQL marks interrupted the runs that earlier incarnations of
 // replica $1 left running: at registration no run of this incarnation has
@@ -286,19 +311,49 @@ func (r *Registry) Register(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("register replica %q: %w", r.o.ID, err)
 	}
-	var dbNow time.Time
-	var crashedInc *uuid.UUID
-	var crashedBeat *time.Time
-	t0 := r.o.Clock.Now()
-	err = conn.QueryRow(ctx, registerSQL, r.o.ID, r.incarn, r.o.Host, os.Getpid(), r.o.Version, r.o.HTTPAddr, bus.Channel, signal).
-		Scan(&dbNow, nil, &crashedInc, &crashedBeat)
-	t1 := r.o.Clock.Now()
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+	var withProcess bool
+	if err := conn.QueryRow(ctx, hasProcessColumnSQL).Scan(&withProcess); err != nil {
 		r.dropConnLocked()
 		return fmt.Errorf("register replica %q: %w", r.o.ID, err)
 	}
-	if err == nil {
-		r.measure(dbNow, t0, t1)
+	key := processKey()
+	var crashedInc *uuid.UUID
+	var crashedBeat *time.Time
+	register := func(ended *uuid.UUID) error {
+		sql := registerSQL
+		args := []any{r.o.ID, r.incarn, r.o.Host, os.Getpid(), r.o.Version, r.o.HTTPAddr, bus.Channel, signal}
+		if withProcess {
+			var process *string
+			if key != "" {
+				process = &key
+			}
+			sql, args = registerProcessSQL, append(args, process, ended)
+		}
+		var dbNow time.Time
+		t0 := r.o.Clock.Now()
+		err := conn.QueryRow(ctx, sql, args...).Scan(&dbNow, nil, &crashedInc, &crashedBeat)
+		if err == nil {
+			r.measure(dbNow, t0, r.o.Clock.Now())
+		}
+		return err
+	}
+	err = register(nil)
+	if errors.Is(err, pgx.ErrNoRows) && withProcess && key != "" {
+		// The live row may be of a process of this machine that has ended
+		// (a clean stop that could not record stopped, a crash): then it
+		// is taken over at once instead of after GoneAfter.
+		inc, pid, gone, herr := r.endedHolder(ctx, conn, key)
+		if herr != nil {
+			err = herr
+		} else if gone {
+			r.log.Info("replicas: the live row of this id is of a process of this machine that has ended; taking it over",
+				"previous_incarnation", inc, "previous_pid", pid)
+			err = register(&inc)
+		}
+	}
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		r.dropConnLocked()
+		return fmt.Errorf("register replica %q: %w", r.o.ID, err)
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("register replica %q: %w (its heartbeat is less than %s old); stop it first, or choose another replica.id", r.o.ID, ErrLiveDuplicate, GoneAfter)

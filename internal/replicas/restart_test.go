@@ -2,6 +2,7 @@ package replicas
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -67,5 +68,34 @@ func TestARestartAfterACrashClosesTheOldRunsAndRecordsTheCrash(t *testing.T) {
 	}
 	if in, err = Get(ctx, e.pool, "web-1"); err != nil || in.LastCrashIncarnation != crashed.String() {
 		t.Errorf("after a clean restart the earlier crash record is %q (%v), want it kept", in.LastCrashIncarnation, err)
+	}
+}
+
+// A start that registered, failed on a transient database error and could
+// not record its stop registers again with the same incarnation: its own
+// live row is taken again, with no duplicate refusal and no crash, while
+// another incarnation is still refused.
+func TestARetriedStartRegistersAgainOverItsOwnLiveRow(t *testing.T) {
+	e := setup(t)
+	defer e.pool.Close()
+	ctx := context.Background()
+	first := e.register(t, "web-1", Options{})
+	first.Stop() // no stop recorded: the row is live and starting
+
+	again := e.register(t, "web-1", Options{Incarnation: first.Incarnation()})
+	if r := again.Restarted(); r.Crashed || len(r.Interrupted) != 0 {
+		t.Errorf("the same incarnation registering again: Restarted() = %+v, want nothing", r)
+	}
+	in, err := Get(ctx, e.pool, "web-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !in.Live || in.State != StateStarting || in.LastCrashAt != nil || e.incarnation(t, "web-1") != first.Incarnation() {
+		t.Errorf("after the second registration: %+v, want live, starting, no crash, incarnation %s", in, first.Incarnation())
+	}
+	other := NewRegistry(e.cfg, e.url, Options{ID: "web-1"})
+	defer other.Stop()
+	if err := other.Register(ctx); !errors.Is(err, ErrLiveDuplicate) {
+		t.Fatalf("another process with the id: %v, want ErrLiveDuplicate", err)
 	}
 }
