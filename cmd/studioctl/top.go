@@ -11,6 +11,7 @@ import (
 	"time"
 
 	tea "github.com/charmbracelet/bubbletea"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/studioctl/studioctl/internal/doctor"
 	"github.com/studioctl/studioctl/internal/jobs"
 	"github.com/studioctl/studioctl/internal/jobstore"
+	"github.com/studioctl/studioctl/internal/liveness"
 	"github.com/studioctl/studioctl/internal/output"
 	"github.com/studioctl/studioctl/internal/replicas"
 	"github.com/studioctl/studioctl/internal/stream"
@@ -144,6 +146,9 @@ type topSource struct {
 	d    deps
 	cfg  *config.Config
 	pool *pgxpool.Pool
+	// markSQL is Mark's statement, made at its first use (the Feed's
+	// goroutine is its only caller).
+	markSQL string
 }
 
 // captured runs fn with deps whose printer keeps the table, and returns
@@ -177,8 +182,8 @@ func (s *topSource) captured(fn func(deps) error) (top.Table, error) {
 	return t, nil
 }
 
-// Load reads one view and, with header, the header.
-func (s *topSource) Load(ctx context.Context, v top.View, header bool) (top.Snapshot, error) {
+// Load reads one view.
+func (s *topSource) Load(ctx context.Context, v top.View) (top.Snapshot, error) {
 	var t top.Table
 	var err error
 	switch v {
@@ -196,11 +201,59 @@ func (s *topSource) Load(ctx context.Context, v top.View, header bool) (top.Snap
 	if err != nil {
 		return top.Snapshot{}, err
 	}
-	snap := top.Snapshot{View: v, Table: t, At: s.d.Now()}
-	if header {
-		snap.Header = s.header(ctx)
+	return top.Snapshot{View: v, Table: t, At: s.d.Now()}, nil
+}
+
+// Header runs doctor's checks the header shows.
+func (s *topSource) Header(ctx context.Context) ([]top.Check, error) {
+	return s.header(ctx), nil
+}
+
+// Marks of what top reads (top.Marks): one statement of parts, each a
+// cheap fingerprint of one table, read by index or over rows of a few
+// columns (3 to 25 ms at 10,000 jobs, where the jobs view's read takes
+// seconds of the server's time). A row written changes its xmin, so a
+// count and a sum of xmins change with every insert, update and delete;
+// the event stream's last id changes with every run, occurrence, replica
+// state, lease owner and audited action. A replica's heartbeat and a
+// lock's or lease's renewal change only what the screen shows as a
+// relative time: those parts take the replica's liveness, the lock's
+// holder and whether it is held, the lease's owner and generation.
+const (
+	// topMarkRows is the fingerprint of table %s's rows.
+	topMarkRows = `(SELECT count(*) || '.' || coalesce(sum(xmin::text::bigint), 0) FROM %s)`
+	// topMarkSQL: the event stream, the jobs' status rows, settings and
+	// definitions, the replicas' liveness, the locks (table, name, holder,
+	// lock_until: %[1]s to %[4]s) and the leases.
+	topMarkSQL = `SELECT (SELECT coalesce(max(id), 0) FROM studio_event)::text,
+  ` + `%[5]s, %[6]s, %[7]s,
+  (SELECT coalesce(string_agg(r.id || ':' || r.incarnation || ':' || r.state || ':' || %[8]s, ',' ORDER BY r.id), '') FROM studio_replica r),
+  (SELECT count(*) || '.' || coalesce(sum(hashtext(%[2]s::text || '|' || coalesce(%[3]s::text, '') || '|' || (%[4]s > now())::text)), 0) FROM %[1]s),
+  (SELECT count(*) || '.' || coalesce(sum(hashtext(cluster || '|' || coalesce(owner, '') || '|' || generation)), 0) FROM cluster_lease)`
+)
+
+// Mark reads the marks of view v and of the header. Only the jobs view
+// has one: its read grows with the jobs, the others' with the replicas,
+// locks and clusters, and are read every time as before. The header's
+// covers all its checks read.
+func (s *topSource) Mark(ctx context.Context, v top.View) (top.Marks, error) {
+	if s.markSQL == "" {
+		lt := s.d.LockTable().Resolved()
+		ident := func(name string) string { return pgx.Identifier(strings.SplitN(name, ".", 2)).Sanitize() }
+		s.markSQL = fmt.Sprintf(topMarkSQL, ident(lt.Name), ident(lt.NameCol), ident(lt.LockedBy), ident(lt.LockUntil),
+			fmt.Sprintf(topMarkRows, "studio_job_status"), fmt.Sprintf(topMarkRows, "studio_job_setting"),
+			fmt.Sprintf(topMarkRows, "studio_job_definition"), liveness.LiveSQL("r"))
 	}
-	return snap, nil
+	var events, status, settings, definitions, replicas, locks, leases string
+	if err := s.pool.QueryRow(ctx, s.markSQL).Scan(&events, &status, &settings, &definitions, &replicas, &locks, &leases); err != nil {
+		return top.Marks{}, fmt.Errorf("read marks: %w", err)
+	}
+	jobs := strings.Join([]string{events, status, settings, definitions, replicas}, "/")
+	m := top.Marks{Header: strings.Join([]string{jobs, locks, leases}, "/")}
+	if v == top.Jobs {
+		m.View = jobs
+	}
+	return m, nil
 }
 
 // header runs doctor's checks the header shows.

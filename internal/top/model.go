@@ -13,8 +13,11 @@ import (
 
 // Messages the model takes besides Bubble Tea's keys and sizes.
 type (
-	// SnapshotMsg is a read of a view (Feed sends it).
+	// SnapshotMsg is a read of a view (Feed sends it), with the header
+	// when it was read too.
 	SnapshotMsg Snapshot
+	// HeaderMsg is a read of the header alone.
+	HeaderMsg []Check
 	// ReadFailedMsg: a read failed; Err says why ("" when reads work again).
 	ReadFailedMsg struct{ Err string }
 	// BusMsg: the bus connection was lost (Live false) or is back.
@@ -141,6 +144,9 @@ func (m Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		}
 		m.derive(msg.View)
 		m.reselect(msg.View, key)
+		return m, nil
+	case HeaderMsg:
+		m.header = msg
 		return m, nil
 	case ReadFailedMsg:
 		m.readFailed = msg.Err

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -387,22 +388,40 @@ func TestTenThousandJobsScroll(t *testing.T) {
 	}
 }
 
-// fakeSource returns a table whose only row counts its reads.
-type fakeSource struct{ reads chan read }
+// fakeSource returns a table of one row, tells each read on reads, and
+// gives the marks set with setMarks.
+type fakeSource struct {
+	reads chan read
+	mu    sync.Mutex
+	marks Marks
+}
 
-// read is one Load of a fakeSource.
+// read is one Load (header false) or Header (header true) of a fakeSource.
 type read struct {
 	view   View
 	header bool
 }
 
-func (f *fakeSource) Load(_ context.Context, v View, header bool) (Snapshot, error) {
-	f.reads <- read{v, header}
-	s := Snapshot{View: v, Table: Table{Columns: []string{"ID"}, Rows: [][]output.Cell{plain("x")}}}
-	if header {
-		s.Header = []Check{{Name: "stale_locks", Label: "stale", Status: "ok"}}
-	}
-	return s, nil
+func (f *fakeSource) setMarks(m Marks) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.marks = m
+}
+
+func (f *fakeSource) Mark(context.Context, View) (Marks, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.marks, nil
+}
+
+func (f *fakeSource) Load(_ context.Context, v View) (Snapshot, error) {
+	f.reads <- read{v, false}
+	return Snapshot{View: v, Table: Table{Columns: []string{"ID"}, Rows: [][]output.Cell{plain("x")}}}, nil
+}
+
+func (f *fakeSource) Header(context.Context) ([]Check, error) {
+	f.reads <- read{-1, true}
+	return []Check{{Name: "stale_locks", Label: "stale", Status: "ok"}}, nil
 }
 
 func (f *fakeSource) Detail(context.Context, View, string) (string, error) {

@@ -66,12 +66,24 @@ type Snapshot struct {
 // Source reads what the screen shows. Implementations run the list
 // commands' own reads (cmd/studioctl/top.go).
 type Source interface {
-	// Load reads one view and, with header, the header (without it the
-	// snapshot's Header is nil: the screen keeps the last).
-	Load(ctx context.Context, v View, header bool) (Snapshot, error)
+	// Load reads one view (the snapshot's Header is nil).
+	Load(ctx context.Context, v View) (Snapshot, error)
+	// Header runs the header's checks.
+	Header(ctx context.Context) ([]Check, error)
+	// Mark reads the marks of view v and of the header, in one cheap
+	// statement. The feed reads them before a read, and reads again only
+	// what changed (docs/top.md, "Cost").
+	Mark(ctx context.Context, v View) (Marks, error)
 	// Detail is the drill-down of one row of a view: text, as the verbs
 	// that show it print it.
 	Detail(ctx context.Context, v View, key string) (string, error)
+}
+
+// Marks fingerprint what a view's read and the header's read show, but
+// what moves with time alone: two equal marks, the two reads would show
+// the same rows. "" is no mark: read every time.
+type Marks struct {
+	View, Header string
 }
 
 // Verb is one action's verb.
