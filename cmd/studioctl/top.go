@@ -303,8 +303,10 @@ func (s *topSource) events(ctx context.Context) (top.Table, error) {
 	return t, nil
 }
 
-// Detail is a row's drill-down, as the verbs that show it print it.
-func (s *topSource) Detail(ctx context.Context, v top.View, key string) (string, error) {
+// Detail is a row's drill-down, as the verbs that show it print it; for a
+// job, jobs why of why (nil: of the last occurrence that fell due).
+func (s *topSource) Detail(ctx context.Context, v top.View, key string, why *top.Occurrence) (top.Detail, error) {
+	var occ []top.Occurrence
 	var buf bytes.Buffer
 	d := s.d
 	d.IO = &streams{In: strings.NewReader(""), Out: &buf, Err: &buf}
@@ -352,9 +354,33 @@ func (s *topSource) Detail(ctx context.Context, v top.View, key string) (string,
 		section("job "+key, func() error { return jobsStatusRun(ctx, &jobsStatusOptions{deps: d, ID: key}) })
 		job, _ := jobs.ParseDutyKey(key)
 		section("occurrences, newest first", func() error {
-			return jobsOccurrencesRun(ctx, &jobsOccurrencesOptions{deps: d, ID: job.Job, Query: jobstore.OccurrenceQuery{Job: job.Job, Limit: topOccurrences}})
+			// What jobs occurrences JOB --limit topOccurrences does, keeping
+			// the occurrences to select for jobs why.
+			list, err := jobstore.ListOccurrences(ctx, s.pool, jobstore.OccurrenceQuery{Job: job.Job, Limit: topOccurrences})
+			if err != nil {
+				return err
+			}
+			if len(list) == 0 {
+				return jobstore.KnownOccurrences(ctx, s.pool, job.Job)
+			}
+			before := strings.Count(buf.String(), "\n")
+			if err := printOccurrences(d.Printer(), list); err != nil {
+				return err
+			}
+			// A header line, then one line a row (else none is selectable).
+			if after := strings.Count(buf.String(), "\n"); after-before == len(list)+1 {
+				for i, o := range list {
+					occ = append(occ, top.Occurrence{Job: job.Job, At: o.NominalAt, Scope: o.ScopeKey, Line: after - len(list) + i})
+				}
+			}
+			return nil
 		})
-		section("why (the newest occurrence)", func() error { return jobsWhyRun(ctx, &jobsWhyOptions{deps: d, ID: job.Job}) })
+		title, wo := "why (the last occurrence that fell due)", &jobsWhyOptions{deps: d, ID: job.Job}
+		if why != nil {
+			scope := why.Scope
+			title, wo.At, wo.Scope = "why: "+why.CommandLine(), why.At, &scope
+		}
+		section(title, func() error { return jobsWhyRun(ctx, wo) })
 	case top.Replicas:
 		rowsOf("replica", func(d deps) error { return replicasListRun(ctx, &replicasListOptions{deps: d}) }, "ID", func(s string) bool { return s == key })
 		rowsOf("its jobs (last run there)", func(d deps) error { return jobsStatusRun(ctx, &jobsStatusOptions{deps: d}) }, "WHERE", func(s string) bool { return s == key })
@@ -374,17 +400,22 @@ func (s *topSource) Detail(ctx context.Context, v top.View, key string) (string,
 	case top.Events:
 		id, err := strconv.ParseInt(key, 10, 64)
 		if err != nil {
-			return "", err
+			return top.Detail{}, err
 		}
 		es, err := stream.Read(ctx, s.pool, id-1, 1)
 		if err != nil {
-			return "", err
+			return top.Detail{}, err
 		}
 		for _, e := range es {
 			fmt.Fprintf(&buf, "event %d  %s  %s\n%s\n", e.ID, e.At.UTC().Format(time.RFC3339Nano), e.Name, output.Safe(string(e.Data)))
 		}
 	}
-	return strings.TrimLeft(buf.String(), "\n"), nil
+	text := strings.TrimLeft(buf.String(), "\n")
+	trimmed := buf.Len() - len(text) // the leading newlines: lines before a row's
+	for i := range occ {
+		occ[i].Line -= trimmed
+	}
+	return top.Detail{Text: text, Occurrences: occ}, nil
 }
 
 // runsInFlight prints a replica's runs still going.

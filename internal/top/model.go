@@ -22,12 +22,15 @@ type (
 	ReadFailedMsg struct{ Err string }
 	// BusMsg: the bus connection was lost (Live false) or is back.
 	BusMsg struct{ Live bool }
-	// DetailMsg is the drill-down of one row.
+	// DetailMsg is the drill-down of one row; Occurrences are those it
+	// lists (a job's), Why says it tells jobs why of a selected one.
 	DetailMsg struct {
-		View  View
-		Key   string
-		Text  string
-		Error string
+		View        View
+		Key         string
+		Text        string
+		Occurrences []Occurrence
+		Why         *Occurrence
+		Error       string
 	}
 	// DoneMsg is the result of an action.
 	DoneMsg struct {
@@ -103,10 +106,16 @@ type Model struct {
 	statusBad  bool
 	readFailed string
 	busLost    bool
-	// detail: the drill-down on screen.
+	// detail: the drill-down on screen, of row detailKey of detailView;
+	// detailOcc the occurrences it lists (a job's), detailSel the one
+	// selected for jobs why.
+	detailView  View
+	detailKey   string
 	detailTitle string
 	detailLines []string
 	detailTop   int
+	detailOcc   []Occurrence
+	detailSel   int
 	st          styles
 }
 
@@ -155,7 +164,7 @@ func (m Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		m.busLost = !msg.Live
 		return m, nil
 	case DetailMsg:
-		if m.mode != modeDetail {
+		if m.mode != modeDetail || msg.View != m.detailView || msg.Key != m.detailKey {
 			return m, nil
 		}
 		text := msg.Text
@@ -164,6 +173,18 @@ func (m Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		}
 		m.detailLines = strings.Split(strings.TrimRight(text, "\n"), "\n")
 		m.detailTop = 0
+		sel := 0
+		if msg.Why != nil {
+			// Keep the occurrence selected, and show its why (the last
+			// section).
+			for i, o := range msg.Occurrences {
+				if o.At.Equal(msg.Why.At) && o.Scope == msg.Why.Scope {
+					sel = i
+				}
+			}
+			m.detailTop = max(len(m.detailLines)-m.detailRows(), 0)
+		}
+		m.detailOcc, m.detailSel = msg.Occurrences, sel
 		return m, nil
 	case DoneMsg:
 		if msg.Error != "" {
@@ -232,14 +253,31 @@ func (m Model) key(k tea.KeyMsg) (tea.Model, tea.Cmd) {
 		m.mode = modeTable
 		return m, nil
 	case modeDetail:
+		occ := len(m.detailOcc)
 		switch s {
-		case "esc", "enter", "backspace", "left", "h":
+		case "esc", "backspace", "left", "h":
 			m.mode = modeTable
+		case "enter":
+			if occ == 0 {
+				m.mode = modeTable
+				break
+			}
+			why := m.detailOcc[m.detailSel]
+			m.status, m.statusBad = "$ "+why.CommandLine(), false
+			return m, m.readDetail(&why)
 		case "q":
 			return m, tea.Quit
 		case "down", "j":
+			if occ > 0 {
+				m.selectOccurrence(m.detailSel + 1)
+				break
+			}
 			m.detailTop = min(m.detailTop+1, max(len(m.detailLines)-m.detailRows(), 0))
 		case "up", "k":
+			if occ > 0 {
+				m.selectOccurrence(m.detailSel - 1)
+				break
+			}
 			m.detailTop = max(m.detailTop-1, 0)
 		case "pgdown", " ":
 			m.detailTop = min(m.detailTop+m.detailRows(), max(len(m.detailLines)-m.detailRows(), 0))
@@ -304,20 +342,42 @@ func (m Model) key(k tea.KeyMsg) (tea.Model, tea.Cmd) {
 			return m, nil
 		}
 		m.mode = modeDetail
+		m.detailView, m.detailKey = m.view, key
 		m.detailTitle = m.view.String() + " " + key
 		m.detailLines, m.detailTop = []string{"reading..."}, 0
-		src, ctx, v := m.o.Source, m.o.Ctx, m.view
-		return m, func() tea.Msg {
-			text, err := src.Detail(ctx, v, key)
-			if err != nil {
-				return DetailMsg{View: v, Key: key, Error: err.Error()}
-			}
-			return DetailMsg{View: v, Key: key, Text: text}
-		}
+		m.detailOcc, m.detailSel = nil, 0
+		return m, m.readDetail(nil)
 	case "r", "d", "t", "p", "h":
 		return m.startAction(s)
 	}
 	return m, nil
+}
+
+// readDetail reads the drill-down on screen, with jobs why of why (nil:
+// of the last occurrence that fell due).
+func (m Model) readDetail(why *Occurrence) tea.Cmd {
+	src, ctx, v, key := m.o.Source, m.o.Ctx, m.detailView, m.detailKey
+	return func() tea.Msg {
+		d, err := src.Detail(ctx, v, key, why)
+		msg := DetailMsg{View: v, Key: key, Text: d.Text, Occurrences: d.Occurrences, Why: why}
+		if err != nil {
+			msg.Error = err.Error()
+		}
+		return msg
+	}
+}
+
+// selectOccurrence selects occurrence i of a job's drill-down (kept
+// inside the list) and scrolls to show it.
+func (m *Model) selectOccurrence(i int) {
+	m.detailSel = max(min(i, len(m.detailOcc)-1), 0)
+	line, rows := m.detailOcc[m.detailSel].Line, m.detailRows()
+	if line < m.detailTop {
+		m.detailTop = line
+	}
+	if line >= m.detailTop+rows {
+		m.detailTop = line - rows + 1
+	}
 }
 
 // typing edits m.input; enter calls done, esc cancel.

@@ -394,6 +394,8 @@ type fakeSource struct {
 	reads chan read
 	mu    sync.Mutex
 	marks Marks
+	// detail is what Detail returns (nil: an error).
+	detail func(v View, key string, why *Occurrence) (Detail, error)
 }
 
 // read is one Load (header false) or Header (header true) of a fakeSource.
@@ -424,8 +426,11 @@ func (f *fakeSource) Header(context.Context) ([]Check, error) {
 	return []Check{{Name: "stale_locks", Label: "stale", Status: "ok"}}, nil
 }
 
-func (f *fakeSource) Detail(context.Context, View, string) (string, error) {
-	return "", errors.New("no detail")
+func (f *fakeSource) Detail(_ context.Context, v View, key string, why *Occurrence) (Detail, error) {
+	if f.detail == nil {
+		return Detail{}, errors.New("no detail")
+	}
+	return f.detail(v, key, why)
 }
 
 // BenchmarkReadAndFrame10000Jobs is the redraw after a read of 10,000
@@ -474,5 +479,99 @@ func TestTheConfirmationShowsAHostileNameEscaped(t *testing.T) {
 	}
 	if !strings.Contains(v, `evil\x1b]0;pwned`) {
 		t.Errorf("the confirmation does not show the name escaped:\n%s", v)
+	}
+}
+
+// jobDetail is a job's drill-down as the source gives it: three
+// occurrences listed, and jobs why of the one asked (the last due by
+// default).
+func jobDetail(asked *[]*Occurrence) func(View, string, *Occurrence) (Detail, error) {
+	return func(v View, key string, why *Occurrence) (Detail, error) {
+		*asked = append(*asked, why)
+		occ := []Occurrence{
+			{Job: key, At: at.Add(-time.Minute), Scope: "", Line: 6},
+			{Job: key, At: at.Add(-2 * time.Minute), Scope: "", Line: 7},
+			{Job: key, At: at.Add(-3 * time.Minute), Scope: "", Line: 8},
+		}
+		told := "the last due time"
+		if why != nil {
+			told = why.At.Format("15:04:05Z")
+		}
+		text := strings.Join([]string{
+			"job " + key,
+			"ID         SCOPE         HEALTH  OUTCOME",
+			key + "  installation  failing  failed",
+			"",
+			"occurrences, newest first",
+			"NOMINAL               OUTCOME  REASON",
+			"2026-12-06T02:59:00Z  ran",
+			"2026-12-06T02:58:00Z  skipped  paused",
+			"2026-12-06T02:57:00Z  missed   down",
+			"",
+			"why (" + told + ")",
+			"The occurrence at " + told + " of " + key + " was told.",
+		}, "\n")
+		return Detail{Text: text, Occurrences: occ}, nil
+	}
+}
+
+// In a job's drill-down, j/k select any occurrence it lists and enter
+// tells jobs why of that one, through the source's Detail (the verb's run
+// function with --at and --scope), showing the equivalent command; the
+// drill-down only told of the newest.
+func TestAJobsDrillDownTellsJobsWhyOfTheSelectedOccurrence(t *testing.T) {
+	var asked []*Occurrence
+	src := &fakeSource{reads: make(chan read, 8), detail: jobDetail(&asked)}
+	for _, sz := range []struct{ w, h int }{{80, 24}, {160, 48}} {
+		asked = nil
+		m := loaded(Options{Source: src, Now: func() time.Time { return at }}, sz.w, sz.h)
+		m, _ = run(m, append(keys("2j"), key(tea.KeyEnter))...)
+		if len(asked) != 1 || asked[0] != nil {
+			t.Fatalf("the drill-down asked %v, want one read with the verb's default", asked)
+		}
+		if m.mode != modeDetail || len(m.detailOcc) != 3 || m.detailSel != 0 {
+			t.Fatalf("mode %v, %d occurrences, selected %d; want the drill-down, 3, the first", m.mode, len(m.detailOcc), m.detailSel)
+		}
+		m, _ = run(m, keys("jjjk")...) // the third, then back to the second (kept inside the list)
+		if m.detailSel != 1 {
+			t.Errorf("after jjjk occurrence %d is selected, want 1", m.detailSel)
+		}
+		m, _ = run(m, key(tea.KeyEnter))
+		if len(asked) != 2 || asked[1] == nil || !asked[1].At.Equal(at.Add(-2*time.Minute)) || asked[1].Job != "job-00001" {
+			t.Fatalf("enter asked %+v, want jobs why of job-00001's occurrence at 02:58", asked)
+		}
+		want := "$ studioctl jobs why job-00001 --at 2026-12-06T02:58:00Z --scope ''"
+		if m.status != want {
+			t.Errorf("status %q, want the equivalent command %q", m.status, want)
+		}
+		v := m.View()
+		if !strings.Contains(v, "The occurrence at 02:58:00Z of job-00001 was told.") {
+			t.Errorf("the frame does not show jobs why of the selected occurrence:\n%s", v)
+		}
+		if m.detailSel != 1 || m.mode != modeDetail {
+			t.Errorf("after jobs why: mode %v, selected %d; want the drill-down, 1", m.mode, m.detailSel)
+		}
+		golden(t, "jobs-why-"+itoa(sz.w)+"x"+itoa(sz.h)+".txt", frame(t, m, sz.w, sz.h))
+		m, _ = run(m, key(tea.KeyEsc))
+		if m.mode != modeTable || m.view != Jobs {
+			t.Errorf("esc left mode %v on view %v, want the jobs table", m.mode, m.view)
+		}
+	}
+}
+
+// A drill-down read that arrives after the operator left it, or for
+// another row, changes nothing.
+func TestALateDrillDownIsDropped(t *testing.T) {
+	m := loaded(Options{Now: func() time.Time { return at }}, 80, 24)
+	m = send(m, DetailMsg{View: Jobs, Key: "job-00001", Text: "late"})
+	if m.mode != modeTable || len(m.detailLines) != 0 {
+		t.Errorf("a late drill-down changed the screen: mode %v, lines %q", m.mode, m.detailLines)
+	}
+}
+
+func TestOccurrenceCommandLineIsJobsWhyWithAtAndScope(t *testing.T) {
+	o := Occurrence{Job: "cache-warm", At: time.Date(2026, 11, 30, 2, 0, 0, 500e6, time.UTC), Scope: "web-2"}
+	if got, want := o.CommandLine(), "studioctl jobs why cache-warm --at 2026-11-30T02:00:00.5Z --scope web-2"; got != want {
+		t.Errorf("CommandLine() = %q, want %q", got, want)
 	}
 }

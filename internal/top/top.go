@@ -74,9 +74,41 @@ type Source interface {
 	// statement. The feed reads them before a read, and reads again only
 	// what changed (docs/top.md, "Cost").
 	Mark(ctx context.Context, v View) (Marks, error)
-	// Detail is the drill-down of one row of a view: text, as the verbs
-	// that show it print it.
-	Detail(ctx context.Context, v View, key string) (string, error)
+	// Detail is the drill-down of one row of a view, as the verbs that
+	// show it print it. For a job, why names the occurrence jobs why tells
+	// of (nil: the verb's default, the last that fell due).
+	Detail(ctx context.Context, v View, key string, why *Occurrence) (Detail, error)
+}
+
+// Detail is a drill-down: its text and, for a job, the occurrences it
+// lists, each of which the operator may select for jobs why.
+type Detail struct {
+	Text        string
+	Occurrences []Occurrence
+}
+
+// Occurrence is one occurrence a job's drill-down lists: jobs why JOB --at
+// At --scope Scope tells of it.
+type Occurrence struct {
+	Job   string
+	At    time.Time
+	Scope string
+	// Line is the line of the drill-down's text that shows it.
+	Line int
+}
+
+// Args is jobs why for the occurrence, as the command line takes it.
+func (o Occurrence) Args() []string {
+	return []string{"jobs", "why", o.Job, "--at", o.At.UTC().Format(time.RFC3339Nano), "--scope", o.Scope}
+}
+
+// CommandLine is the equivalent studioctl command, quoted for a POSIX shell.
+func (o Occurrence) CommandLine() string {
+	q := []string{"studioctl"}
+	for _, s := range o.Args() {
+		q = append(q, shellQuote(s))
+	}
+	return strings.Join(q, " ")
 }
 
 // Marks fingerprint what a view's read and the header's read show, but

@@ -361,11 +361,22 @@ func (m Model) tableBody(w int) []string {
 }
 
 func (m Model) detailBody(w int) []string {
-	lines := []string{m.st.bold.Render(pad(" "+m.detailTitle+"  (esc back, j/k scroll)", w))}
+	hint := "  (esc back, j/k scroll)"
+	selLine := -1
+	if len(m.detailOcc) > 0 {
+		hint = "  (esc back, j/k select an occurrence, enter jobs why)"
+		selLine = m.detailOcc[m.detailSel].Line
+	}
+	lines := []string{m.st.bold.Render(pad(" "+m.detailTitle+hint, w))}
 	rows := m.detailRows()
 	end := min(m.detailTop+rows, len(m.detailLines))
-	for _, l := range m.detailLines[m.detailTop:end] {
-		lines = append(lines, output.Truncate(" "+output.Safe(strings.ReplaceAll(l, "\t", "  ")), w))
+	for i := m.detailTop; i < end; i++ {
+		l := output.Safe(strings.ReplaceAll(m.detailLines[i], "\t", "  "))
+		if i == selLine {
+			lines = append(lines, m.st.selected.Render(pad(output.Truncate(">"+l, w), w)))
+			continue
+		}
+		lines = append(lines, output.Truncate(" "+l, w))
 	}
 	return lines
 }
@@ -481,6 +492,9 @@ func (m Model) keyLine(w int) string {
 	switch m.mode {
 	case modeDetail:
 		keys = "esc back  j/k scroll  q quit"
+		if len(m.detailOcc) > 0 {
+			keys = "esc back  j/k select  enter jobs why  pgup/pgdn scroll  q quit"
+		}
 	case modeFilter:
 		keys = "type to filter  enter keep  esc clear"
 	case modeReason:
