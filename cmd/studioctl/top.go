@@ -457,7 +457,7 @@ func (a *topActor) Do(ctx context.Context, act top.Action) (string, error) {
 	var err error
 	switch act.Verb {
 	case top.ReleaseLock:
-		err = locksReleaseRun(ctx, &locksReleaseOptions{deps: d, Name: act.Target, Reason: act.Reason, Yes: true})
+		err = locksReleaseRun(ctx, &locksReleaseOptions{deps: d, Name: act.Target, Force: act.Force, Reason: act.Reason, Yes: true})
 	case top.DrainReplica:
 		err = replicasDrainRun(ctx, &replicasDrainOptions{deps: d, ID: act.Target, Reason: act.Reason, Yes: true, Timeout: 2 * time.Minute})
 	case top.TriggerJob:

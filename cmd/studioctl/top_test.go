@@ -113,3 +113,40 @@ func TestTopMarksChangeWithWhatTheViewAndTheHeaderRead(t *testing.T) {
 		t.Errorf("replicas view marks %+v, %v: want no view mark (read every time), a header mark", m, err)
 	}
 }
+
+// top's R is locks release --force: the plain release of a lock whose
+// holder is live is refused, the forced one releases it through the
+// verb's run function, audited with the actor and the reason as the verb
+// audits it.
+func TestTopReleasesALockWithALiveHolderOnlyByForce(t *testing.T) {
+	ctx := context.Background()
+	e := newTestEnv(t, output.Table, map[string]string{"STUDIO_ACTOR": "ops@desk"})
+	e.exec(t, `INSERT INTO studio_replica (id, incarnation, host, pid, version, state) VALUES ('web-1', gen_random_uuid(), 'h', 1, 'dev', 'ready')`)
+	e.exec(t, `INSERT INTO shedlock (name, lock_until, locked_at, locked_by) VALUES ('report', timezone('utc', now()) + interval '1 hour', timezone('utc', now()), 'web-1')`)
+	a := &topActor{d: e.deps}
+	if _, err := a.Do(ctx, top.Action{Verb: top.ReleaseLock, Target: "report", Reason: "hung"}); err == nil || !strings.HasPrefix(err.Error(), "refused: ") {
+		t.Fatalf("the plain release of a live holder's lock: %v, want refused", err)
+	}
+	out, err := a.Do(ctx, top.Action{Verb: top.ReleaseLock, Target: "report", Reason: "hung", Force: true, Holder: "web-1", HolderState: "live"})
+	if err != nil {
+		t.Fatalf("the forced release: %v (%s)", err, out)
+	}
+	var n int
+	var actor, reason, detail string
+	if err := e.pool.QueryRow(ctx, `SELECT count(*) OVER (), actor, reason, detail::text FROM studio_audit WHERE target = 'report'`).Scan(&n, &actor, &reason, &detail); err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 || actor != e.deps.Actor() || reason != "hung" {
+		t.Errorf("audit: %d rows, actor %q, reason %q; want one, %q, hung", n, actor, reason, e.deps.Actor())
+	}
+	if !strings.Contains(detail, `"force": true`) || !strings.Contains(detail, `"holder_state": "live"`) {
+		t.Errorf("audit detail %s: want the force and the live holder, as the verb records them", detail)
+	}
+	var held bool
+	if err := e.pool.QueryRow(ctx, `SELECT lock_until > timezone('utc', now()) FROM shedlock WHERE name = 'report'`).Scan(&held); err != nil {
+		t.Fatal(err)
+	}
+	if held {
+		t.Error("the lock is still held after the forced release")
+	}
+}

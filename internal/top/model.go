@@ -347,7 +347,7 @@ func (m Model) key(k tea.KeyMsg) (tea.Model, tea.Cmd) {
 		m.detailLines, m.detailTop = []string{"reading..."}, 0
 		m.detailOcc, m.detailSel = nil, 0
 		return m, m.readDetail(nil)
-	case "r", "d", "t", "p", "h":
+	case "r", "R", "d", "t", "p", "h":
 		return m.startAction(s)
 	}
 	return m, nil
@@ -411,7 +411,7 @@ func (m Model) switchTo(v View) (tea.Model, tea.Cmd) {
 // actionFor is the action a key starts on a view, or false.
 func (m Model) actionFor(key string) (Verb, bool) {
 	switch {
-	case key == "r" && m.view == Locks:
+	case (key == "r" || key == "R") && m.view == Locks:
 		return ReleaseLock, true
 	case key == "d" && m.view == Replicas:
 		return DrainReplica, true
@@ -442,6 +442,11 @@ func (m Model) startAction(key string) (tea.Model, tea.Cmd) {
 		return m, nil
 	}
 	m.pending = Action{Verb: verb, Target: target}
+	if key == "R" {
+		// By force: the row's holder and its liveness for the question.
+		m.pending.Force = true
+		m.pending.Holder, m.pending.HolderState = m.selectedCell("LOCKED BY"), m.selectedCell("HOLDER")
+	}
 	m.mode, m.input = modeReason, ""
 	return m, nil
 }
@@ -477,6 +482,21 @@ func (m Model) selectedPaused() bool {
 		}
 	}
 	return false
+}
+
+// selectedCell is the selected row's cell of column col, or "".
+func (m Model) selectedCell(col string) string {
+	vs := m.views[m.view]
+	if len(vs.rows) == 0 || vs.cursor >= len(vs.rows) {
+		return ""
+	}
+	row := vs.table.Rows[vs.rows[vs.cursor]]
+	for i, c := range vs.table.Columns {
+		if c == col && i < len(row) {
+			return row[i].Text
+		}
+	}
+	return ""
 }
 
 // selectedKey is the key (first cell) of the selected row, or "".

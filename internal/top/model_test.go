@@ -269,7 +269,7 @@ func TestEscCancelsAnActionAtEitherStep(t *testing.T) {
 func TestReadOnlyDisablesEveryAction(t *testing.T) {
 	a := &fakeActor{}
 	m := loaded(Options{Actor: a, ReadOnly: true}, 80, 24)
-	for _, k := range []string{"1d", "2t", "2p", "3r", "4h"} {
+	for _, k := range []string{"1d", "2t", "2p", "3r", "3R", "4h"} {
 		m, _ = run(m, append(keys(k), keys("why")...)...)
 		m, _ = run(m, key(tea.KeyEnter))
 		m, _ = run(m, keys("y")...)
@@ -573,5 +573,40 @@ func TestOccurrenceCommandLineIsJobsWhyWithAtAndScope(t *testing.T) {
 	o := Occurrence{Job: "cache-warm", At: time.Date(2026, 11, 30, 2, 0, 0, 500e6, time.UTC), Scope: "web-2"}
 	if got, want := o.CommandLine(), "studioctl jobs why cache-warm --at 2026-11-30T02:00:00.5Z --scope web-2"; got != want {
 		t.Errorf("CommandLine() = %q, want %q", got, want)
+	}
+}
+
+// R releases a lock by force, whatever its holder: the confirmation says
+// the holder is live and shows the command with --force, and y hands the
+// actor the forced release (the verb's run function with Force, audited
+// as the verb audits it). r on the same lock stays the plain release the
+// verb refuses.
+func TestRReleasesALockWithALiveHolderByForce(t *testing.T) {
+	live := Table{Columns: locksTable().Columns, Rows: [][]output.Cell{plain("report", "held", "web-1", "live", "8s ago", "in 50s", "50s")}}
+	for _, sz := range []struct{ w, h int }{{80, 24}, {160, 48}} {
+		a := &fakeActor{}
+		m := send(loaded(Options{Actor: a, Now: func() time.Time { return at }}, sz.w, sz.h), SnapshotMsg{View: Locks, Table: live, At: at})
+		m, _ = run(m, append(keys("3R"), keys("web-1 hung")...)...)
+		m, _ = run(m, key(tea.KeyEnter))
+		v := m.View()
+		for _, want := range []string{
+			`release lock "report" by force? its holder web-1 is live`,
+			"$ studioctl locks release report --force --reason 'web-1 hung' --yes",
+			"its run may still be going",
+		} {
+			if !strings.Contains(v, want) {
+				t.Errorf("%dx%d: the confirmation does not say %q:\n%s", sz.w, sz.h, want, v)
+			}
+		}
+		golden(t, "locks-force-confirm-"+itoa(sz.w)+"x"+itoa(sz.h)+".txt", frame(t, m, sz.w, sz.h))
+		m, _ = run(m, keys("y")...)
+		want := Action{Verb: ReleaseLock, Target: "report", Reason: "web-1 hung", Force: true, Holder: "web-1", HolderState: "live"}
+		if len(a.done) != 1 || a.done[0] != want {
+			t.Fatalf("y did %+v, want %+v", a.done, want)
+		}
+		m, _ = run(m, append(keys("r"), key(tea.KeyEnter))...)
+		if v := m.View(); strings.Contains(v, "--force") || strings.Contains(v, "by force") {
+			t.Errorf("r asks for a forced release:\n%s", v)
+		}
 	}
 }

@@ -136,6 +136,12 @@ type Action struct {
 	Verb   Verb
 	Target string
 	Reason string
+	// Force: a lock's release by force (locks release --force), which the
+	// verb allows whatever its holder; Holder and HolderState are the
+	// lock's holder and whether it is live, as the row showed them.
+	Force       bool
+	Holder      string
+	HolderState string
 }
 
 // Args is the action as studioctl's command line takes it, without the
@@ -156,6 +162,9 @@ func (a Action) Args() []string {
 	case ReleaseLease:
 		args = []string{"leases", "release", a.Target}
 	}
+	if a.Force {
+		args = append(args, "--force")
+	}
 	if a.Reason != "" {
 		args = append(args, "--reason", a.Reason)
 	}
@@ -175,6 +184,10 @@ func (a Action) CommandLine() string {
 
 // Question is what the confirmation asks, as the verb asks it.
 func (a Action) Question() string {
+	switch {
+	case a.Verb == ReleaseLock && a.Force:
+		return fmt.Sprintf("release lock %q by force? its holder %s is %s", a.Target, a.Holder, a.HolderState)
+	}
 	switch a.Verb {
 	case ReleaseLock:
 		return fmt.Sprintf("release lock %q?", a.Target)
@@ -189,6 +202,16 @@ func (a Action) Question() string {
 	default:
 		return fmt.Sprintf("release cluster %q?", a.Target)
 	}
+}
+
+// Warning is what the confirmation says besides the question: a forced
+// release of a lock whose holder is live or unknown may let the job run
+// twice ("" when there is nothing to say).
+func (a Action) Warning() string {
+	if a.Verb != ReleaseLock || !a.Force || a.HolderState == "gone" {
+		return ""
+	}
+	return "its run may still be going: another replica may start the job meanwhile"
 }
 
 // Actor does the actions, each through its verb's own code path, audited

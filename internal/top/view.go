@@ -386,8 +386,9 @@ var helpText = []string{
 	"views     1 replicas  2 jobs  3 locks  4 leases  5 events  tab/shift+tab next/previous",
 	"move      up/down j/k  pgup/pgdn  g/G first/last  left/right more columns",
 	"find      / filter (enter keeps it, esc clears)  s sort by the next column  S reverse",
-	"look      enter drill down (esc back)",
+	"look      enter drill down, esc back; in a job's, j/k enter: jobs why of one",
 	"act       r release a lock (locks)       d drain a replica (replicas)",
+	"          R release a lock by force, whatever its holder (--force)",
 	"          t trigger a job (jobs)         p pause or resume a job (jobs)",
 	"          h release a lease (leases)",
 	"          each asks a reason (enter), shows the studioctl command, y confirms, esc cancels",
@@ -415,6 +416,9 @@ func (m Model) confirmBox(w int) []string {
 	inner := w - 4
 	var lines []string
 	lines = append(lines, " "+a.Question())
+	if w := a.Warning(); w != "" {
+		lines = append(lines, " "+w)
+	}
 	lines = append(lines, " $ "+a.CommandLine())
 	if m.mode == modeReason {
 		lines = append(lines, " reason: "+m.input+"_")
@@ -502,7 +506,7 @@ func (m Model) keyLine(w int) string {
 	case modeConfirm:
 		keys = "y confirm  esc cancel"
 	default:
-		act := map[View]string{Replicas: "d drain", Jobs: "t trigger  p pause/resume", Locks: "r release", Leases: "h release"}[m.view]
+		act := map[View]string{Replicas: "d drain", Jobs: "t trigger  p pause/resume", Locks: "r release  R by force", Leases: "h release"}[m.view]
 		if m.o.ReadOnly {
 			act = "read-only"
 		}
