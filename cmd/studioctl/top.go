@@ -62,18 +62,21 @@ func newTopCmd(a *app, runF func(context.Context, *topOptions) error) *cobra.Com
 		Short: "The whole installation on one keyboard-driven screen, with the safe actions one key away",
 		Long: `A full-screen view of replicas, jobs, locks, leases and the event stream
 (keys 1-5 or tab), each with the columns of its list command, filtered with
-/ and sorted with s. enter drills down into a row. The header shows doctor's
-checks: crashed replicas, stale locks, unowned clusters, failing, overdue
-and drifting jobs. Redrawn within a second of a change (the bus, as --watch),
-read every 10 s without it; a lost bus shows in the status line.
+/ and sorted with s. enter drills down into a row; in a job's, j/k select
+an occurrence and enter tells jobs why of it (jobs why ID --at --scope). The
+header shows doctor's checks: crashed replicas, stale locks, unowned
+clusters, failing, overdue and drifting jobs. Redrawn within a second of a
+change (the bus, as --watch); without it, a cheap check every 10 s reads
+again what changed; a lost bus shows in the status line.
 
 Actions, each the same code path as its verb and audited with the actor:
-r releases a lock (locks release), d drains a replica (replicas drain), t
-triggers a job (jobs trigger), p pauses or resumes it (jobs pause, jobs
-resume), h releases a lease (leases release). Each asks for a reason, shows
-the equivalent studioctl command, and runs on y (esc cancels); what the verb
-refuses (a live holder without --force) is refused. --read-only disables
-every action. ? shows the keys; q or Ctrl-C leaves. See docs/top.md.`,
+r releases a lock (locks release), R by force whatever its holder (locks
+release --force), d drains a replica (replicas drain), t triggers a job
+(jobs trigger), p pauses or resumes it (jobs pause, jobs resume), h releases
+a lease (leases release). Each asks for a reason, shows the equivalent
+studioctl command, and runs on y (esc cancels); what the verb refuses (a
+live holder without --force) is refused. --read-only disables every action.
+? shows the keys; q or Ctrl-C leaves. See docs/top.md.`,
 		Example: `  studioctl top
   studioctl top --read-only
   NO_COLOR=1 studioctl top`,
