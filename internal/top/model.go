@@ -13,18 +13,24 @@ import (
 
 // Messages the model takes besides Bubble Tea's keys and sizes.
 type (
-	// SnapshotMsg is a read of a view (Feed sends it).
+	// SnapshotMsg is a read of a view (Feed sends it), with the header
+	// when it was read too.
 	SnapshotMsg Snapshot
+	// HeaderMsg is a read of the header alone.
+	HeaderMsg []Check
 	// ReadFailedMsg: a read failed; Err says why ("" when reads work again).
 	ReadFailedMsg struct{ Err string }
 	// BusMsg: the bus connection was lost (Live false) or is back.
 	BusMsg struct{ Live bool }
-	// DetailMsg is the drill-down of one row.
+	// DetailMsg is the drill-down of one row; Occurrences are those it
+	// lists (a job's), Why says it tells jobs why of a selected one.
 	DetailMsg struct {
-		View  View
-		Key   string
-		Text  string
-		Error string
+		View        View
+		Key         string
+		Text        string
+		Occurrences []Occurrence
+		Why         *Occurrence
+		Error       string
 	}
 	// DoneMsg is the result of an action.
 	DoneMsg struct {
@@ -100,10 +106,16 @@ type Model struct {
 	statusBad  bool
 	readFailed string
 	busLost    bool
-	// detail: the drill-down on screen.
+	// detail: the drill-down on screen, of row detailKey of detailView;
+	// detailOcc the occurrences it lists (a job's), detailSel the one
+	// selected for jobs why.
+	detailView  View
+	detailKey   string
 	detailTitle string
 	detailLines []string
 	detailTop   int
+	detailOcc   []Occurrence
+	detailSel   int
 	st          styles
 }
 
@@ -142,6 +154,9 @@ func (m Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		m.derive(msg.View)
 		m.reselect(msg.View, key)
 		return m, nil
+	case HeaderMsg:
+		m.header = msg
+		return m, nil
 	case ReadFailedMsg:
 		m.readFailed = msg.Err
 		return m, nil
@@ -149,7 +164,7 @@ func (m Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		m.busLost = !msg.Live
 		return m, nil
 	case DetailMsg:
-		if m.mode != modeDetail {
+		if m.mode != modeDetail || msg.View != m.detailView || msg.Key != m.detailKey {
 			return m, nil
 		}
 		text := msg.Text
@@ -158,6 +173,18 @@ func (m Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		}
 		m.detailLines = strings.Split(strings.TrimRight(text, "\n"), "\n")
 		m.detailTop = 0
+		sel := 0
+		if msg.Why != nil {
+			// Keep the occurrence selected, and show its why (the last
+			// section).
+			for i, o := range msg.Occurrences {
+				if o.At.Equal(msg.Why.At) && o.Scope == msg.Why.Scope {
+					sel = i
+				}
+			}
+			m.detailTop = max(len(m.detailLines)-m.detailRows(), 0)
+		}
+		m.detailOcc, m.detailSel = msg.Occurrences, sel
 		return m, nil
 	case DoneMsg:
 		if msg.Error != "" {
@@ -226,14 +253,31 @@ func (m Model) key(k tea.KeyMsg) (tea.Model, tea.Cmd) {
 		m.mode = modeTable
 		return m, nil
 	case modeDetail:
+		occ := len(m.detailOcc)
 		switch s {
-		case "esc", "enter", "backspace", "left", "h":
+		case "esc", "backspace", "left", "h":
 			m.mode = modeTable
+		case "enter":
+			if occ == 0 {
+				m.mode = modeTable
+				break
+			}
+			why := m.detailOcc[m.detailSel]
+			m.status, m.statusBad = "$ "+why.CommandLine(), false
+			return m, m.readDetail(&why)
 		case "q":
 			return m, tea.Quit
 		case "down", "j":
+			if occ > 0 {
+				m.selectOccurrence(m.detailSel + 1)
+				break
+			}
 			m.detailTop = min(m.detailTop+1, max(len(m.detailLines)-m.detailRows(), 0))
 		case "up", "k":
+			if occ > 0 {
+				m.selectOccurrence(m.detailSel - 1)
+				break
+			}
 			m.detailTop = max(m.detailTop-1, 0)
 		case "pgdown", " ":
 			m.detailTop = min(m.detailTop+m.detailRows(), max(len(m.detailLines)-m.detailRows(), 0))
@@ -298,20 +342,42 @@ func (m Model) key(k tea.KeyMsg) (tea.Model, tea.Cmd) {
 			return m, nil
 		}
 		m.mode = modeDetail
+		m.detailView, m.detailKey = m.view, key
 		m.detailTitle = m.view.String() + " " + key
 		m.detailLines, m.detailTop = []string{"reading..."}, 0
-		src, ctx, v := m.o.Source, m.o.Ctx, m.view
-		return m, func() tea.Msg {
-			text, err := src.Detail(ctx, v, key)
-			if err != nil {
-				return DetailMsg{View: v, Key: key, Error: err.Error()}
-			}
-			return DetailMsg{View: v, Key: key, Text: text}
-		}
-	case "r", "d", "t", "p", "h":
+		m.detailOcc, m.detailSel = nil, 0
+		return m, m.readDetail(nil)
+	case "r", "R", "d", "t", "p", "h":
 		return m.startAction(s)
 	}
 	return m, nil
+}
+
+// readDetail reads the drill-down on screen, with jobs why of why (nil:
+// of the last occurrence that fell due).
+func (m Model) readDetail(why *Occurrence) tea.Cmd {
+	src, ctx, v, key := m.o.Source, m.o.Ctx, m.detailView, m.detailKey
+	return func() tea.Msg {
+		d, err := src.Detail(ctx, v, key, why)
+		msg := DetailMsg{View: v, Key: key, Text: d.Text, Occurrences: d.Occurrences, Why: why}
+		if err != nil {
+			msg.Error = err.Error()
+		}
+		return msg
+	}
+}
+
+// selectOccurrence selects occurrence i of a job's drill-down (kept
+// inside the list) and scrolls to show it.
+func (m *Model) selectOccurrence(i int) {
+	m.detailSel = max(min(i, len(m.detailOcc)-1), 0)
+	line, rows := m.detailOcc[m.detailSel].Line, m.detailRows()
+	if line < m.detailTop {
+		m.detailTop = line
+	}
+	if line >= m.detailTop+rows {
+		m.detailTop = line - rows + 1
+	}
 }
 
 // typing edits m.input; enter calls done, esc cancel.
@@ -345,7 +411,7 @@ func (m Model) switchTo(v View) (tea.Model, tea.Cmd) {
 // actionFor is the action a key starts on a view, or false.
 func (m Model) actionFor(key string) (Verb, bool) {
 	switch {
-	case key == "r" && m.view == Locks:
+	case (key == "r" || key == "R") && m.view == Locks:
 		return ReleaseLock, true
 	case key == "d" && m.view == Replicas:
 		return DrainReplica, true
@@ -376,6 +442,11 @@ func (m Model) startAction(key string) (tea.Model, tea.Cmd) {
 		return m, nil
 	}
 	m.pending = Action{Verb: verb, Target: target}
+	if key == "R" {
+		// By force: the row's holder and its liveness for the question.
+		m.pending.Force = true
+		m.pending.Holder, m.pending.HolderState = m.selectedCell("LOCKED BY"), m.selectedCell("HOLDER")
+	}
 	m.mode, m.input = modeReason, ""
 	return m, nil
 }
@@ -411,6 +482,21 @@ func (m Model) selectedPaused() bool {
 		}
 	}
 	return false
+}
+
+// selectedCell is the selected row's cell of column col, or "".
+func (m Model) selectedCell(col string) string {
+	vs := m.views[m.view]
+	if len(vs.rows) == 0 || vs.cursor >= len(vs.rows) {
+		return ""
+	}
+	row := vs.table.Rows[vs.rows[vs.cursor]]
+	for i, c := range vs.table.Columns {
+		if c == col && i < len(row) {
+			return row[i].Text
+		}
+	}
+	return ""
 }
 
 // selectedKey is the key (first cell) of the selected row, or "".

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -268,7 +269,7 @@ func TestEscCancelsAnActionAtEitherStep(t *testing.T) {
 func TestReadOnlyDisablesEveryAction(t *testing.T) {
 	a := &fakeActor{}
 	m := loaded(Options{Actor: a, ReadOnly: true}, 80, 24)
-	for _, k := range []string{"1d", "2t", "2p", "3r", "4h"} {
+	for _, k := range []string{"1d", "2t", "2p", "3r", "3R", "4h"} {
 		m, _ = run(m, append(keys(k), keys("why")...)...)
 		m, _ = run(m, key(tea.KeyEnter))
 		m, _ = run(m, keys("y")...)
@@ -387,26 +388,49 @@ func TestTenThousandJobsScroll(t *testing.T) {
 	}
 }
 
-// fakeSource returns a table whose only row counts its reads.
-type fakeSource struct{ reads chan read }
+// fakeSource returns a table of one row, tells each read on reads, and
+// gives the marks set with setMarks.
+type fakeSource struct {
+	reads chan read
+	mu    sync.Mutex
+	marks Marks
+	// detail is what Detail returns (nil: an error).
+	detail func(v View, key string, why *Occurrence) (Detail, error)
+}
 
-// read is one Load of a fakeSource.
+// read is one Load (header false) or Header (header true) of a fakeSource.
 type read struct {
 	view   View
 	header bool
 }
 
-func (f *fakeSource) Load(_ context.Context, v View, header bool) (Snapshot, error) {
-	f.reads <- read{v, header}
-	s := Snapshot{View: v, Table: Table{Columns: []string{"ID"}, Rows: [][]output.Cell{plain("x")}}}
-	if header {
-		s.Header = []Check{{Name: "stale_locks", Label: "stale", Status: "ok"}}
-	}
-	return s, nil
+func (f *fakeSource) setMarks(m Marks) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.marks = m
 }
 
-func (f *fakeSource) Detail(context.Context, View, string) (string, error) {
-	return "", errors.New("no detail")
+func (f *fakeSource) Mark(context.Context, View) (Marks, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.marks, nil
+}
+
+func (f *fakeSource) Load(_ context.Context, v View) (Snapshot, error) {
+	f.reads <- read{v, false}
+	return Snapshot{View: v, Table: Table{Columns: []string{"ID"}, Rows: [][]output.Cell{plain("x")}}}, nil
+}
+
+func (f *fakeSource) Header(context.Context) ([]Check, error) {
+	f.reads <- read{-1, true}
+	return []Check{{Name: "stale_locks", Label: "stale", Status: "ok"}}, nil
+}
+
+func (f *fakeSource) Detail(_ context.Context, v View, key string, why *Occurrence) (Detail, error) {
+	if f.detail == nil {
+		return Detail{}, errors.New("no detail")
+	}
+	return f.detail(v, key, why)
 }
 
 // BenchmarkReadAndFrame10000Jobs is the redraw after a read of 10,000
@@ -455,5 +479,134 @@ func TestTheConfirmationShowsAHostileNameEscaped(t *testing.T) {
 	}
 	if !strings.Contains(v, `evil\x1b]0;pwned`) {
 		t.Errorf("the confirmation does not show the name escaped:\n%s", v)
+	}
+}
+
+// jobDetail is a job's drill-down as the source gives it: three
+// occurrences listed, and jobs why of the one asked (the last due by
+// default).
+func jobDetail(asked *[]*Occurrence) func(View, string, *Occurrence) (Detail, error) {
+	return func(v View, key string, why *Occurrence) (Detail, error) {
+		*asked = append(*asked, why)
+		occ := []Occurrence{
+			{Job: key, At: at.Add(-time.Minute), Scope: "", Line: 6},
+			{Job: key, At: at.Add(-2 * time.Minute), Scope: "", Line: 7},
+			{Job: key, At: at.Add(-3 * time.Minute), Scope: "", Line: 8},
+		}
+		told := "the last due time"
+		if why != nil {
+			told = why.At.Format("15:04:05Z")
+		}
+		text := strings.Join([]string{
+			"job " + key,
+			"ID         SCOPE         HEALTH  OUTCOME",
+			key + "  installation  failing  failed",
+			"",
+			"occurrences, newest first",
+			"NOMINAL               OUTCOME  REASON",
+			"2026-12-06T02:59:00Z  ran",
+			"2026-12-06T02:58:00Z  skipped  paused",
+			"2026-12-06T02:57:00Z  missed   down",
+			"",
+			"why (" + told + ")",
+			"The occurrence at " + told + " of " + key + " was told.",
+		}, "\n")
+		return Detail{Text: text, Occurrences: occ}, nil
+	}
+}
+
+// In a job's drill-down, j/k select any occurrence it lists and enter
+// tells jobs why of that one, through the source's Detail (the verb's run
+// function with --at and --scope), showing the equivalent command; the
+// drill-down only told of the newest.
+func TestAJobsDrillDownTellsJobsWhyOfTheSelectedOccurrence(t *testing.T) {
+	var asked []*Occurrence
+	src := &fakeSource{reads: make(chan read, 8), detail: jobDetail(&asked)}
+	for _, sz := range []struct{ w, h int }{{80, 24}, {160, 48}} {
+		asked = nil
+		m := loaded(Options{Source: src, Now: func() time.Time { return at }}, sz.w, sz.h)
+		m, _ = run(m, append(keys("2j"), key(tea.KeyEnter))...)
+		if len(asked) != 1 || asked[0] != nil {
+			t.Fatalf("the drill-down asked %v, want one read with the verb's default", asked)
+		}
+		if m.mode != modeDetail || len(m.detailOcc) != 3 || m.detailSel != 0 {
+			t.Fatalf("mode %v, %d occurrences, selected %d; want the drill-down, 3, the first", m.mode, len(m.detailOcc), m.detailSel)
+		}
+		m, _ = run(m, keys("jjjk")...) // the third, then back to the second (kept inside the list)
+		if m.detailSel != 1 {
+			t.Errorf("after jjjk occurrence %d is selected, want 1", m.detailSel)
+		}
+		m, _ = run(m, key(tea.KeyEnter))
+		if len(asked) != 2 || asked[1] == nil || !asked[1].At.Equal(at.Add(-2*time.Minute)) || asked[1].Job != "job-00001" {
+			t.Fatalf("enter asked %+v, want jobs why of job-00001's occurrence at 02:58", asked)
+		}
+		want := "$ studioctl jobs why job-00001 --at 2026-12-06T02:58:00Z --scope ''"
+		if m.status != want {
+			t.Errorf("status %q, want the equivalent command %q", m.status, want)
+		}
+		v := m.View()
+		if !strings.Contains(v, "The occurrence at 02:58:00Z of job-00001 was told.") {
+			t.Errorf("the frame does not show jobs why of the selected occurrence:\n%s", v)
+		}
+		if m.detailSel != 1 || m.mode != modeDetail {
+			t.Errorf("after jobs why: mode %v, selected %d; want the drill-down, 1", m.mode, m.detailSel)
+		}
+		golden(t, "jobs-why-"+itoa(sz.w)+"x"+itoa(sz.h)+".txt", frame(t, m, sz.w, sz.h))
+		m, _ = run(m, key(tea.KeyEsc))
+		if m.mode != modeTable || m.view != Jobs {
+			t.Errorf("esc left mode %v on view %v, want the jobs table", m.mode, m.view)
+		}
+	}
+}
+
+// A drill-down read that arrives after the operator left it, or for
+// another row, changes nothing.
+func TestALateDrillDownIsDropped(t *testing.T) {
+	m := loaded(Options{Now: func() time.Time { return at }}, 80, 24)
+	m = send(m, DetailMsg{View: Jobs, Key: "job-00001", Text: "late"})
+	if m.mode != modeTable || len(m.detailLines) != 0 {
+		t.Errorf("a late drill-down changed the screen: mode %v, lines %q", m.mode, m.detailLines)
+	}
+}
+
+func TestOccurrenceCommandLineIsJobsWhyWithAtAndScope(t *testing.T) {
+	o := Occurrence{Job: "cache-warm", At: time.Date(2026, 11, 30, 2, 0, 0, 500e6, time.UTC), Scope: "web-2"}
+	if got, want := o.CommandLine(), "studioctl jobs why cache-warm --at 2026-11-30T02:00:00.5Z --scope web-2"; got != want {
+		t.Errorf("CommandLine() = %q, want %q", got, want)
+	}
+}
+
+// R releases a lock by force, whatever its holder: the confirmation says
+// the holder is live and shows the command with --force, and y hands the
+// actor the forced release (the verb's run function with Force, audited
+// as the verb audits it). r on the same lock stays the plain release the
+// verb refuses.
+func TestRReleasesALockWithALiveHolderByForce(t *testing.T) {
+	live := Table{Columns: locksTable().Columns, Rows: [][]output.Cell{plain("report", "held", "web-1", "live", "8s ago", "in 50s", "50s")}}
+	for _, sz := range []struct{ w, h int }{{80, 24}, {160, 48}} {
+		a := &fakeActor{}
+		m := send(loaded(Options{Actor: a, Now: func() time.Time { return at }}, sz.w, sz.h), SnapshotMsg{View: Locks, Table: live, At: at})
+		m, _ = run(m, append(keys("3R"), keys("web-1 hung")...)...)
+		m, _ = run(m, key(tea.KeyEnter))
+		v := m.View()
+		for _, want := range []string{
+			`release lock "report" by force? its holder web-1 is live`,
+			"$ studioctl locks release report --force --reason 'web-1 hung' --yes",
+			"its run may still be going",
+		} {
+			if !strings.Contains(v, want) {
+				t.Errorf("%dx%d: the confirmation does not say %q:\n%s", sz.w, sz.h, want, v)
+			}
+		}
+		golden(t, "locks-force-confirm-"+itoa(sz.w)+"x"+itoa(sz.h)+".txt", frame(t, m, sz.w, sz.h))
+		m, _ = run(m, keys("y")...)
+		want := Action{Verb: ReleaseLock, Target: "report", Reason: "web-1 hung", Force: true, Holder: "web-1", HolderState: "live"}
+		if len(a.done) != 1 || a.done[0] != want {
+			t.Fatalf("y did %+v, want %+v", a.done, want)
+		}
+		m, _ = run(m, append(keys("r"), key(tea.KeyEnter))...)
+		if v := m.View(); strings.Contains(v, "--force") || strings.Contains(v, "by force") {
+			t.Errorf("r asks for a forced release:\n%s", v)
+		}
 	}
 }

@@ -66,12 +66,56 @@ type Snapshot struct {
 // Source reads what the screen shows. Implementations run the list
 // commands' own reads (cmd/studioctl/top.go).
 type Source interface {
-	// Load reads one view and, with header, the header (without it the
-	// snapshot's Header is nil: the screen keeps the last).
-	Load(ctx context.Context, v View, header bool) (Snapshot, error)
-	// Detail is the drill-down of one row of a view: text, as the verbs
-	// that show it print it.
-	Detail(ctx context.Context, v View, key string) (string, error)
+	// Load reads one view (the snapshot's Header is nil).
+	Load(ctx context.Context, v View) (Snapshot, error)
+	// Header runs the header's checks.
+	Header(ctx context.Context) ([]Check, error)
+	// Mark reads the marks of view v and of the header, in one cheap
+	// statement. The feed reads them before a read, and reads again only
+	// what changed (docs/top.md, "Cost").
+	Mark(ctx context.Context, v View) (Marks, error)
+	// Detail is the drill-down of one row of a view, as the verbs that
+	// show it print it. For a job, why names the occurrence jobs why tells
+	// of (nil: the verb's default, the last that fell due).
+	Detail(ctx context.Context, v View, key string, why *Occurrence) (Detail, error)
+}
+
+// Detail is a drill-down: its text and, for a job, the occurrences it
+// lists, each of which the operator may select for jobs why.
+type Detail struct {
+	Text        string
+	Occurrences []Occurrence
+}
+
+// Occurrence is one occurrence a job's drill-down lists: jobs why JOB --at
+// At --scope Scope tells of it.
+type Occurrence struct {
+	Job   string
+	At    time.Time
+	Scope string
+	// Line is the line of the drill-down's text that shows it.
+	Line int
+}
+
+// Args is jobs why for the occurrence, as the command line takes it.
+func (o Occurrence) Args() []string {
+	return []string{"jobs", "why", o.Job, "--at", o.At.UTC().Format(time.RFC3339Nano), "--scope", o.Scope}
+}
+
+// CommandLine is the equivalent studioctl command, quoted for a POSIX shell.
+func (o Occurrence) CommandLine() string {
+	q := []string{"studioctl"}
+	for _, s := range o.Args() {
+		q = append(q, shellQuote(s))
+	}
+	return strings.Join(q, " ")
+}
+
+// Marks fingerprint what a view's read and the header's read show, but
+// what moves with time alone: two equal marks, the two reads would show
+// the same rows. "" is no mark: read every time.
+type Marks struct {
+	View, Header string
 }
 
 // Verb is one action's verb.
@@ -92,6 +136,12 @@ type Action struct {
 	Verb   Verb
 	Target string
 	Reason string
+	// Force: a lock's release by force (locks release --force), which the
+	// verb allows whatever its holder; Holder and HolderState are the
+	// lock's holder and whether it is live, as the row showed them.
+	Force       bool
+	Holder      string
+	HolderState string
 }
 
 // Args is the action as studioctl's command line takes it, without the
@@ -112,6 +162,9 @@ func (a Action) Args() []string {
 	case ReleaseLease:
 		args = []string{"leases", "release", a.Target}
 	}
+	if a.Force {
+		args = append(args, "--force")
+	}
 	if a.Reason != "" {
 		args = append(args, "--reason", a.Reason)
 	}
@@ -131,6 +184,10 @@ func (a Action) CommandLine() string {
 
 // Question is what the confirmation asks, as the verb asks it.
 func (a Action) Question() string {
+	switch {
+	case a.Verb == ReleaseLock && a.Force:
+		return fmt.Sprintf("release lock %q by force? its holder %s is %s", a.Target, a.Holder, a.HolderState)
+	}
 	switch a.Verb {
 	case ReleaseLock:
 		return fmt.Sprintf("release lock %q?", a.Target)
@@ -145,6 +202,16 @@ func (a Action) Question() string {
 	default:
 		return fmt.Sprintf("release cluster %q?", a.Target)
 	}
+}
+
+// Warning is what the confirmation says besides the question: a forced
+// release of a lock whose holder is live or unknown may let the job run
+// twice ("" when there is nothing to say).
+func (a Action) Warning() string {
+	if a.Verb != ReleaseLock || !a.Force || a.HolderState == "gone" {
+		return ""
+	}
+	return "its run may still be going: another replica may start the job meanwhile"
 }
 
 // Actor does the actions, each through its verb's own code path, audited

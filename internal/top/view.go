@@ -361,11 +361,22 @@ func (m Model) tableBody(w int) []string {
 }
 
 func (m Model) detailBody(w int) []string {
-	lines := []string{m.st.bold.Render(pad(" "+m.detailTitle+"  (esc back, j/k scroll)", w))}
+	hint := "  (esc back, j/k scroll)"
+	selLine := -1
+	if len(m.detailOcc) > 0 {
+		hint = "  (esc back, j/k select an occurrence, enter jobs why)"
+		selLine = m.detailOcc[m.detailSel].Line
+	}
+	lines := []string{m.st.bold.Render(pad(" "+m.detailTitle+hint, w))}
 	rows := m.detailRows()
 	end := min(m.detailTop+rows, len(m.detailLines))
-	for _, l := range m.detailLines[m.detailTop:end] {
-		lines = append(lines, output.Truncate(" "+output.Safe(strings.ReplaceAll(l, "\t", "  ")), w))
+	for i := m.detailTop; i < end; i++ {
+		l := output.Safe(strings.ReplaceAll(m.detailLines[i], "\t", "  "))
+		if i == selLine {
+			lines = append(lines, m.st.selected.Render(pad(output.Truncate(">"+l, w), w)))
+			continue
+		}
+		lines = append(lines, output.Truncate(" "+l, w))
 	}
 	return lines
 }
@@ -375,8 +386,9 @@ var helpText = []string{
 	"views     1 replicas  2 jobs  3 locks  4 leases  5 events  tab/shift+tab next/previous",
 	"move      up/down j/k  pgup/pgdn  g/G first/last  left/right more columns",
 	"find      / filter (enter keeps it, esc clears)  s sort by the next column  S reverse",
-	"look      enter drill down (esc back)",
+	"look      enter drill down, esc back; in a job's, j/k enter: jobs why of one",
 	"act       r release a lock (locks)       d drain a replica (replicas)",
+	"          R release a lock by force, whatever its holder (--force)",
 	"          t trigger a job (jobs)         p pause or resume a job (jobs)",
 	"          h release a lease (leases)",
 	"          each asks a reason (enter), shows the studioctl command, y confirms, esc cancels",
@@ -404,6 +416,9 @@ func (m Model) confirmBox(w int) []string {
 	inner := w - 4
 	var lines []string
 	lines = append(lines, " "+a.Question())
+	if w := a.Warning(); w != "" {
+		lines = append(lines, " "+w)
+	}
 	lines = append(lines, " $ "+a.CommandLine())
 	if m.mode == modeReason {
 		lines = append(lines, " reason: "+m.input+"_")
@@ -481,6 +496,9 @@ func (m Model) keyLine(w int) string {
 	switch m.mode {
 	case modeDetail:
 		keys = "esc back  j/k scroll  q quit"
+		if len(m.detailOcc) > 0 {
+			keys = "esc back  j/k select  enter jobs why  pgup/pgdn scroll  q quit"
+		}
 	case modeFilter:
 		keys = "type to filter  enter keep  esc clear"
 	case modeReason:
@@ -488,7 +506,7 @@ func (m Model) keyLine(w int) string {
 	case modeConfirm:
 		keys = "y confirm  esc cancel"
 	default:
-		act := map[View]string{Replicas: "d drain", Jobs: "t trigger  p pause/resume", Locks: "r release", Leases: "h release"}[m.view]
+		act := map[View]string{Replicas: "d drain", Jobs: "t trigger  p pause/resume", Locks: "r release  R by force", Leases: "h release"}[m.view]
 		if m.o.ReadOnly {
 			act = "read-only"
 		}
