@@ -18,6 +18,8 @@
 # usage: bench/run-fleet.sh
 #   BASE=ef39995 ROUNDS=1 WARMUP=15s WINDOW=30s IDLE_WINDOW=30s OUT=dir
 #   REPLICA_COUNTS="3 10 30" IDLE_COUNTS="1 3 10 30" JOBS=100 PARTS="busy idle"
+#   START_BATCH=5 (replicas started at a time, each batch ready before the next)
+#   BUILDS="before after" (the builds to run, e.g. BUILDS=before to retry one)
 #
 # A measurement; never run by the CI tests (TestMeasureFleet skips unless
 # STUDIO_BENCH_FLEET=1, which only this script sets).
@@ -32,6 +34,8 @@ replica_counts=${REPLICA_COUNTS:-3 10 30}
 idle_counts=${IDLE_COUNTS:-1 3 10 30}
 jobs=${JOBS:-100}
 parts=${PARTS:-busy idle}
+start_batch=${START_BATCH:-5}
+builds=${BUILDS:-before after}
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-${TMPDIR:-/tmp}/studioctl-fleet-$(date -u +%Y%m%dT%H%M%SZ)}
 mkdir -p "$out/base-src"
@@ -51,7 +55,7 @@ fi
 	echo "before:   $(git -C "$root" rev-parse --short "$base")"
 	echo "after:    $(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff --quiet 2>/dev/null || echo ' (work tree modified)')"
 	echo "cpu:      $(nproc) x $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')"
-	echo "settings: rounds=$rounds warmup=$warmup window=$window idle_window=$idle_window replica_counts=\"$replica_counts\" idle_counts=\"$idle_counts\" jobs=$jobs"
+	echo "settings: rounds=$rounds warmup=$warmup window=$window idle_window=$idle_window replica_counts=\"$replica_counts\" idle_counts=\"$idle_counts\" jobs=$jobs start_batch=$start_batch builds=\"$builds\""
 } | tee "$out/machine.txt" >&2
 
 # run NAME BINARY REPLICAS JOBS WINDOW: one TestMeasureFleet, its JSON in NAME.json.
@@ -62,7 +66,7 @@ run() {
 	(cd "$root/internal/e2e/fleet" &&
 		STUDIO_BENCH_FLEET=1 STUDIO_BENCH_NORACE=1 STUDIO_FLEET_BIN="$bin" STUDIO_BENCH_FLEET_LABEL="$name" \
 			STUDIO_BENCH_FLEET_REPLICAS="$n" STUDIO_BENCH_FLEET_JOBS="$j" STUDIO_BENCH_FLEET_WARMUP="$warmup" \
-			STUDIO_BENCH_FLEET_WINDOW="$w" STUDIO_BENCH_FLEET_OUT="$out/$name.json" \
+			STUDIO_BENCH_FLEET_WINDOW="$w" STUDIO_BENCH_FLEET_START_BATCH="$start_batch" STUDIO_BENCH_FLEET_OUT="$out/$name.json" \
 			"$out/fleet.test" -test.run '^TestMeasureFleet$' -test.count=1 -test.v -test.timeout=30m) >"$out/$name.log" 2>&1 ||
 		{ # an overloaded machine: say so, and go on with the next
 			echo "$name: FAILED (load average before $before, after $(cut -d' ' -f1-3 /proc/loadavg)): $(grep -m1 -E 'error:|measure_test' "$out/$name.log" | sed 's/^ *//')" | tee -a "$out/load.txt" >&2
@@ -71,8 +75,8 @@ run() {
 	echo "$name: load average before $before, after $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$out/load.txt" >&2
 }
 
-order() { # the two builds, reversed in even rounds
-	if ((r % 2 == 0)); then echo "after before"; else echo "before after"; fi
+order() { # the builds, reversed in even rounds
+	if ((r % 2 == 0)); then printf '%s\n' $builds | tac | xargs; else echo $builds; fi
 }
 
 for r in $(seq 1 "$rounds"); do

@@ -40,7 +40,8 @@ import (
 // per fire (pg_stat_statements), all statements per fire and a minute per
 // replica, fires against the due times (the sum of window / every), the
 // database server's CPU, the replicas' CPU and RSS, and the connections per
-// replica. With 0 jobs it measures an idle fleet. The result is a RESULT
+// replica. With 0 jobs it measures an idle fleet. STUDIO_BENCH_FLEET_START_BATCH
+// (5) replicas start at a time, each batch ready before the next. The result is a RESULT
 // line of JSON, also written to STUDIO_BENCH_FLEET_OUT.
 func TestMeasureFleet(t *testing.T) {
 	if os.Getenv("STUDIO_BENCH_FLEET") != "1" {
@@ -88,9 +89,10 @@ func TestMeasureFleet(t *testing.T) {
 		rss  float64
 	}
 	started := time.Now()
-	// In batches of startBatch, each ready before the next starts: thirty
-	// processes registering at once on a loaded 2-core machine timed out.
-	const startBatch = 5
+	// In batches of startBatch (STUDIO_BENCH_FLEET_START_BATCH, 5), each
+	// ready before the next starts: thirty processes registering at once on
+	// a loaded 2-core machine timed out.
+	startBatch := max(envInt(t, "STUDIO_BENCH_FLEET_START_BATCH", 5), 1)
 	rs := make([]*replica, replicasN)
 	for i := range rs {
 		rs[i] = &replica{p: bin.Start(t, replicaproc.Options{ID: fmt.Sprintf("fleet-%02d", i+1), DatabaseURL: dbURL, Args: []string{"--config", path}})}
