@@ -154,7 +154,7 @@ func Loop(ctx context.Context, o Options) error {
 
 	read := func(why string) error {
 		poll.Reset(o.Poll)
-		v, err := o.Load(context.WithValue(ctx, whyKey{}, why))
+		v, err := o.Load(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -205,17 +205,6 @@ func Loop(ctx context.Context, o Options) error {
 			return err
 		}
 	}
-}
-
-// whyKey is the context key of Why.
-type whyKey struct{}
-
-// Why says, inside Options.Load, why the loop reads: "bus", "follow-up" or
-// "poll"; "" for the first read. A view whose parts cost differently can
-// read a slow part less often on a poll (studioctl top's header).
-func Why(ctx context.Context) string {
-	s, _ := ctx.Value(whyKey{}).(string)
-	return s
 }
 
 // stoppedTimer is a timer that has not been started.
