@@ -234,8 +234,9 @@ func (s *topSource) Header(ctx context.Context) ([]top.Check, error) {
 // moves a row back changes its xmin: so such a crossing changes the mark
 // at the next poll, and is read then (docs/top.md, "Live").
 const (
-	// topMarkRows is the fingerprint of table %s's rows, and of the rows
-	// that condition %s holds for by now (false: none).
+	// topMarkRows is the fingerprint of a table's rows (the second %s),
+	// with how many of them the condition (the first %s, false: none)
+	// holds for by now.
 	topMarkRows = `(SELECT count(*) || '.' || coalesce(sum(xmin::text::bigint), 0) || '.' || count(*) FILTER (WHERE %s) FROM %s)`
 	// topMarkSQL: the event stream, the jobs' status rows, settings and
 	// definitions, the replicas' liveness, the locks (table, name, holder,
@@ -273,12 +274,12 @@ func (s *topSource) Mark(ctx context.Context, v top.View) (top.Marks, error) {
 			fmt.Sprintf(topMarkRows, topMarkPauseEnded, "studio_job_setting"),
 			fmt.Sprintf(topMarkRows, "false", "studio_job_definition"), liveness.LiveSQL("r"), sqlInterval(leases.LeaseTTL))
 	}
-	var events, status, settings, definitions, replicas, locks, leases string
-	if err := s.pool.QueryRow(ctx, s.markSQL).Scan(&events, &status, &settings, &definitions, &replicas, &locks, &leases); err != nil {
+	var events, status, settings, definitions, replicas, locks, leaseRows string
+	if err := s.pool.QueryRow(ctx, s.markSQL).Scan(&events, &status, &settings, &definitions, &replicas, &locks, &leaseRows); err != nil {
 		return top.Marks{}, fmt.Errorf("read marks: %w", err)
 	}
 	jobs := strings.Join([]string{events, status, settings, definitions, replicas}, "/")
-	m := top.Marks{Header: strings.Join([]string{jobs, locks, leases}, "/")}
+	m := top.Marks{Header: strings.Join([]string{jobs, locks, leaseRows}, "/")}
 	if v == top.Jobs {
 		m.View = jobs
 	}
