@@ -19,6 +19,7 @@ import (
 	"github.com/studioctl/studioctl/internal/doctor"
 	"github.com/studioctl/studioctl/internal/jobs"
 	"github.com/studioctl/studioctl/internal/jobstore"
+	"github.com/studioctl/studioctl/internal/leases"
 	"github.com/studioctl/studioctl/internal/liveness"
 	"github.com/studioctl/studioctl/internal/output"
 	"github.com/studioctl/studioctl/internal/replicas"
@@ -221,10 +222,22 @@ func (s *topSource) Header(ctx context.Context) ([]top.Check, error) {
 // state, lease owner and audited action. A replica's heartbeat and a
 // lock's or lease's renewal change only what the screen shows as a
 // relative time: those parts take the replica's liveness, the lock's
-// holder and whether it is held, the lease's owner and generation.
+// holder and whether it is held, the lease's owner and generation and
+// whether it expired.
+//
+// What the header and the jobs view judge by time alone, with no write,
+// is in the marks too, judged by the database's clock as the checks judge
+// it: how many status rows are past their due time by more than the
+// overdue grace (a job becoming overdue), how many pauses have an end
+// that passed (a pause ending while no replica resumes it). Each count
+// grows only when time crosses a row's threshold, and a write that
+// moves a row back changes its xmin: so such a crossing changes the mark
+// at the next poll, and is read then (docs/top.md, "Live").
 const (
-	// topMarkRows is the fingerprint of table %s's rows.
-	topMarkRows = `(SELECT count(*) || '.' || coalesce(sum(xmin::text::bigint), 0) FROM %s)`
+	// topMarkRows is the fingerprint of a table's rows (the second %s),
+	// with how many of them the condition (the first %s, false: none)
+	// holds for by now.
+	topMarkRows = `(SELECT count(*) || '.' || coalesce(sum(xmin::text::bigint), 0) || '.' || count(*) FILTER (WHERE %s) FROM %s)`
 	// topMarkSQL: the event stream, the jobs' status rows, settings and
 	// definitions, the replicas' liveness, the locks (table, name, holder,
 	// lock_until: %[1]s to %[4]s) and the leases.
@@ -232,8 +245,21 @@ const (
   ` + `%[5]s, %[6]s, %[7]s,
   (SELECT coalesce(string_agg(r.id || ':' || r.incarnation || ':' || r.state || ':' || %[8]s, ',' ORDER BY r.id), '') FROM studio_replica r),
   (SELECT count(*) || '.' || coalesce(sum(hashtext(%[2]s::text || '|' || coalesce(%[3]s::text, '') || '|' || (%[4]s > now())::text)), 0) FROM %[1]s),
-  (SELECT count(*) || '.' || coalesce(sum(hashtext(cluster || '|' || coalesce(owner, '') || '|' || generation)), 0) FROM cluster_lease)`
+  (SELECT count(*) || '.' || coalesce(sum(hashtext(cluster || '|' || coalesce(owner, '') || '|' || generation || '|' ||
+     coalesce(renewed_at < now() - %[9]s, false)::text)), 0) FROM cluster_lease)`
+	// topMarkOverdue: a status row past its due time by more than the
+	// overdue grace (%s: doctor.OverdueGrace as an interval), as
+	// studio_overdue_jobs judges it before its other conditions.
+	topMarkOverdue = `next_fire_at + %s < now()`
+	// topMarkPauseEnded: a pause whose end passed, which
+	// studio_overdue_jobs counts as over, resumed or not.
+	topMarkPauseEnded = `paused AND paused_until <= now()`
 )
+
+// sqlInterval is d as an SQL interval of whole milliseconds.
+func sqlInterval(d time.Duration) string {
+	return fmt.Sprintf("make_interval(secs => %d / 1000.0)", d.Milliseconds())
+}
 
 // Mark reads the marks of view v and of the header. Only the jobs view
 // has one: its read grows with the jobs, the others' with the replicas,
@@ -244,15 +270,16 @@ func (s *topSource) Mark(ctx context.Context, v top.View) (top.Marks, error) {
 		lt := s.d.LockTable().Resolved()
 		ident := func(name string) string { return pgx.Identifier(strings.SplitN(name, ".", 2)).Sanitize() }
 		s.markSQL = fmt.Sprintf(topMarkSQL, ident(lt.Name), ident(lt.NameCol), ident(lt.LockedBy), ident(lt.LockUntil),
-			fmt.Sprintf(topMarkRows, "studio_job_status"), fmt.Sprintf(topMarkRows, "studio_job_setting"),
-			fmt.Sprintf(topMarkRows, "studio_job_definition"), liveness.LiveSQL("r"))
+			fmt.Sprintf(topMarkRows, fmt.Sprintf(topMarkOverdue, sqlInterval(doctor.OverdueGrace)), "studio_job_status"),
+			fmt.Sprintf(topMarkRows, topMarkPauseEnded, "studio_job_setting"),
+			fmt.Sprintf(topMarkRows, "false", "studio_job_definition"), liveness.LiveSQL("r"), sqlInterval(leases.LeaseTTL))
 	}
-	var events, status, settings, definitions, replicas, locks, leases string
-	if err := s.pool.QueryRow(ctx, s.markSQL).Scan(&events, &status, &settings, &definitions, &replicas, &locks, &leases); err != nil {
+	var events, status, settings, definitions, replicas, locks, leaseRows string
+	if err := s.pool.QueryRow(ctx, s.markSQL).Scan(&events, &status, &settings, &definitions, &replicas, &locks, &leaseRows); err != nil {
 		return top.Marks{}, fmt.Errorf("read marks: %w", err)
 	}
 	jobs := strings.Join([]string{events, status, settings, definitions, replicas}, "/")
-	m := top.Marks{Header: strings.Join([]string{jobs, locks, leases}, "/")}
+	m := top.Marks{Header: strings.Join([]string{jobs, locks, leaseRows}, "/")}
 	if v == top.Jobs {
 		m.View = jobs
 	}

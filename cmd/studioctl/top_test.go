@@ -5,6 +5,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/studioctl/studioctl/internal/config"
 	"github.com/studioctl/studioctl/internal/output"
@@ -111,6 +112,91 @@ func TestTopMarksChangeWithWhatTheViewAndTheHeaderRead(t *testing.T) {
 	}
 	if m, err := src.Mark(ctx, top.Replicas); err != nil || m.View != "" || m.Header == "" {
 		t.Errorf("replicas view marks %+v, %v: want no view mark (read every time), a header mark", m, err)
+	}
+}
+
+// What the header judges by time alone, with nothing written, changes
+// the marks when the database's clock crosses it: a job becoming overdue
+// (its due time plus doctor's grace passed), a pause's end passing, a
+// lease expiring. So top reads it at the next poll, not at the refresh
+// (up to 5 minutes at 10,000 jobs).
+func TestTopMarksChangeWhenTimeAloneCrossesWhatTheHeaderJudges(t *testing.T) {
+	ctx := context.Background()
+	e := newTestEnv(t, output.Table, nil)
+	// Stopped: its liveness, which the marks take, does not change with
+	// time (a ready one's would, 15 s after its heartbeat).
+	e.exec(t, `INSERT INTO studio_replica (id, incarnation, host, pid, version, state) VALUES ('web-1', gen_random_uuid(), 'h', 1, 'dev', 'stopped')`)
+	src := &topSource{d: e.deps, cfg: &config.Config{}, pool: e.pool}
+	mark := func() top.Marks {
+		t.Helper()
+		m, err := src.Mark(ctx, top.Jobs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	for _, c := range []struct {
+		name string
+		// setup writes a row whose threshold the clock crosses $1 seconds
+		// from now; crossed says whether it did.
+		setup, crossed string
+		view           bool
+	}{
+		{"a job becomes overdue",
+			`INSERT INTO studio_job_status (replica_id, job_id, scope, schedule, next_fire_at) VALUES ('web-1', 'late', 'installation', 'every 1h', now() - interval '1 minute' + $1::float8 * interval '1 second')`,
+			`SELECT next_fire_at + interval '1 minute' < now() FROM studio_job_status WHERE job_id = 'late'`, true},
+		{"a pause's end passes",
+			`INSERT INTO studio_job_setting (job_id, paused, updated_by, paused_until) VALUES ('late', true, 'ops', now() + $1::float8 * interval '1 second')`,
+			`SELECT paused_until <= now() FROM studio_job_setting WHERE job_id = 'late'`, true},
+		{"a lease expires",
+			`INSERT INTO cluster_lease (cluster, owner, acquired_at, renewed_at, generation) VALUES ('c1', 'web-1', now(), now() - interval '15 seconds' + $1::float8 * interval '1 second', 1)`,
+			`SELECT renewed_at < now() - interval '15 seconds' FROM cluster_lease WHERE cluster = 'c1'`, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			crossed := func() bool {
+				t.Helper()
+				var b bool
+				if err := e.pool.QueryRow(ctx, c.crossed).Scan(&b); err != nil {
+					t.Fatal(err)
+				}
+				return b
+			}
+			// A mark read before the crossing: the clock's margin doubles
+			// until the machine is fast enough for it.
+			var before top.Marks
+			var margin float64
+			for margin = 1; ; margin *= 2 {
+				e.exec(t, `DELETE FROM studio_job_status WHERE job_id = 'late'`)
+				e.exec(t, `DELETE FROM studio_job_setting WHERE job_id = 'late'`)
+				e.exec(t, `DELETE FROM cluster_lease`)
+				e.exec(t, c.setup, margin)
+				before = mark()
+				if !crossed() {
+					break
+				}
+				if margin >= 16 {
+					t.Fatalf("crossed within %gs of the write", margin)
+				}
+			}
+			deadline := time.Now().Add(time.Duration(margin)*time.Second + 30*time.Second)
+			after := mark()
+			for after.Header == before.Header {
+				if time.Now().After(deadline) {
+					t.Fatalf("the header's mark did not change when time crossed (crossed: %v)", crossed())
+				}
+				time.Sleep(50 * time.Millisecond) // polling the mark with a deadline, not synchronising
+				after = mark()
+			}
+			if !crossed() {
+				t.Errorf("the header's mark changed before the crossing")
+			}
+			if (after.View != before.View) != c.view {
+				t.Errorf("the jobs view's mark changed %v, want %v", after.View != before.View, c.view)
+			}
+			if again := mark(); again != after {
+				t.Errorf("the marks changed again with nothing crossed: %+v, then %+v", after, again)
+			}
+		})
 	}
 }
 

@@ -15,11 +15,15 @@ import (
 // HeaderEvery is the shortest time between two reads of the header when
 // nothing changed (its mark is the same): its checks read every job, which
 // costs the most at 10,000 jobs (docs/benchmarks.md, "studioctl top").
-// What changes with time alone (a job becoming overdue) shows within it.
+// What its checks judge by time alone (a job becoming overdue, a pause's
+// end, a lock or a lease expiring) is in its mark (Source.Mark), so it
+// shows at the next poll; the refresh is for what is left (a crash
+// leaving the last 24 h, relative ages in its details).
 const HeaderEvery = time.Minute
 
-// Reading an unchanged view again (for its relative times and for what
-// changes with time alone) is bounded by the read's own cost: a read that
+// Reading an unchanged view again (for its relative times and what
+// changes with time alone that the marks do not take) is bounded by the
+// read's own cost: a read that
 // took d is made again, when its mark says nothing changed, only
 // IdleShare times d later (so idle reading takes at most 1/IdleShare of
 // the time), and at the latest after RefreshMax. A read of 10 jobs takes

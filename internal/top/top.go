@@ -111,9 +111,13 @@ func (o Occurrence) CommandLine() string {
 	return strings.Join(q, " ")
 }
 
-// Marks fingerprint what a view's read and the header's read show, but
-// what moves with time alone: two equal marks, the two reads would show
-// the same rows. "" is no mark: read every time.
+// Marks fingerprint what a view's read and the header's read show: two
+// equal marks, the two reads would show the same rows, but for relative
+// times and what moves with time alone that the marks do not take (the
+// refresh reads those, Feed). What the header's checks judge by time (a
+// job becoming overdue, a pause's end, a lock or lease expiring) is in
+// the marks, judged by the database's clock. "" is no mark: read every
+// time.
 type Marks struct {
 	View, Header string
 }
