@@ -23,15 +23,19 @@ import (
 // the statements a second stay bounded by round trips, not by the number
 // of jobs.
 
-// startWriteTimeout bounds one write of starts.
-const startWriteTimeout = 5 * time.Second
-
-// ErrStartsFailing is what RecordStart returns, at once, while the last
-// write of starts failed and no write has succeeded since: a run then
-// starts without waiting on a database that does not answer. Its row is
-// still queued for the next write of starts, which goes on trying, and
-// goes with the next flush too.
-var ErrStartsFailing = errors.New("the last write of run starts failed; this run's start goes with the next flush")
+// startWriteTimeout bounds one write of starts. A write that fails is
+// tried again, after startRetryFirst doubling up to startRetryMax, with
+// the starts that arrived meanwhile, until it succeeds or its starts have
+// waited startKeepFor (the flush writes them too). So a run waits for its
+// row through a short fault of the database (a restart takes 2 to 3 s),
+// and a run that stopped waiting (its wait is bounded by the runner) has
+// its row written as soon as the database answers, not at the next flush.
+const (
+	startWriteTimeout = 5 * time.Second
+	startRetryFirst   = 50 * time.Millisecond
+	startRetryMax     = time.Second
+	startKeepFor      = time.Minute
+)
 
 // insertStartsSQL writes the rows of runs that start. A row that exists
 // already (a flush got there first) is left as it is.
@@ -45,87 +49,139 @@ ON CONFLICT (seq) DO NOTHING`
 // startWriter is the group commit of RecordStart.
 type startWriter struct {
 	mu      sync.Mutex
-	pending []jobs.Run
-	waiters []chan error
+	pending []pendingStart
 	writing bool
-	failing bool // the last write failed
+	failing bool  // the last write failed
+	lastErr error // its error
 	writes  int64
+	quit    chan struct{} // closed by Store.Stop: a retry's wait ends
+	quitted sync.Once
 }
 
-// RecordStart writes the row of run r, which starts now, and returns once
-// it is committed (or ctx is done, or the write failed). r must also have
-// been queued with PutRun, which writes it anyway with the next flush.
-// While writes fail, it queues r and returns ErrStartsFailing at once.
+// pendingStart is a start waiting for its write, and its waiter.
+type pendingStart struct {
+	run    jobs.Run
+	done   chan error // buffered: nil once written
+	queued time.Time
+}
+
+// RecordStart writes the row of run r, which starts now, and returns nil
+// once it is committed, or an error when ctx is done first (the write goes
+// on in the background until it succeeds). r must also have been queued
+// with PutRun, which writes it anyway with the next flush.
 func (s *Store) RecordStart(ctx context.Context, r jobs.Run) error {
 	w := &s.starts
 	done := make(chan error, 1)
 	w.mu.Lock()
-	failing := w.failing
-	w.pending = append(w.pending, r)
-	w.waiters = append(w.waiters, done)
+	w.pending = append(w.pending, pendingStart{run: r, done: done, queued: time.Now()})
 	if !w.writing {
 		w.writing = true
 		if !s.Go(s.writeStarts) {
 			w.writing = false
-			w.pending, w.waiters = w.pending[:len(w.pending)-1], w.waiters[:len(w.waiters)-1]
+			w.pending = w.pending[:len(w.pending)-1]
 			w.mu.Unlock()
 			return errors.New("record a run's start: the run store is stopped")
 		}
 	}
 	w.mu.Unlock()
-	if failing {
-		// Written as soon as the database answers again (the first write
-		// that succeeds clears the mark), without holding the run back.
-		return ErrStartsFailing
-	}
 	select {
 	case err := <-done:
 		return err
 	case <-ctx.Done():
+		w.mu.Lock()
+		last := w.lastErr
+		w.mu.Unlock()
+		if last != nil {
+			return fmt.Errorf("record a run's start: not written yet (%w), tried again in the background: %w", context.Cause(ctx), last)
+		}
 		return fmt.Errorf("record a run's start: %w", context.Cause(ctx))
 	}
 }
 
-// writeStarts writes the pending starts, batch after batch, until none is
-// left. It runs on one goroutine of the store at a time.
+// writeStarts writes the pending starts, batch after batch, trying a
+// failed batch again with the next, until none is left. It runs on one
+// goroutine of the store at a time.
 func (s *Store) writeStarts() {
 	w := &s.starts
+	var retry []pendingStart
+	backoff := startRetryFirst
 	for {
 		w.mu.Lock()
-		batch, waiters := w.pending, w.waiters
-		w.pending, w.waiters = nil, nil
+		batch := append(retry, w.pending...)
+		w.pending = nil
+		kept := batch[:0] // starts that waited startKeepFor are left to the flush
+		for _, p := range batch {
+			if time.Since(p.queued) < startKeepFor {
+				kept = append(kept, p)
+			} else {
+				p.done <- fmt.Errorf("record a run's start: not written within %s, left to the flush: %w", startKeepFor, w.lastErr)
+			}
+		}
+		batch = kept
 		if len(batch) == 0 {
 			w.writing = false
 			w.mu.Unlock()
 			return
 		}
 		w.mu.Unlock()
+		runs := make([]jobs.Run, len(batch))
+		for i, p := range batch {
+			runs[i] = p.run
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), startWriteTimeout)
-		err := s.insertStarts(ctx, batch)
+		err := s.insertStarts(ctx, runs)
 		cancel()
 		w.mu.Lock()
 		w.writes++
-		if err != nil && !w.failing {
-			s.log.Warn("jobs: writing the start of runs failed; runs start without waiting for it until a write succeeds", "error", err)
+		switch {
+		case err != nil && !w.failing:
+			s.log.Warn("jobs: writing the start of runs failed; trying again (a run waits for it up to its bound)", "error", err)
+		case err == nil && w.failing:
+			s.log.Info("jobs: writing the start of runs recovered")
 		}
-		w.failing = err != nil
+		w.failing, w.lastErr = err != nil, err
 		w.mu.Unlock()
-		for _, c := range waiters {
-			c <- err
+		if err == nil {
+			for _, p := range batch {
+				p.done <- nil
+			}
+			retry, backoff = nil, startRetryFirst
+			continue
 		}
+		retry = batch
+		select {
+		case <-time.After(backoff):
+		case <-w.quitC():
+			for _, p := range retry {
+				p.done <- fmt.Errorf("record a run's start: the run store stopped: %w", err)
+			}
+			retry = nil
+			w.mu.Lock()
+			for _, p := range w.pending {
+				p.done <- fmt.Errorf("record a run's start: the run store stopped: %w", err)
+			}
+			w.pending, w.writing = nil, false
+			w.mu.Unlock()
+			return
+		}
+		backoff = min(2*backoff, startRetryMax)
 	}
 }
 
-// startsRecovered clears the failing mark once the flush has written to
-// the database again: the next start waits for its write.
-func (s *Store) startsRecovered() {
-	w := &s.starts
+// quitC is closed once the store stops.
+func (w *startWriter) quitC() chan struct{} {
 	w.mu.Lock()
-	if w.failing {
-		w.failing = false
-		s.log.Info("jobs: writing the start of runs recovered")
+	defer w.mu.Unlock()
+	if w.quit == nil {
+		w.quit = make(chan struct{})
 	}
-	w.mu.Unlock()
+	return w.quit
+}
+
+// stop ends a retry's wait (Store.Stop, before it waits for the writer).
+func (w *startWriter) stop() {
+	c := w.quitC()
+	w.quitted.Do(func() { close(c) })
 }
 
 // StartWrites is how many writes of starts the store has made (for

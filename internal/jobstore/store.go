@@ -115,6 +115,7 @@ func (s *Store) Start(ctx context.Context) error {
 // Stop ends the writer, then flushes what is pending. Safe to call twice,
 // concurrently, and without Start (it still flushes).
 func (s *Store) Stop() {
+	s.starts.stop() // a write of starts waiting to try again ends (start.go)
 	s.Base.Stop()
 	s.final.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
@@ -320,9 +321,6 @@ func (s *Store) Flush(ctx context.Context) error {
 	}
 	err := s.write(ctx, runs, status, occ)
 	defer s.keepSpares(runs, status)
-	if err == nil {
-		s.startsRecovered() // the database answers again (start.go)
-	}
 	if err != nil {
 		// Put them back unless a newer version arrived meanwhile.
 		s.mu.Lock()

@@ -16,10 +16,10 @@ type StartRecorder interface {
 // recordStart writes run's row before its task starts, when the runner
 // keeps durable starts (Options.DurableStarts): a replica killed while
 // the task runs, or before the store's next flush, then leaves the row
-// behind, and housekeeping marks it interrupted. A write that fails or
-// takes longer than lockStatementTimeout does not hold the run back: the
-// row goes with the next flush, as without durable starts, and the store
-// logs the failure once.
+// behind, and housekeeping marks it interrupted. The wait is bounded by
+// lockStatementTimeout: a run whose row is not written by then (the
+// database does not answer) starts anyway, and the store writes the row
+// as soon as the database answers (it logs the failing stretch once).
 func (r *Runner) recordStart(js *jobState, run jobs.Run) {
 	if !r.o.DurableStarts {
 		return
