@@ -218,8 +218,10 @@ func TestSQLSessionChangesEndWithTheRun(t *testing.T) {
 		name      string
 		statement string
 	}{
-		{"SET statement_timeout", `SET statement_timeout = 1`},
-		{"SET statement_timeout after a COMMIT", `COMMIT; SET statement_timeout = 1`},
+		// 1 s, not 1 ms: the run's own COMMIT comes after it, and a
+		// loaded machine took more than 1 ms for it (CI).
+		{"SET statement_timeout", `SET statement_timeout = 1000`},
+		{"SET statement_timeout after a COMMIT", `COMMIT; SET statement_timeout = 1000`},
 		{"SET search_path", `SET search_path = nowhere`},
 		{"SET search_path after a ROLLBACK", `ROLLBACK; SET search_path = nowhere`},
 		{"SET ROLE", `SET ROLE pg_monitor`},

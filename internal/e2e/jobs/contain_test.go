@@ -63,10 +63,10 @@ func TestReplicaDeathEndsItsJobProcesses(t *testing.T) {
 			t.Logf("%d processes of the job and its shim (daemon %d) gone %v after %v of the replica, %v after it exited (%v polling)",
 				len(pids), daemon, time.Since(signalled).Round(time.Millisecond), sig, goneAfterExit.Round(time.Millisecond), gone.Round(time.Millisecond))
 			// The promise is 1 s (logged above); the test fails only past
-			// 3 s, which a loaded machine does not explain but the 5 s
-			// grace of a SIGTERM path would.
-			if goneAfterExit > 3*time.Second {
-				t.Errorf("the job's processes took %v after the replica's end to go, want at most 1 s (the test allows 3 s)", goneAfterExit)
+			// 4.5 s, which the 5 s grace of a SIGTERM path would pass but a
+			// loaded machine does not (4.05 s at load average 26 in CI).
+			if goneAfterExit > 4500*time.Millisecond {
+				t.Errorf("the job's processes took %v after the replica's end to go, want at most 1 s (the test allows 4.5 s)", goneAfterExit)
 			}
 		})
 	}
