@@ -108,6 +108,16 @@ func (r *Runner) deferToDesignated(js *jobState, sched jobs.Schedule, fire time.
 		return false
 	}
 	r.mu.Lock()
+	if js.staleLock != nil {
+		// This replica holds the job's lock from an unlock that failed
+		// (run.go, unlock): only it can give the lock back before its
+		// lockAtMostFor, at its own next try (releaseStale). Deferring
+		// would leave every replica's try "held elsewhere" until then
+		// (a CI nemesis run: no run of two jobs for 40 s after a restart
+		// of PostgreSQL failed their unlocks).
+		r.mu.Unlock()
+		return false
+	}
 	d := &js.designate
 	fallback := !d.fallbackAt.IsZero() && fire.Equal(d.fallbackAt)
 	d.fallbackAt, d.due = time.Time{}, time.Time{}
