@@ -77,10 +77,7 @@ func TestTopMarksChangeWithWhatTheViewAndTheHeaderRead(t *testing.T) {
 	src := &topSource{d: e.deps, cfg: &config.Config{}, pool: e.pool}
 	mark := func() top.Marks {
 		t.Helper()
-		m, err := src.Mark(ctx, top.Jobs)
-		if err != nil {
-			t.Fatal(err)
-		}
+		m := readMarks(t, src)
 		if m.View == "" || m.Header == "" {
 			t.Fatalf("marks %+v, want both", m)
 		}
@@ -127,14 +124,7 @@ func TestTopMarksChangeWhenTimeAloneCrossesWhatTheHeaderJudges(t *testing.T) {
 	// time (a ready one's would, 15 s after its heartbeat).
 	e.exec(t, `INSERT INTO studio_replica (id, incarnation, host, pid, version, state) VALUES ('web-1', gen_random_uuid(), 'h', 1, 'dev', 'stopped')`)
 	src := &topSource{d: e.deps, cfg: &config.Config{}, pool: e.pool}
-	mark := func() top.Marks {
-		t.Helper()
-		m, err := src.Mark(ctx, top.Jobs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return m
-	}
+	mark := func() top.Marks { t.Helper(); return readMarks(t, src) }
 	for _, c := range []struct {
 		name string
 		// setup writes a row whose threshold the clock crosses $1 seconds
@@ -235,4 +225,14 @@ func TestTopReleasesALockWithALiveHolderOnlyByForce(t *testing.T) {
 	if held {
 		t.Error("the lock is still held after the forced release")
 	}
+}
+
+// readMarks is the jobs view's marks of src, failing the test on an error.
+func readMarks(t *testing.T, src *topSource) top.Marks {
+	t.Helper()
+	m, err := src.Mark(context.Background(), top.Jobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
