@@ -101,6 +101,34 @@ func startInBackground(h *host.Host, sigs <-chan os.Signal) <-chan error {
 
 const retryLine = "start: a database error that may pass"
 
+// blockedStart is a host whose start is blocked in its runner (after it
+// registered) until release, its log, and its run in the background.
+type blockedStart struct {
+	h       *host.Host
+	logs    *syncBuffer
+	sigs    chan os.Signal
+	done    <-chan error
+	release func()
+}
+
+// startRunnerBlocked runs a host with o on url (o's ConnString and Logger are
+// set here) whose runner's start blocks (blockTheRunnerStart), and waits
+// until it does. The block is released when the test ends, if not before.
+func startRunnerBlocked(t *testing.T, url string, o host.Options) *blockedStart {
+	t.Helper()
+	waiting, release := blockTheRunnerStart(t, url)
+	t.Cleanup(release)
+	b := &blockedStart{logs: &syncBuffer{}, sigs: make(chan os.Signal, 1), release: release}
+	o.ConnString, o.Logger = url, slog.New(slog.NewJSONHandler(b.logs, nil))
+	h, err := host.New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.h, b.done = h, startInBackground(h, b.sigs)
+	waitUntil(t, 60*time.Second, "the start to block in the runner, registered", waiting)
+	return b
+}
+
 // A replica whose backends are terminated while it starts, after it
 // registered (the nemesis's terminate-backends, or a PostgreSQL restart),
 // used to exit 1 with "start runner: ... 57P01". It now stops what it had
@@ -109,17 +137,8 @@ const retryLine = "start: a database error that may pass"
 func TestAStartWhoseBackendsAreTerminatedMidwayRetriesAndEndsReady(t *testing.T) {
 	url := pgtest.NewDB(t)
 	pool := testPool(t, url)
-	waiting, release := blockTheRunnerStart(t, url)
-	defer release()
-	var logs syncBuffer
-	h, err := host.New(host.Options{ConnString: url, ID: "start-fault", DrainDelay: host.NoDrainDelay,
-		Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sigs := make(chan os.Signal, 1)
-	done := startInBackground(h, sigs)
-	waitUntil(t, 60*time.Second, "the start to block in the runner, registered", waiting)
+	b := startRunnerBlocked(t, url, host.Options{ID: "start-fault", DrainDelay: host.NoDrainDelay})
+	h, logs, sigs, done, release := b.h, b.logs, b.sigs, b.done, b.release
 	if s := replicaState(t, pool, "start-fault"); s != "starting" {
 		t.Fatalf("state while the runner starts = %q, want starting", s)
 	}
@@ -172,17 +191,8 @@ func TestAStartWhoseBackendsAreTerminatedMidwayRetriesAndEndsReady(t *testing.T)
 func TestAStartOnADatabaseTurnedReadOnlyKeepsTryingAndEndsReady(t *testing.T) {
 	url := pgtest.NewDB(t)
 	pool := testPool(t, url)
-	waiting, release := blockTheRunnerStart(t, url)
-	defer release()
-	var logs syncBuffer
-	h, err := host.New(host.Options{ConnString: url, ID: "start-read-only", DrainDelay: host.NoDrainDelay,
-		Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sigs := make(chan os.Signal, 1)
-	done := startInBackground(h, sigs)
-	waitUntil(t, 60*time.Second, "the start to block in the runner, registered", waiting)
+	b := startRunnerBlocked(t, url, host.Options{ID: "start-read-only", DrainDelay: host.NoDrainDelay})
+	h, logs, sigs, done, release := b.h, b.logs, b.sigs, b.done, b.release
 	if _, err := pool.Exec(t.Context(), setReadOnly); err != nil {
 		t.Fatal(err)
 	}
@@ -225,16 +235,8 @@ func TestAStartOnADatabaseTurnedReadOnlyKeepsTryingAndEndsReady(t *testing.T) {
 func TestADrainWhileAStartWaitsOutADatabaseErrorEndsCleanly(t *testing.T) {
 	url := pgtest.NewDB(t)
 	pool := testPool(t, url)
-	waiting, release := blockTheRunnerStart(t, url)
-	defer release()
-	var logs syncBuffer
-	h, err := host.New(host.Options{ConnString: url, ID: "start-drained", Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sigs := make(chan os.Signal, 1)
-	done := startInBackground(h, sigs)
-	waitUntil(t, 60*time.Second, "the start to block in the runner, registered", waiting)
+	b := startRunnerBlocked(t, url, host.Options{ID: "start-drained"})
+	logs, sigs, done, release := b.logs, b.sigs, b.done, b.release
 	if _, err := pool.Exec(t.Context(), setReadOnly); err != nil {
 		t.Fatal(err)
 	}
