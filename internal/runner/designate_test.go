@@ -3,6 +3,7 @@ package runner_test
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -153,4 +154,36 @@ func TestTheFallbacksComeBeforeTheStartDeadline(t *testing.T) {
 	if n := lk.n(); n != 1 {
 		t.Fatalf("%d lock attempts, want 1 before the deadline", n)
 	}
+}
+
+// A replica that is not designated but holds the job's lock from an unlock
+// that failed tries at the due time, and gives the lock back first: only
+// it can, before the lock's lockAtMostFor (60 s). Deferring left every
+// replica's try "held elsewhere" (a CI nemesis run: no run of two jobs for
+// 40 s after a restart of PostgreSQL failed their unlocks).
+func TestAReplicaHoldingALockWhoseUnlockFailedDoesNotDefer(t *testing.T) {
+	e, _, lk, ft, o := sharedEnv(t, "", t0.Add(-3*time.Second))
+	o.Members = fixedMembers(membersRanking(t, "shared", 1, 3), true)
+	o.Locks = &unlockFails{Locker: lk, n: 1}
+	e.start(o)
+	due := t0.Add(7 * time.Second)
+	e.waitIdle("shared", due)
+	e.clk.Advance(7 * time.Second)
+	fallback := due.Add(runner.DefaultDesignateGrace)
+	e.waitIdle("shared", fallback)
+	e.clk.Advance(runner.DefaultDesignateGrace) // no start heard: this replica runs, and its unlock fails
+	ft.waitEnds(t, 1)
+	eventually(t, "the failed unlock to be logged", func() bool {
+		return strings.Contains(e.logs.String(), "unlock failed")
+	})
+	next := fallback.Add(10 * time.Second)
+	e.waitIdle("shared", next)
+	e.clk.Advance(10 * time.Second) // the next due time, before any fallback
+	ft.waitEnds(t, 2)
+	if n := lk.n(); n != 2 {
+		t.Fatalf("%d lock attempts, want 2 (one at the fallback, one at the next due time)", n)
+	}
+	eventually(t, "the release to be logged", func() bool {
+		return strings.Contains(e.logs.String(), "released the lock whose unlock had failed")
+	})
 }

@@ -594,6 +594,8 @@ func (r *Runner) releaseStale(js *jobState) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.runsCtx), lockStatementTimeout)
 	defer cancel()
 	if err := l.Unlock(ctx); err != nil {
+		r.log.Warn("runner: releasing the lock whose unlock had failed failed again; trying at the job's next tick",
+			"job_id", js.job.ID, "error", err)
 		r.mu.Lock()
 		if js.staleLock == nil {
 			js.staleLock = l
