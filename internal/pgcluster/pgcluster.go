@@ -308,6 +308,18 @@ func StartStandby(ctx context.Context, primary *Cluster, dataDir string, port in
 	}
 	// The copy holds the primary's log; the standby writes its own.
 	os.Remove(s.LogFile())
+	// The data directory is also the socket directory (-k), so the copy
+	// holds the socket lock files of every server that ran in the one it
+	// came from, each with that server's pid. A lock file on this port
+	// whose pid another PostgreSQL process has taken since (pids are
+	// reused fast on a busy machine) makes the standby refuse to start
+	// ("lock file already exists"): a nemesis run's promote failed so.
+	// They are not the standby's: remove them.
+	if stale, err := filepath.Glob(filepath.Join(dataDir, ".s.PGSQL.*")); err == nil {
+		for _, f := range stale {
+			os.Remove(f)
+		}
+	}
 	if err := s.Start(ctx); err != nil {
 		return nil, err
 	}

@@ -202,6 +202,13 @@ func (p *pgPair) restartPrimary(ctx context.Context) error {
 func (p *pgPair) promote(ctx context.Context) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.nodes[1-p.prim] == nil {
+		// The last promote's new standby failed to start: make it now,
+		// or there is nothing to promote (a nil standby panicked here).
+		if err := p.newStandby(ctx); err != nil {
+			return fmt.Errorf("no standby to promote, and making one failed: %w", err)
+		}
+	}
 	old := p.nodes[p.prim]
 	if err := old.StopImmediate(ctx); err != nil {
 		return fmt.Errorf("stop the primary: %w", err)
