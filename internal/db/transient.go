@@ -70,3 +70,26 @@ func transientCause(err error) bool {
 	}
 	return pgconn.SafeToRetry(err)
 }
+
+// OutcomeUnknown reports whether a statement that failed with err may have
+// run all the same: its request may have reached the server and the answer
+// was lost (the connection closed, reset or timed out while it waited, or
+// the server ended the session: a FATAL can come after a commit, as when a
+// synchronous standby's wait is cut short). A failure to connect, an error
+// before anything was sent, and an error the server answered for the
+// statement (severity ERROR: it did not run) are known failures.
+func OutcomeUnknown(err error) bool {
+	if err == nil {
+		return false
+	}
+	var ce *ConnectError
+	var pce *pgconn.ConnectError
+	if errors.As(err, &ce) || errors.As(err, &pce) || pgconn.SafeToRetry(err) {
+		return false
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Severity == "FATAL" || pgErr.Severity == "PANIC"
+	}
+	return true
+}

@@ -77,3 +77,39 @@ func TestAConnectErrorIsTransientWhenTheServerRefusesButNotWhenTheLoginIsWrong(t
 		t.Fatalf("connect with a wrong login: %v, want an error that is not transient", err)
 	}
 }
+
+// A statement whose answer was lost may have run; one that never left, or
+// that the server refused, did not. A lock try's caller gives back a lock
+// it may hold (runner.tryLock) on the first kind only.
+func TestAnOutcomeIsUnknownOnlyWhenTheRequestMayHaveRunAndTheAnswerWasLost(t *testing.T) {
+	pgErr := func(severity, code string) error {
+		return fmt.Errorf("acquire lock: %w", &pgconn.PgError{Severity: severity, Code: code})
+	}
+	tests := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"a lost connection while waiting (unexpected EOF)", fmt.Errorf("acquire lock: %w", io.ErrUnexpectedEOF), true},
+		{"a statement deadline while waiting", fmt.Errorf("acquire lock: %w", context.DeadlineExceeded), true},
+		{"the session ended by the server (FATAL 57P01), perhaps after its commit", pgErr("FATAL", "57P01"), true},
+		{"a statement the server refused (ERROR 25006)", pgErr("ERROR", "25006"), false},
+		{"a statement the server cancelled (ERROR 57014)", pgErr("ERROR", "57014"), false},
+		{"a connection that could not be made", &db.ConnectError{Target: "postgres://h/db"}, false},
+		{"an error before anything was sent", fmt.Errorf("x: %w", safeToRetry{}), false},
+		{"no error", nil, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := db.OutcomeUnknown(tt.err); got != tt.want {
+				t.Fatalf("OutcomeUnknown(%v) = %v, want %v", tt.err, got, tt.want)
+			}
+		})
+	}
+}
+
+// safeToRetry is an error pgx marks as sent nothing (pgconn.SafeToRetry).
+type safeToRetry struct{}
+
+func (safeToRetry) Error() string     { return "conn busy" }
+func (safeToRetry) SafeToRetry() bool { return true }

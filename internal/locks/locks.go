@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/studioctl/studioctl/internal/db"
 	"github.com/studioctl/studioctl/internal/lockname"
 )
 
@@ -157,18 +158,45 @@ func (p *Provider) TryLock(ctx context.Context, name string, atMostFor, atLeastF
 			return nil, ErrHeldElsewhere
 		}
 		if err != nil {
-			return nil, fmt.Errorf("acquire lock %q: %w", name, err)
+			return nil, p.acquireFailed(name, atLeastFor, err)
 		}
 		return &Lock{p: p, name: name, atLeastFor: atLeastFor, token: token}, nil
 	}
 	tag, err := p.q.Exec(ctx, p.acquireSQL, name, seconds(atMostFor), p.lockedBy)
 	if err != nil {
-		return nil, fmt.Errorf("acquire lock %q: %w", name, err)
+		return nil, p.acquireFailed(name, atLeastFor, err)
 	}
 	if tag.RowsAffected() == 0 {
 		return nil, ErrHeldElsewhere
 	}
 	return &Lock{p: p, name: name, atLeastFor: atLeastFor}, nil
+}
+
+// MaybeHeldError is TryLock's error when its statement may have taken the
+// lock all the same: the request reached the server and the answer was
+// lost (db.OutcomeUnknown). The lock, if taken, is held until its
+// atMostFor unless this holder gives it back: Lock.Unlock does, as the
+// run's own unlock would have (lock_until kept at least locked_at +
+// atLeastFor), and changes nothing when the row is not this holder's.
+type MaybeHeldError struct {
+	Lock *Lock
+	Err  error
+}
+
+func (e *MaybeHeldError) Error() string {
+	return e.Err.Error() + " (the lock may have been taken: the answer was lost)"
+}
+
+func (e *MaybeHeldError) Unwrap() error { return e.Err }
+
+// acquireFailed is TryLock's error for err: a MaybeHeldError when the
+// statement may have run.
+func (p *Provider) acquireFailed(name string, atLeastFor time.Duration, err error) error {
+	err = fmt.Errorf("acquire lock %q: %w", name, err)
+	if !db.OutcomeUnknown(err) {
+		return err
+	}
+	return &MaybeHeldError{Lock: &Lock{p: p, name: name, atLeastFor: atLeastFor}, Err: err}
 }
 
 // Lock is one acquired lock. It is single-use: after Unlock, or after an

@@ -81,13 +81,10 @@ func (r *Runner) runBackfill(js *jobState) {
 		return
 	}
 	defer r.releaseSlot(js)
-	r.releaseStale(js)
 	lockFrom := time.Now() // the real clock, as the job shim's (deadline.go)
-	ctx, cancel = context.WithTimeout(r.runsCtx, lockStatementTimeout)
 	// No minimum gap: the lock keeps the live schedule and the other
 	// replicas out while the occurrence runs, and no longer.
-	l, err := r.o.Locks.TryLock(ctx, js.job.LockName(), jobs.LockAtMostFor(sched), 0)
-	cancel()
+	l, err := r.tryLock(js, jobs.LockAtMostFor(sched), 0)
 	if err != nil {
 		// A live run, or another replica's backfill: the host asks again.
 		back()

@@ -157,14 +157,11 @@ func (r *Runner) recordStretch(js *jobState, recs []jobs.OccurrenceRecord) {
 // held elsewhere or could not be had, or the schedule could not be read
 // (the catch-up waits), or the schedule moved (the catch-up is dropped).
 func (r *Runner) catchUpLock(js *jobState, sched jobs.Schedule, p *catchUpPending) *runLock {
-	r.releaseStale(js)
 	lockFrom := time.Now() // the real clock, as the job shim's (deadline.go)
-	ctx, cancel := context.WithTimeout(r.runsCtx, lockStatementTimeout)
 	// No minimum gap: the end of the last caught-up run is in the shared
 	// schedule before the lock goes, and a catch-up found not to be this
 	// replica's lets it go at once.
-	l, err := r.o.Locks.TryLock(ctx, js.job.LockName(), jobs.LockAtMostFor(sched), 0)
-	cancel()
+	l, err := r.tryLock(js, jobs.LockAtMostFor(sched), 0)
 	switch {
 	case errors.Is(err, locks.ErrHeldElsewhere):
 		// Another replica catches up (or a dead one's lock has yet to
@@ -176,7 +173,7 @@ func (r *Runner) catchUpLock(js *jobState, sched jobs.Schedule, p *catchUpPendin
 		r.recordNoRun(js, sched, r.now(), err) // rescheduled; the catch-up waits
 		return nil
 	}
-	ctx, cancel = context.WithTimeout(r.runsCtx, settingsTimeout)
+	ctx, cancel := context.WithTimeout(r.runsCtx, settingsTimeout)
 	end, _, dbNow, err := r.loadRun(ctx, js)
 	cancel()
 	switch {

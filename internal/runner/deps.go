@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/studioctl/studioctl/internal/jobs"
@@ -88,11 +89,29 @@ type providerLocks struct{ p *locks.Provider }
 
 func (l providerLocks) TryLock(ctx context.Context, name string, atMostFor, atLeastFor time.Duration) (Lock, error) {
 	k, err := l.p.TryLock(ctx, name, atMostFor, atLeastFor)
+	var mh *locks.MaybeHeldError
+	if errors.As(err, &mh) {
+		return nil, &MaybeHeldError{Lock: heldLock{mh.Lock}, Err: err}
+	}
 	if err != nil {
 		return nil, err
 	}
 	return heldLock{k}, nil
 }
+
+// MaybeHeldError is a Locker's TryLock error when the lock may have been
+// taken all the same (locks.MaybeHeldError: the answer was lost). The
+// runner keeps Lock as the job's stale lock, given back before the job's
+// next try (releaseStale): otherwise the lock, if taken, would hold every
+// replica off until its lockAtMostFor, the holder included.
+type MaybeHeldError struct {
+	Lock Lock
+	Err  error
+}
+
+func (e *MaybeHeldError) Error() string { return e.Err.Error() }
+
+func (e *MaybeHeldError) Unwrap() error { return e.Err }
 
 type heldLock struct{ l *locks.Lock }
 

@@ -93,12 +93,8 @@ func (r *Runner) acquire(js *jobState, sched jobs.Schedule, occ occurrence) (hel
 	if js.job.Scope != jobs.ScopeInstallation {
 		return nil, true
 	}
-	r.releaseStale(js)
 	lockFrom := time.Now() // the real clock, as the job shim's (deadline.go)
-	ctx, cancel := context.WithTimeout(r.runsCtx, lockStatementTimeout)
-	// The lock is the job's lock: name, or its id (SPEC §5.3).
-	l, err := r.o.Locks.TryLock(ctx, js.job.LockName(), jobs.LockAtMostFor(sched), jobs.LockAtLeastFor(sched))
-	cancel()
+	l, err := r.tryLock(js, jobs.LockAtMostFor(sched), jobs.LockAtLeastFor(sched))
 	now := r.now()
 	if errors.Is(err, locks.ErrHeldElsewhere) {
 		r.skipHeldElsewhere(js, sched, occ, now)
@@ -577,6 +573,32 @@ func (r *Runner) unlock(l Lock, js *jobState) {
 	}
 }
 
+// tryLock is every try of js's lock (a run's, a catch-up's, a
+// backfill's); the lock is the job's lock: name, or its id (SPEC §5.3).
+// The lock an unlock that failed left is given back first (releaseStale).
+// A try whose answer was lost may have taken the lock (MaybeHeldError): it
+// is kept as such a lock, given back at the next try here, so that it does
+// not hold every replica off, this one included, until its lockAtMostFor
+// (a nemesis run: no run of two jobs for 40 s after a promote cut the
+// answers of their tries).
+func (r *Runner) tryLock(js *jobState, atMostFor, atLeastFor time.Duration) (Lock, error) {
+	r.releaseStale(js)
+	ctx, cancel := context.WithTimeout(r.runsCtx, lockStatementTimeout)
+	defer cancel()
+	l, err := r.o.Locks.TryLock(ctx, js.job.LockName(), atMostFor, atLeastFor)
+	var mh *MaybeHeldError
+	if errors.As(err, &mh) {
+		r.log.Warn("runner: the answer to a lock try was lost; giving the lock back at the job's next try, in case it was taken",
+			"job_id", js.job.ID, "error", err)
+		r.mu.Lock()
+		if js.staleLock == nil {
+			js.staleLock = mh.Lock
+		}
+		r.mu.Unlock()
+	}
+	return l, err
+}
+
 // releaseStale unlocks the lock whose unlock failed after js's last run,
 // before js takes its lock again. No run of js is in progress on this
 // replica then, so the row this replica holds under that name is the
@@ -584,6 +606,35 @@ func (r *Runner) unlock(l Lock, js *jobState) {
 // (lock_until stays at least locked_at + lockAtLeastFor). If it fails
 // again it is kept for the next tick.
 func (r *Runner) releaseStale(js *jobState) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.runsCtx), lockStatementTimeout)
+	defer cancel()
+	r.releaseStaleCtx(ctx, js)
+}
+
+// releaseStaleAtStop gives back, at a stop, once no run is left, every
+// lock an unlock that failed or a try whose answer was lost left: they
+// would otherwise hold every replica off until their lockAtMostFor, and a
+// restart under the same id too. One bound for all of them.
+func (r *Runner) releaseStaleAtStop() {
+	r.mu.Lock()
+	var stale []*jobState
+	for _, js := range r.jobs {
+		if js.staleLock != nil {
+			stale = append(stale, js)
+		}
+	}
+	r.mu.Unlock()
+	if len(stale) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), lockStatementTimeout)
+	defer cancel()
+	for _, js := range stale {
+		r.releaseStaleCtx(ctx, js)
+	}
+}
+
+func (r *Runner) releaseStaleCtx(ctx context.Context, js *jobState) {
 	r.mu.Lock()
 	l := js.staleLock
 	js.staleLock = nil
@@ -591,8 +642,6 @@ func (r *Runner) releaseStale(js *jobState) {
 	if l == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.runsCtx), lockStatementTimeout)
-	defer cancel()
 	if err := l.Unlock(ctx); err != nil {
 		r.log.Warn("runner: releasing the lock whose unlock had failed failed again; trying at the job's next tick",
 			"job_id", js.job.ID, "error", err)

@@ -959,6 +959,7 @@ func (r *Runner) Stop() {
 			cancel(errShutdown)
 			<-done
 		}
+		r.releaseStaleAtStop() // run.go
 		cancel(errShutdown)
 	})
 }

@@ -3,6 +3,7 @@ package runner_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -896,6 +897,89 @@ func (f *failingUnlock) Unlock(ctx context.Context) error {
 		return errors.New("unlock: ERROR: cannot execute UPDATE in a read-only transaction (SQLSTATE 25006)")
 	}
 	return f.Lock.Unlock(ctx)
+}
+
+// A clean stop gives back the lock whose unlock failed: a restart under
+// the same id would otherwise find it held until its lockAtMostFor, and so
+// would every other replica.
+func TestAStopGivesBackALockWhoseUnlockFailed(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ft := e.task()
+	o := e.options(e.job("stop", jobs.ScopeInstallation, 10*time.Second, ft))
+	o.Locks = &unlockFails{Locker: o.Locks, n: 1}
+	r := e.start(o)
+
+	ft.waitStarts(t, 1)
+	ft.finish(t, tasks.Result{})
+	e.waitIdle("stop", t0.Add(10*time.Second))
+	if row := e.lockRow("stop"); row.LockUntil.Sub(row.LockedAt) != jobs.LockAtMostForFloor {
+		t.Fatalf("after the failed unlock lock_until - locked_at = %v; want lockAtMostFor %v", row.LockUntil.Sub(row.LockedAt), jobs.LockAtMostForFloor)
+	}
+	r.Stop()
+	row := e.lockRow("stop")
+	if d := row.LockUntil.Sub(row.LockedAt) - 9*time.Second; d < -time.Millisecond || d > time.Millisecond {
+		t.Errorf("after the stop lock_until - locked_at = %v; want lockAtLeastFor 9s", row.LockUntil.Sub(row.LockedAt))
+	}
+}
+
+// lostAnswer wraps a Locker: the first n tries take the lock and then
+// report the answer lost, as when the connection drops between the
+// server's commit and its reply (a promote, a restart).
+type lostAnswer struct {
+	runner.Locker
+	mu sync.Mutex
+	n  int
+}
+
+func (a *lostAnswer) TryLock(ctx context.Context, name string, atMostFor, atLeastFor time.Duration) (runner.Lock, error) {
+	l, err := a.Locker.TryLock(ctx, name, atMostFor, atLeastFor)
+	a.mu.Lock()
+	lose := a.n > 0 && err == nil
+	if lose {
+		a.n--
+	}
+	a.mu.Unlock()
+	if lose {
+		return nil, &runner.MaybeHeldError{Lock: l, Err: fmt.Errorf("acquire lock %q: unexpected EOF", name)}
+	}
+	return l, err
+}
+
+// A try whose answer was lost may have taken the lock: the runner gives it
+// back at the job's next try, as an unlock that failed. Before, it held
+// every replica off, this one included, until its lockAtMostFor (60 s): a
+// nemesis run had no run of two jobs for 40 s after a promote.
+func TestALockTryWhoseAnswerWasLostIsGivenBackAtTheNextTry(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ft := e.task()
+	o := e.options(e.job("lost", jobs.ScopeInstallation, 10*time.Second, ft))
+	o.Locks = &lostAnswer{Locker: o.Locks, n: 1}
+	e.start(o)
+
+	e.waitIdle("lost", t0.Add(10*time.Second))
+	if ft.startCount() != 0 {
+		t.Fatalf("%d runs after a lock try whose answer was lost, want 0", ft.startCount())
+	}
+	row := e.lockRow("lost")
+	if got := row.LockUntil.Sub(row.LockedAt); got != jobs.LockAtMostForFloor {
+		t.Fatalf("after the lost answer lock_until - locked_at = %v; want lockAtMostFor %v (the try took it)", got, jobs.LockAtMostForFloor)
+	}
+	e.clk.Advance(10 * time.Second)
+	eventually(t, "the next try to give the lock back", func() bool {
+		r := e.lockRow("lost")
+		return r.LockUntil.Sub(r.LockedAt) < jobs.LockAtMostForFloor
+	})
+	row = e.lockRow("lost")
+	if d := row.LockUntil.Sub(row.LockedAt) - 9*time.Second; d < -time.Millisecond || d > time.Millisecond {
+		t.Errorf("after the give-back lock_until - locked_at = %v; want lockAtLeastFor 9s", row.LockUntil.Sub(row.LockedAt))
+	}
+	for _, want := range []string{"the answer to a lock try was lost", "released the lock whose unlock had failed"} {
+		if !strings.Contains(e.logs.String(), want) {
+			t.Errorf("the log lacks %q", want)
+		}
+	}
 }
 
 // An unlock that fails after a run (a read-only or unreachable database)
