@@ -109,12 +109,12 @@ func (r *Runner) deferToDesignated(js *jobState, sched jobs.Schedule, fire time.
 	}
 	r.mu.Lock()
 	if js.staleLock != nil {
-		// This replica holds the job's lock from an unlock that failed
-		// (run.go, unlock): only it can give the lock back before its
-		// lockAtMostFor, at its own next try (releaseStale). Deferring
-		// would leave every replica's try "held elsewhere" until then
-		// (a CI nemesis run: no run of two jobs for 40 s after a restart
-		// of PostgreSQL failed their unlocks).
+		// This replica may hold the job's lock: an unlock that failed,
+		// or a try whose answer was lost (run.go, tryLock). Only it can
+		// give the lock back before its lockAtMostFor, at its own next
+		// try (releaseStale); deferring would leave every replica's try
+		// "held elsewhere" until its fallback, or until then if a start
+		// heard moved it on.
 		r.mu.Unlock()
 		return false
 	}

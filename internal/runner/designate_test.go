@@ -158,9 +158,7 @@ func TestTheFallbacksComeBeforeTheStartDeadline(t *testing.T) {
 
 // A replica that is not designated but holds the job's lock from an unlock
 // that failed tries at the due time, and gives the lock back first: only
-// it can, before the lock's lockAtMostFor (60 s). Deferring left every
-// replica's try "held elsewhere" (a CI nemesis run: no run of two jobs for
-// 40 s after a restart of PostgreSQL failed their unlocks).
+// it can, before the lock's lockAtMostFor (60 s).
 func TestAReplicaHoldingALockWhoseUnlockFailedDoesNotDefer(t *testing.T) {
 	e, _, lk, ft, o := sharedEnv(t, "", t0.Add(-3*time.Second))
 	o.Members = fixedMembers(membersRanking(t, "shared", 1, 3), true)
