@@ -590,3 +590,24 @@ func (s *Store) LoadStatus(ctx context.Context) (map[string]jobs.Status, error) 
 	}
 	return out, nil
 }
+
+// LastStartAfter is the start of the newest run of job id that started
+// after since and ended (not running, not interrupted), a backfill's aside
+// (zero: none). A catch-up asks it under the job's lock: a run after the
+// shared schedule's last recorded run is one whose end could not be
+// recorded there (runner, catchUpLock), and its due times must not run
+// again. A run whose replica died while it ran is left out: its due time
+// is caught up again, as it did not finish. One index lookup (job_id,
+// started_at).
+func (s *Store) LastStartAfter(ctx context.Context, id string, since time.Time) (time.Time, error) {
+	var last *time.Time
+	err := s.q.QueryRow(ctx, `SELECT max(started_at) FROM studio_job_run
+WHERE job_id = $1 AND started_at > $2 AND NOT backfill AND outcome NOT IN ('running', 'interrupted')`, id, since).Scan(&last)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("read the last run of job %q: %w", id, err)
+	}
+	if last == nil {
+		return time.Time{}, nil
+	}
+	return last.UTC(), nil
+}

@@ -174,7 +174,22 @@ func (r *Runner) catchUpLock(js *jobState, sched jobs.Schedule, p *catchUpPendin
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(r.runsCtx, settingsTimeout)
-	end, _, dbNow, err := r.loadRun(ctx, js)
+	end, started, dbNow, err := r.loadRun(ctx, js)
+	var ranSince time.Time
+	if rf, ok := r.o.Store.(RunFinder); ok && err == nil && end.Equal(p.anchor) {
+		// A run after the anchor's run whose end is not in the shared
+		// schedule: another catch-up ran it and could not record its end
+		// (recordCatchUpEnd), kept the lock, and the lock expired. Its
+		// stretch is that replica's (it recorded the rows); running it
+		// again would repeat its due times. The check reads the run's row
+		// with its end, which its replica's store wrote (within a second,
+		// or once the database answers again).
+		since := started
+		if since.IsZero() {
+			since = p.anchor
+		}
+		ranSince, err = rf.LastStartAfter(ctx, js.job.ID, since)
+	}
 	cancel()
 	switch {
 	case err != nil:
@@ -188,6 +203,13 @@ func (r *Runner) catchUpLock(js *jobState, sched jobs.Schedule, p *catchUpPendin
 		js.catchUp = nil
 		r.unlock(l, js)
 		r.finish(js, jobs.LocalDue(jobs.DueAfter(sched, end, dbNow, jobs.MissedRunOnce), dbNow, r.now()))
+		return nil
+	case !ranSince.IsZero():
+		r.log.Warn("runner: a run of the job started after the shared schedule's last end and ended without recording it there; dropping the catch-up, whose stretch is that run's",
+			"job_id", js.job.ID, "run_started_at", ranSince)
+		js.catchUp = nil
+		r.unlock(l, js)
+		r.finish(js, jobs.LocalDue(jobs.DueAfter(sched, ranSince, dbNow, jobs.MissedRunOnce), dbNow, r.now()))
 		return nil
 	}
 	return &runLock{lock: l, end: newLockDeadline(lockFrom, jobs.LockAtMostFor(sched))}

@@ -536,6 +536,62 @@ func TestACatchUpWhoseEndCannotBeWrittenKeepsTheLockAndStops(t *testing.T) {
 	})
 }
 
+// The catch-up above keeps the lock; once it expires, the next holder
+// finds the shared schedule still at the stretch's anchor. It used to run
+// the stretch's due times again; the first caught-up run's row, ended,
+// now says the stretch is that run's, and the catch-up is dropped: no due
+// time runs twice.
+func TestACatchUpWhoseEndWasNotRecordedIsNotRunAgainByTheNextHolder(t *testing.T) {
+	t.Parallel()
+	g := newGateTask(t)
+	e, sch, o := catchUpEnv(t, jobs.CatchUp{Max: 3, Within: time.Hour}, t0.Add(-125*time.Second), g)
+	fe := &failingEnds{fakeSchedules: sch, failures: 1 << 20}
+	o.Schedules = fe
+	a := e.start(o)
+	g.waitStarts(t, 1)
+	g.release(t)
+	e.waitIdle("shared", t0.Add(10*time.Second))
+	a.Stop()
+	if err := e.store.Flush(t.Context()); err != nil { // the run's end, as the store writes it within a second
+		t.Fatal(err)
+	}
+	if e.lockFree("shared") {
+		t.Fatal("the catch-up let the lock go after an end that could not be recorded")
+	}
+	e.exec(`UPDATE shedlock SET lock_until = timezone('utc', now()) WHERE name = 'shared'`) // it expired
+
+	// Another replica starts into the same stretch.
+	store := jobstore.NewStore(e.pool, "replica-b", nil)
+	if err := store.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(store.Stop)
+	provider, err := locks.NewProvider(e.pool, locks.DefaultTable(), "replica-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ob := o
+	ob.ReplicaID, ob.Store, ob.Locks, ob.Metrics = "replica-b", store, runner.LocksOf(provider), prometheus.NewRegistry()
+	b, err := runner.New(ob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Stop)
+	eventually(t, "replica-b to drop the catch-up", func() bool {
+		return strings.Contains(e.logs.String(), "dropping the catch-up, whose stretch is that run's")
+	})
+	eventually(t, "replica-b to wait for the due time after the first caught-up run", func() bool {
+		st := status(t, b, "shared")
+		return !st.Running && st.NextFireAt != nil && st.NextFireAt.Equal(t0.Add(10*time.Second))
+	})
+	if got := nominals(g.got()); !sameDurations(got, []time.Duration{-25 * time.Second}) {
+		t.Fatalf("runs of nominal times %v; want only the first catch-up's -25s", got)
+	}
+}
+
 // A caught-up run's end that fails once is tried again; the catch-up goes
 // on, and the lock is let go at its end.
 func TestACatchUpRetriesAnEndThatFailedOnce(t *testing.T) {

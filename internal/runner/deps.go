@@ -77,6 +77,13 @@ type RunLoader interface {
 	LoadRun(ctx context.Context, job string) (end, started, dbNow time.Time, err error)
 }
 
+// RunFinder is what a Recorder may also do (jobstore.Store does): the
+// start of a job's newest run after a time, a backfill's aside (zero:
+// none). A catch-up asks it under the lock (catchUpLock).
+type RunFinder interface {
+	LastStartAfter(ctx context.Context, id string, since time.Time) (time.Time, error)
+}
+
 // LocksOf is the Locker of a lock provider; nil for nil.
 func LocksOf(p *locks.Provider) Locker {
 	if p == nil {
