@@ -124,12 +124,14 @@ func TestScripts(t *testing.T) {
 // beat keeps the heartbeat of replica rows the script inserted fresh,
 // every second as a replica's registry would, until the script ends: beat
 // ID... (a row is live only while its heartbeat is recent and not ahead of
-// database time: liveness.LiveSQL).
+// database time: liveness.LiveSQL). A row the script set to stopped is left
+// alone, as a stopped replica writes no heartbeat: a golden may show the
+// heartbeat it stopped with.
 func cmdBeat(ts *testscript.TestScript, neg bool, args []string) {
 	if len(args) == 0 || neg {
 		ts.Fatalf("usage: beat ID...")
 	}
-	const stmt = `UPDATE studio_replica SET heartbeat_at = now() WHERE id = ANY($1)`
+	const stmt = `UPDATE studio_replica SET heartbeat_at = now() WHERE id = ANY($1) AND state <> 'stopped'`
 	url := ts.Getenv("STUDIO_DATABASE_URL")
 	cfg, err := db.ParseConnConfig(url)
 	ts.Check(err)
