@@ -117,6 +117,7 @@ func TestScripts(t *testing.T) {
 			"waitfile": cmdWaitFile,
 			"sqlenv":   cmdSQLEnv,
 			"beat":     cmdBeat,
+			"renew":    cmdRenew,
 		},
 	})
 }
@@ -124,12 +125,30 @@ func TestScripts(t *testing.T) {
 // beat keeps the heartbeat of replica rows the script inserted fresh,
 // every second as a replica's registry would, until the script ends: beat
 // ID... (a row is live only while its heartbeat is recent and not ahead of
-// database time: liveness.LiveSQL).
+// database time: liveness.LiveSQL). A row the script set to stopped is left
+// alone, as a stopped replica writes no heartbeat: a golden may show the
+// heartbeat it stopped with.
 func cmdBeat(ts *testscript.TestScript, neg bool, args []string) {
 	if len(args) == 0 || neg {
 		ts.Fatalf("usage: beat ID...")
 	}
-	const stmt = `UPDATE studio_replica SET heartbeat_at = now() WHERE id = ANY($1)`
+	keepFresh(ts, "beat", `UPDATE studio_replica SET heartbeat_at = now() WHERE id = ANY($1) AND state <> 'stopped'`, args)
+}
+
+// renew keeps the renewal of cluster leases the script inserted fresh,
+// every second as their owner's lease loop would, until the script ends:
+// renew CLUSTER... (a lease renewed longer than leases.LeaseTTL ago is
+// expired). A lease without an owner is left alone, as nobody renews it.
+func cmdRenew(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) == 0 || neg {
+		ts.Fatalf("usage: renew CLUSTER...")
+	}
+	keepFresh(ts, "renew", `UPDATE cluster_lease SET renewed_at = now() WHERE cluster = ANY($1) AND owner IS NOT NULL`, args)
+}
+
+// keepFresh runs stmt (an UPDATE of the rows whose keys are $1) at once,
+// then every second on a connection of its own until the script ends.
+func keepFresh(ts *testscript.TestScript, name, stmt string, keys []string) {
 	url := ts.Getenv("STUDIO_DATABASE_URL")
 	cfg, err := db.ParseConnConfig(url)
 	ts.Check(err)
@@ -137,12 +156,12 @@ func cmdBeat(ts *testscript.TestScript, neg bool, args []string) {
 	conn, err := db.Connect(ctx, cfg, url)
 	if err != nil {
 		cancel()
-		ts.Fatalf("beat: %v", err)
+		ts.Fatalf("%s: %v", name, err)
 	}
-	if _, err := conn.Exec(ctx, stmt, args); err != nil {
+	if _, err := conn.Exec(ctx, stmt, keys); err != nil {
 		cancel()
 		conn.Close(context.Background())
-		ts.Fatalf("beat: %v", err)
+		ts.Fatalf("%s: %v", name, err)
 	}
 	done := make(chan struct{})
 	go func() {
@@ -155,7 +174,7 @@ func cmdBeat(ts *testscript.TestScript, neg bool, args []string) {
 			case <-ctx.Done():
 				return
 			case <-tick.C:
-				conn.Exec(ctx, stmt, args)
+				conn.Exec(ctx, stmt, keys)
 			}
 		}
 	}()
