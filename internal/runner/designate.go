@@ -40,7 +40,7 @@ type designation struct {
 	heardStart time.Time
 	// heard: a start was heard for the due time the fallback waits on.
 	// With a StartConfirmer the fallback stays queued and, when it fires,
-	// asks the database whether a run started (confirmStart) instead of
+	// asks the database whether a run started (startConfirmed) instead of
 	// believing the signal.
 	heard bool
 }
