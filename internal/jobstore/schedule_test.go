@@ -80,3 +80,51 @@ func TestScheduleEndsThatAreNotFiniteReadAsNone(t *testing.T) {
 		}
 	}
 }
+
+// RunStartedSince believes the database only: a run that ended (the shared
+// schedule's start of the last run) or a run row of the job (running or
+// not) started at or after the time; a per-cluster duty's runs, older
+// runs and other jobs do not count.
+func TestRunStartedSinceReadsTheScheduleAndTheRunRows(t *testing.T) {
+	t.Parallel()
+	pool, _ := newPool(t)
+	s := jobstore.NewSchedules(pool)
+	ctx := t.Context()
+	due := time.Date(2031, 3, 14, 9, 0, 7, 0, time.UTC)
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		if _, err := pool.Exec(ctx, sql, args...); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	ask := func(job string) bool {
+		t.Helper()
+		ok, err := s.RunStartedSince(ctx, job, due)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	if ask("sweep") {
+		t.Fatal("a job that never ran has started")
+	}
+	exec(`INSERT INTO studio_job_run (job_id, replica_id, started_at, outcome) VALUES ('sweep', 'r1', $1, 'succeeded')`, due.Add(-time.Second))
+	exec(`INSERT INTO studio_job_run (job_id, replica_id, cluster, started_at, outcome) VALUES ('sweep', 'r1', 'c1', $1, 'running')`, due)
+	exec(`INSERT INTO studio_job_run (job_id, replica_id, started_at, outcome) VALUES ('other', 'r1', $1, 'running')`, due)
+	if _, err := s.RecordEnd(ctx, "sweep", "r1", 1, due.Add(-time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if ask("sweep") {
+		t.Fatal("an older run, a duty's run or another job's run counted as a start")
+	}
+	exec(`INSERT INTO studio_job_run (job_id, replica_id, started_at, outcome) VALUES ('sweep', 'r2', $1, 'running')`, due)
+	if !ask("sweep") {
+		t.Fatal("a running row from the due time is not a start")
+	}
+	if _, err := s.RecordEnd(ctx, "other2", "r2", 2, due.Add(time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	if !ask("other2") {
+		t.Fatal("an end recorded for a run started after the due time is not a start")
+	}
+}
