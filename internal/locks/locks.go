@@ -54,7 +54,7 @@ type Provider struct {
 	lockedBy string
 	fenced   bool // Fenced: acquireSQL advances the lock's token
 
-	acquireSQL, extendSQL, unlockSQL string
+	acquireSQL, extendSQL, unlockSQL, giveBackSQL string
 }
 
 // FenceTable holds each lock's fencing token (migration 00017,
@@ -101,6 +101,15 @@ func NewProvider(q Querier, table Table, lockedBy string) (*Provider, error) {
 	atLeast := at + " + make_interval(secs => $2)"
 	p.unlockSQL = "UPDATE " + tbl + " SET " + until + " = CASE WHEN " + atLeast + " > " + now + " THEN " + atLeast + " ELSE " + now + " END" +
 		" WHERE " + name + " = $1 AND " + by + " = $3"
+	// A try whose answer was lost is given back only if it took the row:
+	// this holder's, still held, with lock_until exactly locked_at +
+	// the try's atMostFor (what the acquire writes; an unlock or an
+	// extension changes it), taken no earlier than the try was sent ($4:
+	// seconds since then, with a slack). No run ran under it: it ends now.
+	p.giveBackSQL = "UPDATE " + tbl + " SET " + until + " = " + now +
+		" WHERE " + name + " = $1 AND " + by + " = $3 AND " + until + " > " + now +
+		" AND " + until + " = " + at + " + make_interval(secs => $2)" +
+		" AND " + at + " >= " + now + " - make_interval(secs => $4)"
 	return p, nil
 }
 
@@ -151,6 +160,7 @@ func (p *Provider) TryLock(ctx context.Context, name string, atMostFor, atLeastF
 	if err := validateDurations(atMostFor, atLeastFor); err != nil {
 		return nil, err
 	}
+	sent := time.Now()
 	if p.fenced {
 		var token int64
 		err := p.q.QueryRow(ctx, p.acquireSQL, name, seconds(atMostFor), p.lockedBy).Scan(&token)
@@ -158,13 +168,13 @@ func (p *Provider) TryLock(ctx context.Context, name string, atMostFor, atLeastF
 			return nil, ErrHeldElsewhere
 		}
 		if err != nil {
-			return nil, p.acquireFailed(name, atLeastFor, err)
+			return nil, p.acquireFailed(name, atMostFor, atLeastFor, sent, err)
 		}
 		return &Lock{p: p, name: name, atLeastFor: atLeastFor, token: token}, nil
 	}
 	tag, err := p.q.Exec(ctx, p.acquireSQL, name, seconds(atMostFor), p.lockedBy)
 	if err != nil {
-		return nil, p.acquireFailed(name, atLeastFor, err)
+		return nil, p.acquireFailed(name, atMostFor, atLeastFor, sent, err)
 	}
 	if tag.RowsAffected() == 0 {
 		return nil, ErrHeldElsewhere
@@ -175,9 +185,13 @@ func (p *Provider) TryLock(ctx context.Context, name string, atMostFor, atLeastF
 // MaybeHeldError is TryLock's error when its statement may have taken the
 // lock all the same: the request reached the server and the answer was
 // lost (db.OutcomeUnknown). The lock, if taken, is held until its
-// atMostFor unless this holder gives it back: Lock.Unlock does, as the
-// run's own unlock would have (lock_until kept at least locked_at +
-// atLeastFor), and changes nothing when the row is not this holder's.
+// atMostFor unless this holder gives it back: Lock.Unlock (or Release)
+// ends it now if that try took the row, and changes nothing otherwise: a
+// row of another holder, this holder's earlier lock (its minimum gap
+// kept), a row taken before the try was sent (a predecessor process with
+// the same id), an extended one. Give it back before this holder's next
+// try of the same name: a later acquisition within the try's slack would
+// look the same.
 type MaybeHeldError struct {
 	Lock *Lock
 	Err  error
@@ -190,14 +204,25 @@ func (e *MaybeHeldError) Error() string {
 func (e *MaybeHeldError) Unwrap() error { return e.Err }
 
 // acquireFailed is TryLock's error for err: a MaybeHeldError when the
-// statement may have run.
-func (p *Provider) acquireFailed(name string, atLeastFor time.Duration, err error) error {
+// statement, sent at sent, may have run.
+func (p *Provider) acquireFailed(name string, atMostFor, atLeastFor time.Duration, sent time.Time, err error) error {
 	err = fmt.Errorf("acquire lock %q: %w", name, err)
 	if !db.OutcomeUnknown(err) {
 		return err
 	}
-	return &MaybeHeldError{Lock: &Lock{p: p, name: name, atLeastFor: atLeastFor}, Err: err}
+	return &MaybeHeldError{Lock: &Lock{p: p, name: name, atLeastFor: atLeastFor, maybe: &maybeTry{atMostFor: atMostFor, sent: sent}}, Err: err}
 }
+
+// maybeTry is what a lock of a try whose answer was lost knows of the try.
+type maybeTry struct {
+	atMostFor time.Duration
+	sent      time.Time // just before the request was sent (monotonic)
+}
+
+// giveBackSlack widens the window a lost try's row may have been taken
+// in: the database's clock and this process's measure the same time
+// apart by little more than a statement's round trip.
+const giveBackSlack = 500 * time.Millisecond
 
 // Lock is one acquired lock. It is single-use: after Unlock, or after an
 // Extend that reached the database, further calls return ErrLockUsed.
@@ -205,7 +230,8 @@ type Lock struct {
 	p          *Provider
 	name       string
 	atLeastFor time.Duration
-	token      int64 // the fencing token; 0 when the provider is not Fenced
+	token      int64     // the fencing token; 0 when the provider is not Fenced
+	maybe      *maybeTry // a try whose answer was lost (MaybeHeldError)
 
 	mu   sync.Mutex
 	used bool
@@ -262,6 +288,13 @@ func (l *Lock) unlock(ctx context.Context, atLeastFor time.Duration, verb string
 	defer l.mu.Unlock()
 	if l.used {
 		return ErrLockUsed
+	}
+	if m := l.maybe; m != nil {
+		if _, err := l.p.q.Exec(ctx, l.p.giveBackSQL, l.name, seconds(m.atMostFor), l.p.lockedBy, seconds(time.Since(m.sent)+giveBackSlack)); err != nil {
+			return fmt.Errorf("%s lock %q: %w", verb, l.name, err)
+		}
+		l.used = true
+		return nil
 	}
 	if _, err := l.p.q.Exec(ctx, l.p.unlockSQL, l.name, seconds(atLeastFor), l.p.lockedBy); err != nil {
 		return fmt.Errorf("%s lock %q: %w", verb, l.name, err)

@@ -149,10 +149,21 @@ func (r *Runner) giveBack(l Lock, js *jobState) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.runsCtx), lockStatementTimeout)
 	defer cancel()
 	if err := l.Release(ctx); err != nil {
-		r.log.Warn("runner: could not give back a lock taken for a tick that had already run elsewhere; it expires at its lockAtMostFor",
+		r.log.Warn("runner: could not give back a lock taken for a tick that had already run elsewhere; trying again at the job's next try",
 			"job_id", js.job.ID, "error", err)
+		r.mu.Lock()
+		if js.staleLock == nil {
+			js.staleLock = releaseOnly{l}
+		}
+		r.mu.Unlock()
 	}
 }
+
+// releaseOnly is a stale lock under which nothing ran: given back with
+// no minimum gap (Release), as giveBack would have.
+type releaseOnly struct{ Lock }
+
+func (l releaseOnly) Unlock(ctx context.Context) error { return l.Release(ctx) }
 
 // skipHeldElsewhere records a tick whose lock another holder has, and
 // reschedules js.
@@ -587,7 +598,14 @@ func (r *Runner) tryLock(js *jobState, atMostFor, atLeastFor time.Duration) (Loc
 	defer cancel()
 	l, err := r.o.Locks.TryLock(ctx, js.job.LockName(), atMostFor, atLeastFor)
 	var mh *MaybeHeldError
-	if errors.As(err, &mh) {
+	if err == nil {
+		// Taken: the row is this try's now. A stale lock whose give-back
+		// failed just before has nothing left to give back, and giving it
+		// back later would cut this lock short (its own gap).
+		r.mu.Lock()
+		js.staleLock = nil
+		r.mu.Unlock()
+	} else if errors.As(err, &mh) {
 		r.log.Warn("runner: the answer to a lock try was lost; giving the lock back at the job's next try, in case it was taken",
 			"job_id", js.job.ID, "error", err)
 		r.mu.Lock()
