@@ -94,7 +94,7 @@ WHERE r.job_id = 'per-cluster' AND r.outcome = 'running'`).Scan(&n)
 	})
 	// The runs cancelled when a replica released clusters at the other's
 	// start are recorded within a flush.
-	waitUntil(t, 5*time.Second, "one running duty per cluster", func() bool {
+	waitUntil(t, 15*time.Second, "one running duty per cluster", func() bool { // a cancelled command's end, then a flush: seconds at load 25
 		var dup int
 		err := pool.QueryRow(context.Background(), `SELECT count(*) FROM (SELECT cluster FROM studio_job_run
 WHERE job_id = 'per-cluster' AND outcome = 'running' GROUP BY cluster HAVING count(*) > 1) d`).Scan(&dup)
