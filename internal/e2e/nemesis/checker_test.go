@@ -397,8 +397,14 @@ func checkRunRows(rep *report, execs []execution, runs []runRow, faults []fault)
 		}
 		own, others := ownRun(e, rs)
 		if len(others) > 0 {
+			from := e.Start // the faults from the first of the rows on
+			for _, r := range others {
+				if r.Start.Before(from) {
+					from = r.Start
+				}
+			}
 			fd := finding{Check: "execution with several run rows", What: fmt.Sprintf("%s: %d rows (%s)", e, len(rs), describeRuns(rs)),
-				Faults: attribute(faults, others[0].Start, e.End, e.Replica)}
+				Faults: attribute(faults, from, e.End, e.Replica)}
 			fd.Allowed = rerunAllowed(own, others)
 			if fd.Allowed != "" {
 				rep.FailedRunsNoExec += len(others)
