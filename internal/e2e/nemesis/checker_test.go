@@ -82,6 +82,7 @@ type runRow struct {
 	Start    time.Time
 	Outcome  string
 	Finished *time.Time
+	Error    string
 }
 
 func (r runRow) key() string {
@@ -193,7 +194,7 @@ func readRuns(ctx context.Context, pool *pgxpool.Pool) ([]runRow, error) {
 	for _, j := range workloadJobs {
 		ids = append(ids, j.ID)
 	}
-	rows, err := pool.Query(ctx, `SELECT seq, job_id, coalesce(scope_key, ''), replica_id, nominal_at, started_at, outcome, finished_at
+	rows, err := pool.Query(ctx, `SELECT seq, job_id, coalesce(scope_key, ''), replica_id, nominal_at, started_at, outcome, finished_at, coalesce(error, '')
 FROM nemesis_run WHERE job_id = ANY($1) ORDER BY seq`, ids)
 	if err != nil {
 		return nil, err
@@ -202,7 +203,7 @@ FROM nemesis_run WHERE job_id = ANY($1) ORDER BY seq`, ids)
 	var out []runRow
 	for rows.Next() {
 		var r runRow
-		if err := rows.Scan(&r.Seq, &r.Job, &r.Scope, &r.Replica, &r.Nominal, &r.Start, &r.Outcome, &r.Finished); err != nil {
+		if err := rows.Scan(&r.Seq, &r.Job, &r.Scope, &r.Replica, &r.Nominal, &r.Start, &r.Outcome, &r.Finished, &r.Error); err != nil {
 			return nil, err
 		}
 		out = append(out, r)
@@ -367,6 +368,18 @@ func checkFences(rep *report, execs []execution, faults []fault) {
 // every succeeded run row an execution. A run row of another outcome with
 // an execution is a commit whose answer was lost (counted); one without
 // is a run that wrote nothing (counted).
+//
+// Rows are matched by job, scope, nominal time and replica: a run has no
+// id the execution could record. One due time can have several runs on
+// one replica id, legitimately: a run whose end never reached the shared
+// schedule (its process was killed, or its lock was lost: run.go's
+// recordEnd writes no end then) leaves the due time due, and the next
+// process of the same replica id, which has accounted for no due time
+// yet, can run it again (occurrence.go, nominalFor). So when several rows
+// share an execution's key, the execution is the run of the latest row
+// that started before it (runStartSlack); each other row must be a run
+// that could leave its due time due and wrote nothing (rerunAllowed),
+// else the case fails as "execution with several run rows".
 func checkRunRows(rep *report, execs []execution, runs []runRow, faults []fault) {
 	byKey := map[string][]runRow{}
 	for _, r := range runs {
@@ -377,14 +390,28 @@ func checkRunRows(rep *report, execs []execution, runs []runRow, faults []fault)
 		k := e.key()
 		seen[k]++
 		rs := byKey[k]
-		switch {
-		case len(rs) == 0:
+		if len(rs) == 0 {
 			rep.Findings = append(rep.Findings, finding{Check: "execution without a run row", What: e.String() + nearRuns(runs, e),
 				Faults: attribute(faults, e.Start, e.End, e.Replica)}) // a run's row is written before it starts (docs/history.md)
-		case len(rs) > 1:
-			rep.Findings = append(rep.Findings, finding{Check: "execution with several run rows", What: fmt.Sprintf("%s: %d rows", e, len(rs)),
-				Faults: attribute(faults, e.Start, e.End, e.Replica)})
-		case rs[0].Outcome != "succeeded":
+			continue
+		}
+		own, others := ownRun(e, rs)
+		if len(others) > 0 {
+			from := e.Start // the faults from the first of the rows on
+			for _, r := range others {
+				if r.Start.Before(from) {
+					from = r.Start
+				}
+			}
+			fd := finding{Check: "execution with several run rows", What: fmt.Sprintf("%s: %d rows (%s)", e, len(rs), describeRuns(rs)),
+				Faults: attribute(faults, from, e.End, e.Replica)}
+			fd.Allowed = rerunAllowed(own, others)
+			if fd.Allowed != "" {
+				rep.FailedRunsNoExec += len(others)
+			}
+			rep.Findings = append(rep.Findings, fd)
+		}
+		if own.Outcome != "succeeded" {
 			rep.AmbiguousCommits++
 		}
 		if seen[k] == 2 {
@@ -408,6 +435,65 @@ func checkRunRows(rep *report, execs []execution, runs []runRow, faults []fault)
 		}
 		rep.FailedRunsNoExec++
 	}
+}
+
+// runStartSlack is how much later than its execution's start a run row's
+// start may be: the row's start is the replica's database time (its clock
+// plus its measured offset, off by up to half a round trip), the
+// execution's the database's own now().
+const runStartSlack = time.Second
+
+// ownRun splits rs, the run rows of e's key, into the one that ran e (the
+// latest that started by e's start, give or take runStartSlack; the
+// earliest when none did) and the others.
+func ownRun(e execution, rs []runRow) (own runRow, others []runRow) {
+	at := -1
+	for i, r := range rs {
+		if !r.Start.After(e.Start.Add(runStartSlack)) && (at < 0 || r.Start.After(rs[at].Start)) {
+			at = i
+		}
+	}
+	if at < 0 {
+		for i, r := range rs {
+			if at < 0 || r.Start.Before(rs[at].Start) {
+				at = i
+			}
+		}
+	}
+	for i, r := range rs {
+		if i != at {
+			others = append(others, r)
+		}
+	}
+	return rs[at], others
+}
+
+// shutDownText starts the error of a run its own process interrupted at a
+// clean stop (runner.classify): such a run recorded its end in the shared
+// schedule, so its due time was over.
+const shutDownText = "interrupted: the replica shut down"
+
+// rerunAllowed is the rule that allows the rows others beside own, the
+// run of an execution, with the same key ("" when none does): each started
+// before own, wrote nothing (not succeeded), and left its due time due,
+// which only a run whose end never reached the shared schedule does: one
+// whose lock was lost (lock_lost), or one whose process died while it ran
+// (marked interrupted by the replica's next start or by housekeeping, or
+// still running). A failed run, or one interrupted by its own clean stop,
+// recorded its end: its due time must not run again.
+func rerunAllowed(own runRow, others []runRow) string {
+	for _, r := range others {
+		if !r.Start.Before(own.Start) || r.Outcome == "succeeded" {
+			return ""
+		}
+		switch {
+		case r.Outcome == "lock_lost", r.Outcome == "running":
+		case r.Outcome == "interrupted" && !strings.HasPrefix(r.Error, shutDownText):
+		default:
+			return ""
+		}
+	}
+	return "the due time ran again on the same replica id after a run that wrote nothing and recorded no end"
 }
 
 // stretches are the fault-free stretches of [begin, end]: no fault active,
@@ -700,6 +786,30 @@ func (r *report) String(faults []fault) string {
 		fmt.Fprintf(&b, "- %s: %s: %s; faults: %s\n", status, f.Check, f.What, faultList(f.Faults))
 	}
 	return b.String()
+}
+
+// describeRuns names each of rs (seq, nominal, start, end, outcome), so a
+// report of an execution with several run rows says which runs they were:
+// the seqs tell which process of the replica wrote each (a process takes
+// its seqs in blocks), the starts and outcomes which tick.
+func describeRuns(rs []runRow) string {
+	out := make([]string, 0, len(rs))
+	for _, r := range rs {
+		out = append(out, r.String())
+	}
+	return strings.Join(out, "; ")
+}
+
+// String is a run row as a report shows it.
+func (r runRow) String() string {
+	nom, end := "-", "-"
+	if r.Nominal != nil {
+		nom = r.Nominal.UTC().Format("15:04:05.000")
+	}
+	if r.Finished != nil {
+		end = r.Finished.Format("15:04:05.000")
+	}
+	return fmt.Sprintf("run %d on %s nominal %s [%s, %s] %s", r.Seq, r.Replica, nom, r.Start.Format("15:04:05.000"), end, r.Outcome)
 }
 
 // nearRuns describes the run rows of e's job and scope within 3 s of it,
