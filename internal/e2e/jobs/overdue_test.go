@@ -148,7 +148,10 @@ WHERE job_id = ANY($1) AND NOT running AND next_fire_at > now() + interval '500 
 // due time plus the grace has passed.
 func TestJobsOverdueWithEveryReplicaStoppedCleanly(t *testing.T) {
 	t.Parallel()
-	const every = 2 * time.Second
+	// 4 s: both rows must be idle with their next due time 0.5 s ahead at
+	// once, between a run's end flushed (up to seconds late at load 25)
+	// and the next; at 2 s a local CI run never saw that within 30 s.
+	const every = 4 * time.Second
 	f := newFixture(t, shJob("oc", "installation", every.String(), "", recordRun("0")),
 		shJob("oc-inst", "instance", every.String(), "", recordRun("0")))
 	a := f.startReplica("oc-1")
