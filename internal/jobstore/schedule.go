@@ -107,27 +107,6 @@ func (s *Schedules) LoadRunAnnouncing(ctx context.Context, job string) (end, sta
 	return end, started, now, nil
 }
 
-// runStartedSinceSQL says whether a run of job $1 started at or after $2
-// (database time): one that ended (the shared schedule's start of the last
-// run), or one whose row is written (studio_job_run, its (job_id,
-// started_at) index; a per-cluster duty's runs do not count).
-const runStartedSinceSQL = `SELECT EXISTS (SELECT 1 FROM studio_job_schedule s
-    WHERE s.job_id = $1 AND isfinite(s.last_started_at) AND s.last_started_at >= $2)
-  OR EXISTS (SELECT 1 FROM studio_job_run x WHERE x.job_id = $1 AND x.started_at >= $2 AND x.cluster IS NULL)`
-
-// RunStartedSince reports whether the database shows a run of installation
-// job job that started at or after since (runner.StartConfirmer): a
-// job.started signal is only a hint, since any role that can connect can
-// NOTIFY, and a replica killed after its lock runs nothing; this read is
-// what a replica waiting on the designated one believes.
-func (s *Schedules) RunStartedSince(ctx context.Context, job string, since time.Time) (bool, error) {
-	var ok bool
-	if err := s.q.QueryRow(ctx, runStartedSinceSQL, job, since).Scan(&ok); err != nil {
-		return false, fmt.Errorf("read whether job %q started: %w", job, err)
-	}
-	return ok, nil
-}
-
 // EndOf is the end and the start a job.schedule signal carries (ok false:
 // an older sender's signal without them, or a malformed one: read the row).
 func EndOf(m bus.Message) (end, started time.Time, ok bool) {

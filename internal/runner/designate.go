@@ -38,11 +38,6 @@ type designation struct {
 	// last end heard (zero: none): a start heard just before this
 	// replica's own fire of the same due time counts for it.
 	heardStart time.Time
-	// heard: a start was heard for the due time the fallback waits on.
-	// With a StartConfirmer the fallback stays queued and, when it fires,
-	// asks the database whether a run started (startConfirmed) instead of
-	// believing the signal.
-	heard bool
 }
 
 // Members is the view of the live, ready replicas the designation is
@@ -125,20 +120,11 @@ func (r *Runner) deferToDesignated(js *jobState, sched jobs.Schedule, fire time.
 	}
 	d := &js.designate
 	fallback := !d.fallbackAt.IsZero() && fire.Equal(d.fallbackAt)
-	heardFor, due := d.heard, d.due
-	d.fallbackAt, d.due, d.heard = time.Time{}, time.Time{}, false
+	d.fallbackAt, d.due = time.Time{}, time.Time{}
 	heard := d.heardStart
 	r.mu.Unlock()
 	if fallback {
-		if heardFor && r.startConfirmed(js, sched, due) {
-			// The database shows the run that was heard: the due time
-			// is taken, as a start heard without a confirmer gives it up.
-			r.mu.Lock()
-			defer r.mu.Unlock()
-			r.waitLocked(js, fire, r.afterStart(sched, due))
-			return true
-		}
-		return false // no start heard, or none in the database: read, and try the lock
+		return false // the grace ran out without a start heard: read, and try the lock
 	}
 	members, ok := r.o.Members()
 	if !ok {
@@ -150,77 +136,24 @@ func (r *Runner) deferToDesignated(js *jobState, sched jobs.Schedule, fire time.
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	heardEarly := false
-	if !heard.IsZero() && !heard.Before(fire.Add(-r.designateStep(sched, len(members)))) {
-		// The designated replica's clock ran a little ahead: its start
-		// came before this fire. Counted once: believed without a
-		// confirmer, confirmed at the fallback with one.
-		js.designate.heardStart = time.Time{}
-		if r.confirmer() == nil {
-			r.waitLocked(js, fire, r.afterStart(sched, fire))
-			return true
-		}
-		heardEarly = true
-	}
-	at := fire.Add(time.Duration(rank) * r.designateStep(sched, len(members)))
-	if r.waitLocked(js, fire, at) {
-		js.designate.fallbackAt, js.designate.due, js.designate.heard = at, fire, heardEarly
-	}
-	return true
-}
-
-// waitLocked puts js, whose fire at fire does not run here, back on the
-// timer at next; when stopping, the status keeps fire for readers (as
-// finishAt) and waitLocked returns false. r.mu.
-func (r *Runner) waitLocked(js *jobState, fire, next time.Time) bool {
 	js.running = false
-	if r.stopping {
+	if r.stopping { // as finishAt: the status keeps the due time for readers
 		t := fire
 		js.status.NextFireAt = &t
 		r.putStatusLocked(js)
-		return false
+		return true
 	}
-	r.push(js, next)
+	if !heard.IsZero() && !heard.Before(fire.Add(-r.designateStep(sched, len(members)))) {
+		// The designated replica's clock ran a little ahead: its start
+		// came before this fire. Counted once.
+		js.designate.heardStart = time.Time{}
+		r.push(js, r.afterStart(sched, fire))
+		return true
+	}
+	at := fire.Add(time.Duration(rank) * r.designateStep(sched, len(members)))
+	js.designate.fallbackAt, js.designate.due = at, fire
+	r.push(js, at)
 	return true
-}
-
-// StartConfirmer is what a Schedules may also do (jobstore.Schedules
-// does): say whether the database shows a run of job that started at or
-// after since (database time), one that ended or one whose row is
-// written. A job.started signal is a hint: anyone who can NOTIFY on the
-// channel can send one, and a replica killed just after its lock sends a
-// true one for a run that never comes. With it, a start heard keeps the
-// fallback, which asks at its time (one read, only on a replica whose
-// fallback fires before the run's end is heard).
-type StartConfirmer interface {
-	RunStartedSince(ctx context.Context, job string, since time.Time) (bool, error)
-}
-
-// confirmer is the Schedules as a StartConfirmer, or nil.
-func (r *Runner) confirmer() StartConfirmer {
-	sc, _ := r.o.Schedules.(StartConfirmer)
-	return sc
-}
-
-// startConfirmed reports whether the database shows a run of js that
-// started for due time due (at or after it, less the slack of a due time
-// measured on two clocks). A read that fails confirms nothing: the
-// fallback goes on to the read and the lock, which decide.
-func (r *Runner) startConfirmed(js *jobState, sched jobs.Schedule, due time.Time) bool {
-	sc := r.confirmer()
-	if sc == nil {
-		return false
-	}
-	ctx, cancel := context.WithTimeout(r.runsCtx, settingsTimeout)
-	defer cancel()
-	ok, err := sc.RunStartedSince(ctx, js.job.ID, due.Add(-nominalSlack(sched, due)))
-	if err != nil {
-		if r.runsCtx.Err() == nil {
-			r.log.Warn("runner: could not confirm a run start heard; trying the lock", "job_id", js.job.ID, "error", err)
-		}
-		return false
-	}
-	return ok
 }
 
 // afterStart is the next fire of a job under sched whose run of due time
@@ -249,10 +182,6 @@ func (r *Runner) RunStarted(id string) {
 	}
 	d := &js.designate
 	if js.queued && !js.running && !js.forced && !js.backfill && !d.fallbackAt.IsZero() && js.due.Equal(d.fallbackAt) {
-		if r.confirmer() != nil {
-			d.heard = true // the fallback asks the database at its time (deferToDesignated)
-			return
-		}
 		due := d.due
 		d.fallbackAt, d.due = time.Time{}, time.Time{}
 		r.push(js, r.afterStart(js.sched, due))
@@ -293,7 +222,7 @@ func (r *Runner) ScheduleEnded(id string, end, started time.Time) {
 	if d := due.Sub(js.due); d > -time.Millisecond && d < time.Millisecond {
 		return
 	}
-	js.designate.fallbackAt, js.designate.due, js.designate.heard = time.Time{}, time.Time{}, false
+	js.designate.fallbackAt, js.designate.due = time.Time{}, time.Time{}
 	r.push(js, due)
 	r.putStatusLocked(js)
 }
