@@ -79,7 +79,7 @@ type lostTries struct {
 
 	mu            sync.Mutex
 	n             int
-	failGiveBacks int
+	failGiveBacks unlockFails // its n: how many give-backs fail (failingUnlock, runner_test.go)
 }
 
 func (a *lostTries) TryLock(ctx context.Context, name string, atMostFor, atLeastFor time.Duration) (runner.Lock, error) {
@@ -98,25 +98,7 @@ func (a *lostTries) TryLock(ctx context.Context, name string, atMostFor, atLeast
 			return nil, err
 		}
 	}
-	return nil, &runner.MaybeHeldError{Lock: &flakyGiveBack{Lock: l, a: a}, Err: fmt.Errorf("acquire lock %q: unexpected EOF", name)}
-}
-
-type flakyGiveBack struct {
-	runner.Lock
-	a *lostTries
-}
-
-func (f *flakyGiveBack) Unlock(ctx context.Context) error {
-	f.a.mu.Lock()
-	fail := f.a.failGiveBacks > 0
-	if fail {
-		f.a.failGiveBacks--
-	}
-	f.a.mu.Unlock()
-	if fail {
-		return errors.New("unlock: FATAL: terminating connection due to administrator command (SQLSTATE 57P01)")
-	}
-	return f.Lock.Unlock(ctx)
+	return nil, &runner.MaybeHeldError{Lock: &failingUnlock{Lock: l, u: &a.failGiveBacks}, Err: fmt.Errorf("acquire lock %q: unexpected EOF", name)}
 }
 
 // A try whose answer was lost while another replica ran the job: the
@@ -157,7 +139,7 @@ func TestAStopDuringARunGivesBackOnlyAfterTheRunAndKeepsItsGap(t *testing.T) {
 	e := newEnv(t)
 	ft := e.task()
 	o := e.options(e.job("stop2", jobs.ScopeInstallation, 10*time.Second, ft))
-	o.Locks = &lostTries{Locker: o.Locks, maybe: newMaybeLocks(t, e), n: 1, failGiveBacks: 1}
+	o.Locks = &lostTries{Locker: o.Locks, maybe: newMaybeLocks(t, e), n: 1, failGiveBacks: unlockFails{n: 1}}
 	other := mustTake(t, e.otherHolder("replica-b"), "stop2", 10*time.Minute)
 	r := e.start(o)
 
